@@ -1,0 +1,20 @@
+//! Types shared by the orchestrator (which plans, predicts and submits) and the
+//! worker (which builds the model in Burn and measures it).
+//!
+//! Everything here is plain data plus arithmetic, so the orchestrator can depend
+//! on it without pulling in Burn.
+
+pub mod event;
+pub mod gpu;
+pub mod model;
+pub mod params;
+pub mod record;
+pub mod run;
+pub mod shape;
+pub mod validate;
+
+pub use gpu::Gpu;
+pub use model::{DitSpec, HditSpec, ModelSpec, PerLevel, TransformerDims, UnetSpec, UvitSpec, Variant};
+pub use run::{Mode, Precision, RunConfig};
+pub use shape::{Input, Spatial};
+pub use validate::Invalid;

@@ -1,0 +1,172 @@
+//! Measurement records: one profiled run, in the format of
+//! `shared/data/vram-measurements.jsonl`. The precheck calibrates on these; the
+//! orchestrator writes them from the worker's events.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Family, Variant};
+use crate::{Gpu, Precision, Spatial};
+
+/// Outcome as the reports classify it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MeasuredStatus {
+    Ok,
+    /// Ran, above the group's 60 GB policy.
+    OverBudget,
+    Oom,
+}
+
+/// One line of a measurement JSONL file. Family-specific fields are optional.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasurementRecord {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    pub family: Family,
+    /// `pytorch`, or `burn-<backend>` for this project's worker.
+    pub framework: String,
+    /// GPU name; a string because the worker may run on CPU or unknown devices.
+    pub gpu: String,
+    pub precision: Precision,
+    pub grad_ckpt: bool,
+    pub batch: u32,
+    pub in_channels: u32,
+    pub out_channels: u32,
+    /// [D, H, W].
+    pub spatial: [u32; 3],
+    // unet
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<Vec<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_levels: Option<Vec<bool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_res_blocks: Option<crate::PerLevel>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_head_channels: Option<crate::PerLevel>,
+    // transformers
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<Variant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level_depths: Option<Vec<u32>>,
+    // measured
+    #[serde(default)]
+    pub params_m: Option<f64>,
+    #[serde(default)]
+    pub peak_gb: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_gb: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwd_gb: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bwd_gb: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_reported_gb: Option<f64>,
+    pub status: MeasuredStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl MeasurementRecord {
+    pub fn spatial(&self) -> Spatial {
+        Spatial::new(self.spatial[0], self.spatial[1], self.spatial[2])
+    }
+    /// The GPU from the catalog, when the record names one.
+    pub fn gpu(&self) -> Option<Gpu> {
+        self.gpu.parse().ok()
+    }
+}
+
+/// A record that does not describe a buildable model.
+#[derive(Debug, thiserror::Error)]
+#[error("record `{id}`: {what}")]
+pub struct RecordError {
+    pub id: String,
+    pub what: String,
+}
+
+impl MeasurementRecord {
+    /// The model the record describes.
+    pub fn model(&self) -> Result<crate::ModelSpec, RecordError> {
+        use crate::model::*;
+        let missing = |field: &str| RecordError { id: self.id.clone(), what: format!("missing field `{field}`") };
+        Ok(match self.family {
+            Family::Unet => ModelSpec::Unet(UnetSpec {
+                channels: self.channels.clone().ok_or_else(|| missing("channels"))?,
+                attention_levels: self.attention_levels.clone().ok_or_else(|| missing("attention_levels"))?,
+                num_res_blocks: self.num_res_blocks.clone().unwrap_or(PerLevel::All(2)),
+                // The reports' UNet tables state head channels in their heading; 64 unless given.
+                num_head_channels: self.num_head_channels.clone().unwrap_or(PerLevel::All(64)),
+                norm_num_groups: self.norm_groups(),
+            }),
+            Family::Dit => ModelSpec::Dit(DitSpec {
+                variant: self.variant,
+                hidden: self.hidden,
+                heads: self.heads,
+                depth: self.depth,
+                patch: self.patch.ok_or_else(|| missing("patch"))?,
+            }),
+            Family::Uvit => ModelSpec::Uvit(UvitSpec {
+                variant: self.variant,
+                hidden: self.hidden,
+                heads: self.heads,
+                depth: self.depth,
+                patch: self.patch.ok_or_else(|| missing("patch"))?,
+            }),
+            Family::Hdit => ModelSpec::Hdit(HditSpec {
+                variant: self.variant,
+                hidden: self.hidden,
+                heads: self.heads,
+                patch: self.patch.ok_or_else(|| missing("patch"))?,
+                level_depths: self.level_depths.clone().ok_or_else(|| missing("level_depths"))?,
+            }),
+        })
+    }
+
+    /// GroupNorm groups of a recorded UNet. Records do not carry it; the group's
+    /// default is 32, and a run that went through with a 16-wide level must have
+    /// used fewer, so take the largest count up to 32 that divides every width.
+    fn norm_groups(&self) -> u32 {
+        let widths = self.channels.as_deref().unwrap_or_default();
+        (1..=32).rev().find(|g| widths.iter().all(|w| w % g == 0)).unwrap_or(1)
+    }
+
+    /// The run the record measured, as a config the precheck can predict.
+    /// Records from GPUs outside the catalog are taken as 80 GiB A100s.
+    pub fn run_config(&self) -> Result<crate::RunConfig, RecordError> {
+        Ok(crate::RunConfig {
+            experiment: self.table.clone().unwrap_or_else(|| "records".into()),
+            name: self.config_name.clone().unwrap_or_else(|| self.id.clone()),
+            model: self.model()?,
+            input: crate::Input { channels: self.in_channels, spatial: self.spatial() },
+            out_channels: self.out_channels,
+            batch: self.batch,
+            precision: self.precision,
+            grad_ckpt: self.grad_ckpt,
+            mode: crate::Mode::Profile,
+            steps: 1,
+            gpu: self.gpu().unwrap_or(Gpu::A100Sxm80),
+        })
+    }
+}
+
+/// Read a JSONL file of records; errors name the line.
+pub fn read_jsonl(text: &str) -> Result<Vec<MeasurementRecord>, (usize, serde_json::Error)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| serde_json::from_str(l).map_err(|e| (i + 1, e)))
+        .collect()
+}

@@ -1,0 +1,122 @@
+//! One fully resolved config: what the precheck predicts, what a job runs.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+use crate::{Gpu, Input, ModelSpec};
+
+/// Numeric precision of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Precision {
+    /// fp32 weights, bf16 autocast for matmuls/convs (the group's default).
+    #[serde(rename = "bf16-amp")]
+    Bf16Amp,
+    #[serde(rename = "fp16-amp")]
+    Fp16Amp,
+    /// Everything in bf16 (what Burn's `FloatDType::BF16` gives: no autocast).
+    #[serde(rename = "bf16")]
+    Bf16,
+    #[serde(rename = "fp32")]
+    Fp32,
+}
+
+impl Precision {
+    /// Bytes of one activation element saved for backward.
+    pub fn activation_bytes(self) -> u32 {
+        match self {
+            Precision::Fp32 => 4,
+            _ => 2,
+        }
+    }
+    /// Bytes of one weight (master weights stay fp32 under autocast).
+    pub fn weight_bytes(self) -> u32 {
+        match self {
+            Precision::Bf16 => 2,
+            _ => 4,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Bf16Amp => "bf16-amp",
+            Precision::Fp16Amp => "fp16-amp",
+            Precision::Bf16 => "bf16",
+            Precision::Fp32 => "fp32",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a job does with the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// One forward + backward + optimizer step, peak memory per phase (the reports).
+    #[default]
+    Profile,
+    /// Repeated steps with AdamW state and an EMA copy.
+    Train,
+}
+
+/// A fully resolved config: everything that determines the model and its memory.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// The experiment it belongs to (`exp9`).
+    pub experiment: String,
+    /// Its name in the sweep (`4L_large`, or a generated one).
+    pub name: String,
+    pub model: ModelSpec,
+    pub input: Input,
+    pub out_channels: u32,
+    pub batch: u32,
+    pub precision: Precision,
+    pub grad_ckpt: bool,
+    #[serde(default)]
+    pub mode: Mode,
+    /// Optimizer steps in `train` mode (profile runs one).
+    #[serde(default = "one")]
+    pub steps: u32,
+    /// The GPU the experiment targets (capacity for verdicts).
+    pub gpu: Gpu,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Stable short hash of what a config computes (not of its name), so renaming a
+/// config never makes it look new, and the cluster's job comment identifies it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ConfigHash(pub String);
+
+impl fmt::Display for ConfigHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl RunConfig {
+    /// 12 hex digits of SHA-256 over the canonical JSON of everything but the names.
+    pub fn hash(&self) -> ConfigHash {
+        let content = serde_json::json!({
+            "model": self.model,
+            "input": self.input,
+            "out_channels": self.out_channels,
+            "batch": self.batch,
+            "precision": self.precision,
+            "grad_ckpt": self.grad_ckpt,
+            "mode": self.mode,
+            "steps": self.steps,
+        });
+        // serde_json's map is ordered (BTreeMap) without `preserve_order`: canonical.
+        let digest = Sha256::digest(content.to_string().as_bytes());
+        ConfigHash(hex::encode(&digest[..6]))
+    }
+}
