@@ -1,0 +1,159 @@
+//! The `predict` and `calibrate` commands (argument parsing lives in main.rs).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use spec::record::MeasurementRecord;
+
+use super::calibrate::{self, FitStats};
+use super::{Calibration, Predictor, Verdict};
+
+/// Read measurement JSONL files; errors name the file and the line.
+pub fn read_records(paths: &[PathBuf]) -> Result<Vec<MeasurementRecord>> {
+    let mut all = Vec::new();
+    for p in paths {
+        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let recs = spec::record::read_jsonl(&text)
+            .map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", p.display()))?;
+        all.extend(recs);
+    }
+    Ok(all)
+}
+
+/// Load a calibration file, or the shipped one.
+pub fn load_calibration(path: Option<&Path>) -> Result<Calibration> {
+    match path {
+        None => Ok(Calibration::builtin()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Calibration::from_json(&text).with_context(|| format!("parsing {}", p.display()))
+        }
+    }
+}
+
+/// One output line of `predict`.
+#[derive(Debug, Serialize)]
+pub struct PredictLine {
+    pub id: String,
+    pub params_m: Option<f64>,
+    pub peak_gb: Option<f64>,
+    pub fits: bool,
+    pub verdict: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_peak_gb: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_phase: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
+}
+
+/// Predict one record (measured fields ignored).
+pub fn predict_record(cal: &Calibration, r: &MeasurementRecord, budget_gb: Option<f64>) -> PredictLine {
+    let invalid = |reason: String| PredictLine {
+        id: r.id.clone(),
+        params_m: None,
+        peak_gb: None,
+        fits: false,
+        verdict: "invalid",
+        train_peak_gb: None,
+        peak_phase: None,
+        reason: Some(reason),
+    };
+    let cfg = match r.run_config() {
+        Ok(c) => c,
+        Err(e) => return invalid(e.to_string()),
+    };
+    let pred = match Predictor::from_calibration(cal, &r.framework, r.precision) {
+        Ok(p) => p,
+        Err(e) => return invalid(e.to_string()),
+    };
+    let verdict = pred.verdict(&cfg, budget_gb);
+    if let Verdict::Invalid { reasons } = &verdict {
+        return invalid(reasons.join("; "));
+    }
+    match pred.predict(&cfg) {
+        Ok(p) => PredictLine {
+            id: r.id.clone(),
+            params_m: Some(round(p.params as f64 / 1e6, 1)),
+            peak_gb: Some(round(p.peak_gib(), 2)),
+            fits: verdict.fits_gpu(),
+            verdict: verdict.name(),
+            train_peak_gb: Some(round(p.train_peak_gib(), 2)),
+            peak_phase: Some(p.peak_phase.name()),
+            reason: match verdict {
+                Verdict::Fits { .. } => None,
+                v => Some(v.to_string()),
+            },
+        },
+        Err(e) => invalid(e.to_string()),
+    }
+}
+
+/// `orchestrator predict --records FILE... [--calibration FILE] [--budget-gb GB]`:
+/// one JSON line per record on stdout.
+pub fn run_predict(records: &[PathBuf], calibration: Option<&Path>, budget_gb: Option<f64>) -> Result<()> {
+    let cal = load_calibration(calibration)?;
+    let recs = read_records(records)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for r in &recs {
+        let line = predict_record(&cal, r, budget_gb);
+        serde_json::to_writer(&mut out, &line)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn print_stats(title: &str, st: &std::collections::BTreeMap<String, FitStats>, out: &mut impl Write) -> Result<()> {
+    writeln!(out, "{title}")?;
+    writeln!(out, "  {:<16} {:>4} {:>8} {:>8} {:>8} {:>5} {:>14}", "group", "n", "median", "p90", "max", "oom", "oom-pred-fits")?;
+    for (k, s) in st {
+        writeln!(
+            out,
+            "  {:<16} {:>4} {:>7.1}% {:>7.1}% {:>7.1}% {:>5} {:>14}",
+            k,
+            s.n,
+            100.0 * s.median,
+            100.0 * s.p90,
+            100.0 * s.max,
+            s.n_oom,
+            s.oom_predicted_fit
+        )?;
+    }
+    Ok(())
+}
+
+/// `orchestrator calibrate --records FILE... [--out FILE] [--no-loto]`: refit every
+/// runtime found in the records, print fit quality per family (and per held-out
+/// table), write the calibration JSON to `--out` (stdout when absent).
+pub fn run_calibrate(records: &[PathBuf], out_path: Option<&Path>, leave_one_table_out: bool) -> Result<()> {
+    let recs = read_records(records)?;
+    let (samples, skipped) = calibrate::samples(&recs);
+    anyhow::ensure!(!samples.is_empty(), "no usable records in {} file(s)", records.len());
+    let report = calibrate::calibrate(&samples, leave_one_table_out);
+    let stderr = std::io::stderr();
+    let mut err = stderr.lock();
+    for s in &skipped {
+        writeln!(err, "skipped: {s}")?;
+    }
+    for (rt, st) in &report.in_sample {
+        print_stats(&format!("runtime {rt}: in-sample absolute relative error of peak_gb"), st, &mut err)?;
+        if let Some(t) = report.leave_one_table_out.get(rt) {
+            print_stats(&format!("runtime {rt}: leave-one-table-out (table held out, refit on the rest)"), t, &mut err)?;
+        }
+    }
+    let json = serde_json::to_string_pretty(&report.calibration)? + "\n";
+    match out_path {
+        Some(p) => std::fs::write(p, json).with_context(|| format!("writing {}", p.display()))?,
+        None => print!("{json}"),
+    }
+    Ok(())
+}

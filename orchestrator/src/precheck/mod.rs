@@ -1,0 +1,613 @@
+//! Memory precheck: predict the peak GPU memory of a profiling run from the
+//! architecture, so configs that cannot fit are skipped before they burn queue time.
+//!
+//! The prediction is a sum of physical terms, each with a name, a level/stage, a
+//! kind and a phase, so that the advisor can say where the memory goes:
+//!
+//! * parameters: fp32 master weights, the autocast cache of bf16 weight copies,
+//!   gradients, the two AdamW moments and the optimizer's temporaries;
+//! * activations saved for backward, from a walk of each family's architecture
+//!   tensor by tensor, with the bytes per element that the precision gives
+//!   (bf16 autocast: matmul/conv operands bf16, norm outputs and residual stream
+//!   fp32), honouring gradient checkpointing where the runtime applies it;
+//! * attention score tensors where they are materialised (MONAI's UNet attention:
+//!   heads x N x N per block) versus memory-efficient kernels (linear in tokens);
+//! * transients at the backward peak, full-resolution data tensors, fixed overhead.
+//!
+//! A handful of coefficients per runtime (framework x precision) scale the
+//! physical counts to what the allocator reports; they are fitted from
+//! measurement records (`orchestrator calibrate`) and shipped as data in
+//! `orchestrator/calibration/pytorch.json`.
+//!
+//! The profiling peak is the larger of two phases: forward+backward (weights,
+//! bf16 weight copies, saved activations, transients) and the optimizer step
+//! (weights, gradients, moments, temporaries; activations are freed by then).
+
+pub mod calibrate;
+pub mod cli;
+mod dit;
+mod hdit;
+mod unet;
+mod uvit;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+use spec::{ModelSpec, Precision, RunConfig};
+
+/// Bytes in one GiB: the reports' "GB".
+pub const GIB: f64 = (1u64 << 30) as f64;
+
+/// The calibration shipped with the binary (fitted on the group's PyTorch reports).
+pub const PYTORCH_CALIBRATION: &str = include_str!("../../calibration/pytorch.json");
+
+/// The group's own policy: anything above this is flagged ">60GB".
+pub const GROUP_BUDGET_GB: f64 = 60.0;
+
+/// What a term of the breakdown is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TermKind {
+    Weights,
+    Grads,
+    Optimizer,
+    Activations,
+    AttentionScores,
+    /// Encoder outputs held for the decoder (UNet / U-ViT / HDiT long skips).
+    Skip,
+    /// Transient buffers at the peak (backward gradients, recompute, temporaries).
+    Workspace,
+    /// Full-resolution data tensors (input, noise, target, prediction, loss).
+    Data,
+    Overhead,
+}
+
+impl TermKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TermKind::Weights => "weights",
+            TermKind::Grads => "grads",
+            TermKind::Optimizer => "optimizer",
+            TermKind::Activations => "activations",
+            TermKind::AttentionScores => "attention scores",
+            TermKind::Skip => "skip",
+            TermKind::Workspace => "workspace",
+            TermKind::Data => "data",
+            TermKind::Overhead => "overhead",
+        }
+    }
+}
+
+/// Which phase(s) a term is resident in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TermPhase {
+    /// Forward + backward only (activations, autocast weight copies).
+    FwdBwd,
+    /// The optimizer step only (gradients, moments, temporaries).
+    Step,
+    /// Resident throughout (weights, data, overhead).
+    Both,
+}
+
+/// The phase that sets the peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakPhase {
+    FwdBwd,
+    Step,
+}
+
+impl PeakPhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            PeakPhase::FwdBwd => "fwd/bwd",
+            PeakPhase::Step => "step",
+        }
+    }
+}
+
+/// One line of the breakdown. Names are static so a prediction costs no string
+/// allocation (the precheck runs over whole sweeps and inside the advisor's search).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Term {
+    pub name: &'static str,
+    /// UNet level / HDiT level (0 = full resolution); `None` for whole-model terms.
+    pub level: Option<u8>,
+    pub kind: TermKind,
+    pub phase: TermPhase,
+    pub bytes: f64,
+}
+
+/// The predicted memory of one config, with its breakdown.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    /// Exact parameter count.
+    pub params: u64,
+    pub terms: Vec<Term>,
+    pub fwd_bwd_bytes: f64,
+    pub step_bytes: f64,
+    pub peak_phase: PeakPhase,
+    /// The profiling peak: max of the two phases.
+    pub peak_bytes: f64,
+    /// Steady-state training with AdamW moments and an EMA copy resident all the time.
+    pub train_peak_bytes: f64,
+    /// Relative uncertainty of `peak_bytes` (the calibration's p90 error).
+    pub rel_uncertainty: f64,
+}
+
+impl Prediction {
+    pub fn peak_gib(&self) -> f64 {
+        self.peak_bytes / GIB
+    }
+    pub fn train_peak_gib(&self) -> f64 {
+        self.train_peak_bytes / GIB
+    }
+    /// Bytes of the terms resident in the phase that sets the peak.
+    pub fn peak_terms(&self) -> impl Iterator<Item = &Term> {
+        let phase = self.peak_phase;
+        self.terms.iter().filter(move |t| match (t.phase, phase) {
+            (TermPhase::Both, _) => true,
+            (TermPhase::FwdBwd, PeakPhase::FwdBwd) => true,
+            (TermPhase::Step, PeakPhase::Step) => true,
+            _ => false,
+        })
+    }
+    /// The `n` largest terms of the peak phase, largest first.
+    pub fn hotspots(&self, n: usize) -> Vec<Term> {
+        let mut v: Vec<Term> = self.peak_terms().copied().collect();
+        v.sort_by(|a, b| b.bytes.total_cmp(&a.bytes));
+        v.truncate(n);
+        v
+    }
+}
+
+/// Physically meaningful coefficients of one runtime. Byte counts from the walks
+/// are what the tensors hold; these absorb what a walk does not see (allocator
+/// rounding, kernel workspaces, small tensors) and the runtime's own choices.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Coefficients {
+    /// Multiplier on the walked activation bytes saved for backward.
+    pub act_scale: f64,
+    /// Gradient buffers live at the backward peak, in multiples of the largest
+    /// block's saved activations.
+    pub bwd_transient: f64,
+    /// Bytes per materialised attention-score element held for backward
+    /// (fp32 softmax output + bf16 copy for the second matmul + what the kernel keeps).
+    pub score_saved_bytes: f64,
+    /// Extra bytes per score element of the largest attention block while it runs
+    /// (scaled logits, fp32 upcast, softmax gradient).
+    pub score_transient_bytes: f64,
+    /// Parameter-sized temporaries of the optimizer step (foreach AdamW: ~1).
+    pub opt_temp: f64,
+    /// Full-resolution fp32 volumes alive (input, noise, noisy input, prediction, loss).
+    pub data_tensors: f64,
+    /// Fixed allocator-visible overhead (cuBLAS/cuDNN workspaces, RNG state, small buffers), GiB.
+    pub overhead_gib: f64,
+    /// Fraction of the UNet's in-block activations still saved with `grad_ckpt`
+    /// on: 1 when the runtime's UNet does not checkpoint (MONAI's DiffusionModelUNet
+    /// has no checkpointing hooks), 0 for perfect per-block checkpointing.
+    pub unet_ckpt_keep: f64,
+    /// Whether transformer attention materialises heads x N x N scores
+    /// (Burn's attention does; PyTorch's SDPA does not).
+    #[serde(default)]
+    pub transformer_scores_materialised: bool,
+    /// Relative uncertainty of the peak (p90 of the fit's absolute relative error),
+    /// used for `risky` verdicts.
+    pub rel_uncertainty: f64,
+}
+
+impl Coefficients {
+    /// The fitted coefficients in a fixed order (the calibrator's search space).
+    pub const FITTED: [&'static str; 8] = [
+        "act_scale",
+        "bwd_transient",
+        "score_saved_bytes",
+        "score_transient_bytes",
+        "opt_temp",
+        "data_tensors",
+        "overhead_gib",
+        "unet_ckpt_keep",
+    ];
+    pub fn get(&self, i: usize) -> f64 {
+        match i {
+            0 => self.act_scale,
+            1 => self.bwd_transient,
+            2 => self.score_saved_bytes,
+            3 => self.score_transient_bytes,
+            4 => self.opt_temp,
+            5 => self.data_tensors,
+            6 => self.overhead_gib,
+            _ => self.unet_ckpt_keep,
+        }
+    }
+    pub fn set(&mut self, i: usize, v: f64) {
+        match i {
+            0 => self.act_scale = v,
+            1 => self.bwd_transient = v,
+            2 => self.score_saved_bytes = v,
+            3 => self.score_transient_bytes = v,
+            4 => self.opt_temp = v,
+            5 => self.data_tensors = v,
+            6 => self.overhead_gib = v,
+            _ => self.unet_ckpt_keep = v.clamp(0.0, 1.0),
+        }
+    }
+    /// Starting point of a fit: the bare physics (walk counts as is, no extras).
+    pub fn physical(materialised: bool) -> Self {
+        Coefficients {
+            act_scale: 1.0,
+            bwd_transient: 1.0,
+            score_saved_bytes: 6.0,
+            score_transient_bytes: 10.0,
+            opt_temp: 1.0,
+            data_tensors: 4.0,
+            overhead_gib: 0.1,
+            unet_ckpt_keep: 0.5,
+            transformer_scores_materialised: materialised,
+            rel_uncertainty: 0.15,
+        }
+    }
+}
+
+/// The calibration file: coefficients per runtime key (`pytorch/bf16-amp`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// What was fitted on, for humans reading the file.
+    #[serde(default)]
+    pub note: String,
+    pub runtimes: BTreeMap<String, Coefficients>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrecheckError {
+    #[error("calibration file: {0}")]
+    Calibration(#[from] serde_json::Error),
+    #[error("no calibration for runtime `{0}` (known: {1})")]
+    UnknownRuntime(String, String),
+    #[error("config cannot be built: {0}")]
+    Invalid(#[from] spec::Invalid),
+}
+
+/// The runtime key of a framework and precision: `pytorch/bf16-amp`, `burn-cuda/bf16`.
+pub fn runtime_key(framework: &str, precision: Precision) -> String {
+    format!("{}/{}", framework, precision.name())
+}
+
+impl Calibration {
+    pub fn from_json(text: &str) -> Result<Self, PrecheckError> {
+        Ok(serde_json::from_str(text)?)
+    }
+    /// The calibration shipped in the repository.
+    pub fn builtin() -> Self {
+        // The embedded file is checked by a unit test; a parse failure is a build defect.
+        Self::from_json(PYTORCH_CALIBRATION).expect("embedded calibration/pytorch.json parses")
+    }
+    /// Coefficients of `framework` at `precision`; falls back to the framework's
+    /// other precision when only one was measured (the walk already counts the
+    /// bytes per element of the precision asked for).
+    pub fn coefficients(&self, framework: &str, precision: Precision) -> Result<Coefficients, PrecheckError> {
+        let key = runtime_key(framework, precision);
+        if let Some(c) = self.runtimes.get(&key) {
+            return Ok(*c);
+        }
+        let prefix = format!("{framework}/");
+        self.runtimes
+            .iter()
+            .find(|(k, _)| k.starts_with(&prefix))
+            .map(|(_, c)| *c)
+            .ok_or_else(|| {
+                PrecheckError::UnknownRuntime(key, self.runtimes.keys().cloned().collect::<Vec<_>>().join(", "))
+            })
+    }
+}
+
+/// Bytes per element of the tensor classes the walks distinguish.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dtypes {
+    /// Operands of matmuls/convs as saved for backward (bf16 under autocast).
+    pub mm: f64,
+    /// Norm outputs, their upcast inputs, residual streams (fp32 under autocast).
+    pub wide: f64,
+    /// Weights.
+    pub weight: f64,
+    /// Whether weights are cast per forward (autocast's cache of bf16 copies).
+    pub autocast: bool,
+}
+
+impl Dtypes {
+    pub fn of(p: Precision) -> Self {
+        match p {
+            Precision::Bf16Amp | Precision::Fp16Amp => Dtypes { mm: 2.0, wide: 4.0, weight: 4.0, autocast: true },
+            Precision::Bf16 => Dtypes { mm: 2.0, wide: 2.0, weight: 2.0, autocast: false },
+            Precision::Fp32 => Dtypes { mm: 4.0, wide: 4.0, weight: 4.0, autocast: false },
+        }
+    }
+}
+
+/// What a family walk hands back besides its terms.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct WalkInfo {
+    /// Parameters without gradient (DiT's fixed sin-cos position table).
+    pub frozen_params: u64,
+}
+
+/// Context of one walk: coefficients, dtypes, batch, and where terms go.
+pub(crate) struct Walk<'a> {
+    pub c: &'a Coefficients,
+    pub dt: Dtypes,
+    pub batch: f64,
+    pub ckpt: bool,
+    pub terms: &'a mut Vec<Term>,
+}
+
+impl Walk<'_> {
+    pub fn push(&mut self, name: &'static str, level: Option<usize>, kind: TermKind, bytes: f64) {
+        if bytes > 0.0 {
+            self.terms.push(Term {
+                name,
+                level: level.map(|l| l.min(u8::MAX as usize) as u8),
+                kind,
+                phase: TermPhase::FwdBwd,
+                bytes,
+            });
+        }
+    }
+}
+
+/// Predicts peak memory for configs of every family with one runtime's coefficients.
+#[derive(Debug, Clone)]
+pub struct Predictor {
+    runtime: String,
+    coeffs: Coefficients,
+}
+
+impl Predictor {
+    /// The shipped PyTorch bf16-autocast calibration (the group's reports).
+    pub fn pytorch() -> Self {
+        Self::from_calibration(&Calibration::builtin(), "pytorch", Precision::Bf16Amp)
+            .expect("embedded calibration has pytorch/bf16-amp")
+    }
+    pub fn from_calibration(cal: &Calibration, framework: &str, precision: Precision) -> Result<Self, PrecheckError> {
+        Ok(Predictor { runtime: runtime_key(framework, precision), coeffs: cal.coefficients(framework, precision)? })
+    }
+    pub fn new(runtime: impl Into<String>, coeffs: Coefficients) -> Self {
+        Predictor { runtime: runtime.into(), coeffs }
+    }
+    pub fn runtime(&self) -> &str {
+        &self.runtime
+    }
+    pub fn coefficients(&self) -> &Coefficients {
+        &self.coeffs
+    }
+
+    /// The full breakdown for one config (profiling mode: one forward, backward, step).
+    pub fn predict(&self, cfg: &RunConfig) -> Result<Prediction, PrecheckError> {
+        let mut terms = Vec::with_capacity(48);
+        let (params, info) = self.walk(cfg, &mut terms)?;
+        Ok(self.assemble(params, info, cfg.precision, terms))
+    }
+
+    /// Only the profiling peak in bytes (same arithmetic as [`Predictor::predict`]).
+    pub fn peak_bytes(&self, cfg: &RunConfig) -> Result<f64, PrecheckError> {
+        self.predict(cfg).map(|p| p.peak_bytes)
+    }
+
+    fn walk(&self, cfg: &RunConfig, terms: &mut Vec<Term>) -> Result<(u64, WalkInfo), PrecheckError> {
+        let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels)?;
+        let mut w = Walk {
+            c: &self.coeffs,
+            dt: Dtypes::of(cfg.precision),
+            batch: cfg.batch.max(1) as f64,
+            ckpt: cfg.grad_ckpt,
+            terms,
+        };
+        let info = match &cfg.model {
+            ModelSpec::Unet(u) => unet::walk(u, &cfg.input, cfg.out_channels, &mut w),
+            ModelSpec::Dit(m) => dit::walk(m, &cfg.input, cfg.out_channels, &mut w)?,
+            ModelSpec::Hdit(m) => hdit::walk(m, &cfg.input, cfg.out_channels, &mut w)?,
+            ModelSpec::Uvit(m) => uvit::walk(m, &cfg.input, &mut w)?,
+        };
+        // Data tensors: the batch at full resolution in fp32, several times over.
+        let data = self.coeffs.data_tensors * 4.0 * cfg.input.channels as f64 * cfg.input.spatial.voxels() as f64 * w.batch;
+        if data > 0.0 {
+            w.terms.push(Term { name: "input, noise, target, prediction, loss", level: None, kind: TermKind::Data, phase: TermPhase::Both, bytes: data });
+        }
+        Ok((params, info))
+    }
+
+    fn assemble(&self, params: u64, info: WalkInfo, precision: Precision, mut terms: Vec<Term>) -> Prediction {
+        let c = &self.coeffs;
+        let dt = Dtypes::of(precision);
+        let p = params as f64;
+        let trainable = params.saturating_sub(info.frozen_params) as f64;
+        let both = |name, kind, bytes| Term { name, level: None, kind, phase: TermPhase::Both, bytes };
+        let step = |name, kind, bytes| Term { name, level: None, kind, phase: TermPhase::Step, bytes };
+        terms.push(both("weights", TermKind::Weights, dt.weight * p));
+        if dt.autocast {
+            terms.push(Term {
+                name: "bf16 weight copies (autocast cache)",
+                level: None,
+                kind: TermKind::Weights,
+                phase: TermPhase::FwdBwd,
+                bytes: 2.0 * trainable,
+            });
+        }
+        terms.push(step("gradients", TermKind::Grads, dt.weight * trainable));
+        terms.push(step("AdamW moments", TermKind::Optimizer, 2.0 * dt.weight * trainable));
+        terms.push(step("optimizer temporaries", TermKind::Optimizer, c.opt_temp * dt.weight * trainable));
+        terms.push(both("fixed overhead", TermKind::Overhead, c.overhead_gib * GIB));
+
+        let (mut fwd, mut stp) = (0.0, 0.0);
+        for t in &terms {
+            match t.phase {
+                TermPhase::Both => {
+                    fwd += t.bytes;
+                    stp += t.bytes;
+                }
+                TermPhase::FwdBwd => fwd += t.bytes,
+                TermPhase::Step => stp += t.bytes,
+            }
+        }
+        let (peak_phase, peak) = if fwd >= stp { (PeakPhase::FwdBwd, fwd) } else { (PeakPhase::Step, stp) };
+        // Training: moments (2 x weight) and an fp32 EMA copy stay resident through
+        // forward/backward; the step additionally holds the EMA copy.
+        let ema = 4.0 * trainable;
+        let moments = 2.0 * dt.weight * trainable;
+        let train = (fwd + moments + ema).max(stp + ema);
+        Prediction {
+            params,
+            terms,
+            fwd_bwd_bytes: fwd,
+            step_bytes: stp,
+            peak_phase,
+            peak_bytes: peak,
+            train_peak_bytes: train,
+            rel_uncertainty: c.rel_uncertainty,
+        }
+    }
+
+    /// The verdict for `cfg` on its GPU, and against `budget_gb` when given.
+    pub fn verdict(&self, cfg: &RunConfig, budget_gb: Option<f64>) -> Verdict {
+        let problems = spec::validate::validate(cfg);
+        if !problems.is_empty() {
+            return Verdict::Invalid { reasons: problems.iter().map(|e| e.to_string()).collect() };
+        }
+        let pred = match self.predict(cfg) {
+            Ok(p) => p,
+            Err(e) => return Verdict::Invalid { reasons: vec![e.to_string()] },
+        };
+        let gib = match cfg.mode {
+            spec::Mode::Profile => pred.peak_gib(),
+            spec::Mode::Train => pred.train_peak_gib(),
+        };
+        judge(gib, cfg.gpu.capacity_gib(), budget_gb, pred.rel_uncertainty)
+    }
+}
+
+/// Classify a predicted peak against a capacity and an optional budget.
+///
+/// `oom` when the prediction exceeds the capacity; `risky` when the capacity or
+/// the budget lies within the prediction's uncertainty band (or the prediction
+/// is over the budget but under the capacity); `fits` otherwise.
+pub fn judge(predicted_gib: f64, capacity_gib: f64, budget_gb: Option<f64>, rel_uncertainty: f64) -> Verdict {
+    let u = rel_uncertainty.max(0.0);
+    if predicted_gib > capacity_gib {
+        return Verdict::Oom { predicted_gib, available_gib: capacity_gib };
+    }
+    if predicted_gib * (1.0 + u) > capacity_gib {
+        return Verdict::Risky { predicted_gib, limit_gib: capacity_gib, reason: RiskReason::NearCapacity };
+    }
+    if let Some(b) = budget_gb {
+        if predicted_gib * (1.0 + u) > b {
+            let reason = if predicted_gib > b { RiskReason::OverBudget } else { RiskReason::NearBudget };
+            return Verdict::Risky { predicted_gib, limit_gib: b, reason };
+        }
+    }
+    Verdict::Fits { predicted_gib, available_gib: capacity_gib }
+}
+
+/// Why a config is `risky`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RiskReason {
+    /// Within the uncertainty of the GPU's capacity.
+    NearCapacity,
+    /// Within the uncertainty of the budget.
+    NearBudget,
+    /// Predicted above the budget (runs, but over the group's policy).
+    OverBudget,
+}
+
+/// The precheck's call on one config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    Fits { predicted_gib: f64, available_gib: f64 },
+    Risky { predicted_gib: f64, limit_gib: f64, reason: RiskReason },
+    Oom { predicted_gib: f64, available_gib: f64 },
+    Invalid { reasons: Vec<String> },
+}
+
+impl Verdict {
+    /// `fits`, `risky`, `oom`, `invalid`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Fits { .. } => "fits",
+            Verdict::Risky { .. } => "risky",
+            Verdict::Oom { .. } => "oom",
+            Verdict::Invalid { .. } => "invalid",
+        }
+    }
+    /// Predicted to run on the GPU without running out of memory.
+    pub fn fits_gpu(&self) -> bool {
+        matches!(self, Verdict::Fits { .. } | Verdict::Risky { .. })
+    }
+    pub fn predicted_gib(&self) -> Option<f64> {
+        match self {
+            Verdict::Fits { predicted_gib, .. } | Verdict::Risky { predicted_gib, .. } | Verdict::Oom { predicted_gib, .. } => {
+                Some(*predicted_gib)
+            }
+            Verdict::Invalid { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Fits { predicted_gib, available_gib } => {
+                write!(f, "fits ({predicted_gib:.1} of {available_gib:.1} GiB)")
+            }
+            Verdict::Risky { predicted_gib, limit_gib, reason } => {
+                let what = match reason {
+                    RiskReason::NearCapacity => "near capacity",
+                    RiskReason::NearBudget => "near budget",
+                    RiskReason::OverBudget => "over budget",
+                };
+                write!(f, "risky ({predicted_gib:.1} GiB, {what} {limit_gib:.1} GiB)")
+            }
+            Verdict::Oom { predicted_gib, available_gib } => {
+                write!(f, "oom (needs {predicted_gib:.1} GiB, {available_gib:.1} GiB available)")
+            }
+            Verdict::Invalid { reasons } => write!(f, "invalid ({})", reasons.join("; ")),
+        }
+    }
+}
+
+/// The verdict with the shipped PyTorch calibration (the group's runtime).
+pub fn verdict(cfg: &RunConfig, budget_gb: Option<f64>) -> Verdict {
+    Predictor::pytorch().verdict(cfg, budget_gb)
+}
+
+/// Largest of a list, 0 when empty (walk helper).
+pub(crate) fn fmax(a: f64, b: f64) -> f64 {
+    if a > b { a } else { b }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_calibration_parses_and_has_pytorch() {
+        let cal = Calibration::from_json(PYTORCH_CALIBRATION).unwrap();
+        assert!(cal.runtimes.contains_key("pytorch/bf16-amp"));
+        let c = cal.coefficients("pytorch", Precision::Fp32).unwrap();
+        assert!(c.act_scale > 0.0);
+        assert!(cal.coefficients("burn-cuda", Precision::Bf16).is_err());
+    }
+
+    #[test]
+    fn judge_bands() {
+        assert_eq!(judge(90.0, 79.2, None, 0.05).name(), "oom");
+        assert_eq!(judge(77.0, 79.2, None, 0.05).name(), "risky");
+        assert_eq!(judge(40.0, 79.2, Some(60.0), 0.05).name(), "fits");
+        assert_eq!(judge(58.0, 79.2, Some(60.0), 0.05).name(), "risky");
+        assert_eq!(judge(65.0, 79.2, Some(60.0), 0.05).name(), "risky");
+        assert!(judge(65.0, 79.2, Some(60.0), 0.05).fits_gpu());
+        assert!(!judge(80.0, 79.2, Some(60.0), 0.05).fits_gpu());
+    }
+}

@@ -1,0 +1,72 @@
+//! Accuracy of the memory precheck on the group's published measurements:
+//! median / p90 absolute relative error of the predicted peak and no OOM record
+//! predicted to fit, computed from `predict` output exactly as the CLI emits it.
+
+use std::path::PathBuf;
+
+use orchestrator::precheck::calibrate::{self, summarise};
+use orchestrator::precheck::cli::predict_record;
+use orchestrator::precheck::Calibration;
+use spec::record::{read_jsonl, MeasuredStatus, MeasurementRecord};
+
+fn records() -> Vec<MeasurementRecord> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/vram-measurements.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    read_jsonl(&text).unwrap_or_else(|(line, e)| panic!("{}:{line}: {e}", path.display()))
+}
+
+#[test]
+fn published_records_within_targets() {
+    let cal = Calibration::builtin();
+    let recs = records();
+    assert!(recs.len() > 100);
+    let mut errs = Vec::new();
+    let mut per_family: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    let mut oom_fits = Vec::new();
+    for r in &recs {
+        let line = predict_record(&cal, r, None);
+        assert_ne!(line.verdict, "invalid", "{}: {:?}", r.id, line.reason);
+        let peak = line.peak_gb.expect("valid records have a prediction");
+        if std::env::var_os("PRECHECK_VERBOSE").is_some() {
+            eprintln!("{:<44} measured {:>6} predicted {peak:>7.2} {} {}", r.id, r.peak_gb.map(|m| format!("{m:.1}")).unwrap_or("OOM".into()), line.verdict, line.peak_phase.unwrap_or(""));
+        }
+        match (r.status, r.peak_gb) {
+            (MeasuredStatus::Oom, _) => {
+                if line.fits {
+                    oom_fits.push(format!("{} predicted {peak:.1} GiB", r.id));
+                }
+            }
+            (_, Some(m)) => {
+                let e = (peak - m).abs() / m;
+                errs.push(e);
+                per_family.entry(r.family.name().to_string()).or_default().push(e);
+            }
+            _ => {}
+        }
+    }
+    for (f, e) in &per_family {
+        let (m, p90, max) = summarise(e.clone());
+        eprintln!("{f:<6} n={:<3} median {:.1}%  p90 {:.1}%  max {:.1}%", e.len(), 100.0 * m, 100.0 * p90, 100.0 * max);
+    }
+    let (median, p90, max) = summarise(errs);
+    eprintln!("all    median {:.1}%  p90 {:.1}%  max {:.1}%", 100.0 * median, 100.0 * p90, 100.0 * max);
+    assert!(oom_fits.is_empty(), "OOM records predicted to fit: {oom_fits:?}");
+    assert!(median <= 0.03, "median abs rel error {:.1}% > 3%", 100.0 * median);
+    assert!(p90 <= 0.08, "p90 abs rel error {:.1}% > 8%", 100.0 * p90);
+}
+
+/// Extrapolation check: refit without each table and predict it. Looser bounds
+/// than in sample (a held-out table is a new regime, and repeated S2D configs
+/// differ 10-20% between tables), but it must stay a usable predictor.
+#[test]
+fn leave_one_table_out_stays_usable() {
+    let (samples, _) = calibrate::samples(&records());
+    let report = calibrate::calibrate(&samples, true);
+    let held = &report.leave_one_table_out["pytorch/bf16-amp"];
+    let mut worst_median: f64 = 0.0;
+    for (t, s) in held {
+        eprintln!("held out {t:<16} n={:<3} median {:.1}%  p90 {:.1}%  max {:.1}%  oom-pred-fit {}/{}", s.n, 100.0 * s.median, 100.0 * s.p90, 100.0 * s.max, s.oom_predicted_fit, s.n_oom);
+        worst_median = worst_median.max(s.median);
+    }
+    assert!(worst_median < 0.25, "a held-out table is off by a median {:.0}%", 100.0 * worst_median);
+}
