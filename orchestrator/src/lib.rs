@@ -1,7 +1,4 @@
 //! The orchestrator's data flow, one module per stage:
-//! experiment → sweep → precheck → render → transport → state → collect → report.
+//! spec → sweep → precheck → render → transport → state → collect → report.
 
-pub mod experiment;
-pub mod plan;
 pub mod precheck;
-pub mod sweep;
