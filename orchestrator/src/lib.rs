@@ -1,4 +1,7 @@
 //! The orchestrator's data flow, one module per stage:
-//! spec → sweep → precheck → render → transport → state → collect → report.
+//! experiment → sweep → precheck → render → transport → state → collect → report.
 
+pub mod experiment;
+pub mod plan;
 pub mod precheck;
+pub mod sweep;

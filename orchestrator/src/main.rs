@@ -1,1 +1,83 @@
-fn main() {}
+//! `orchestrator`: plan, precheck, submit and follow GPU memory-profiling sweeps.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use orchestrator::{plan, precheck, sweep};
+
+#[derive(Parser)]
+#[command(name = "orchestrator", version, about = "GPU memory-profiling sweeps on SLURM: plan, precheck, submit, resume, report")]
+struct Cli {
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// An experiment file and Hydra-style overrides (`model.num_res_blocks=3`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ExperimentArgs {
+    /// Experiment YAML (e.g. experiments/exp9.yaml).
+    pub file: PathBuf,
+    /// `key.path=value` overrides applied to every config.
+    pub overrides: Vec<String>,
+}
+
+impl ExperimentArgs {
+    fn load(&self) -> Result<sweep::Sweep> {
+        // LoadError's message is complete (file:line:col: key: what); no extra context.
+        Ok(sweep::load(&self.file, &self.overrides)?)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List every config of a sweep: dimensions, exact parameters, validity, predicted peak and verdict.
+    Plan {
+        #[command(flatten)]
+        exp: ExperimentArgs,
+        /// One JSON object per config instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    if let Err(e) = run(cli.command) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Plan { exp, json } => {
+            let sweep = exp.load()?;
+            let predictor = precheck::Predictor::pytorch();
+            let rows = plan::rows(&sweep, &predictor);
+            if json {
+                for r in &rows {
+                    println!("{}", serde_json::to_string(r).context("serialising a plan row")?);
+                }
+            } else {
+                print!("{}", plan::table(&sweep, &rows));
+            }
+        }
+    }
+    Ok(())
+}

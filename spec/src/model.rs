@@ -224,7 +224,7 @@ fn resolve(
         None => None,
     };
     let pick = |explicit: Option<u32>, from_variant: Option<u32>, field: &'static str| {
-        explicit.or(from_variant).ok_or(Invalid::MissingSize { field })
+        explicit.or(from_variant).ok_or_else(|| Invalid::MissingSize { field: field.to_string() })
     };
     Ok(TransformerDims {
         hidden: pick(hidden, base.map(|b| b.0), "hidden")?,

@@ -120,3 +120,24 @@ impl RunConfig {
         ConfigHash(hex::encode(&digest[..6]))
     }
 }
+
+/// What the orchestrator hands a job array: the experiment's resolved configs.
+/// SLURM array task `i` runs `configs[i - task_offset]`, so an array that starts
+/// at a non-zero index (a resubmission of some configs) needs no renumbering.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub experiment: String,
+    /// The array index of `configs[0]` (0 unless the array starts elsewhere).
+    #[serde(default)]
+    pub task_offset: u32,
+    pub configs: Vec<RunConfig>,
+}
+
+impl Manifest {
+    /// The config of SLURM array task `task_id`; `None` when the task is outside the manifest.
+    pub fn task(&self, task_id: u32) -> Option<&RunConfig> {
+        let i = task_id.checked_sub(self.task_offset)?;
+        self.configs.get(i as usize)
+    }
+}

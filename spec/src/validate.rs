@@ -29,7 +29,7 @@ pub enum Invalid {
     #[error("{family} has no variant {variant}")]
     UnknownVariant { family: Family, variant: Variant },
     #[error("{field} is missing: give a variant or the size explicitly")]
-    MissingSize { field: &'static str },
+    MissingSize { field: String },
 }
 
 /// Every rule the config breaks (empty when it can run).

@@ -1,0 +1,256 @@
+//! The experiment file: what a user writes in `experiments/*.yaml`.
+//!
+//! Loading keeps every error to one line naming `file:line:column` and the key
+//! path, whether the bad value sits in the base config, in a sweep axis or in
+//! a command-line override. See [`crate::sweep`] for the expansion.
+
+pub mod locate;
+mod overrides;
+
+pub use overrides::Override;
+pub(crate) use overrides::{get as overrides_get, set as overrides_set};
+
+use serde::{Deserialize, Serialize};
+use serde_yaml::Value;
+use spec::model::Family;
+use spec::{Gpu, Input, Mode, ModelSpec, Precision};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use locate::{KeyPath, Locations, Seg};
+
+/// SLURM resources of every job of the experiment (one job array shares them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmResources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// Wall-time limit in SLURM's syntax (`00:30:00`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem: Option<String>,
+    /// Generic resources (`gpu:a100:1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gres: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<String>,
+    /// Further `#SBATCH` directives, verbatim after `#SBATCH ` (each is quoted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra: Vec<String>,
+}
+
+/// The experiment-level settings (everything but the per-config run fields).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Experiment {
+    pub name: String,
+    pub description: String,
+    /// Cluster name from the clusters file; `None` means the built-in `local` one.
+    pub cluster: Option<String>,
+    pub gpu: Gpu,
+    /// The group's memory policy (e.g. 60 GiB): above it a config is "over budget".
+    pub budget_gb: Option<f64>,
+    pub slurm: SlurmResources,
+    /// sbatch template name under `templates/` (default `profile`).
+    pub template: Option<String>,
+    /// At most this many array tasks run at once (`--array=0-N%K`).
+    pub array_parallelism: Option<u32>,
+}
+
+/// The file as written. Per-config fields sit beside experiment-level ones, so
+/// one struct checks them all and rejects unknown keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawExperiment {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub cluster: Option<String>,
+    pub gpu: Gpu,
+    #[serde(default = "bf16_amp")]
+    pub precision: Precision,
+    #[serde(default)]
+    pub grad_ckpt: bool,
+    #[serde(default = "one")]
+    pub batch: u32,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "one")]
+    pub steps: u32,
+    #[serde(default)]
+    pub budget_gb: Option<f64>,
+    pub input: Input,
+    pub output_channels: u32,
+    /// Typed per family by [`model_from_value`], which keeps the error's path.
+    pub model: Value,
+    #[serde(default)]
+    pub slurm: SlurmResources,
+    #[serde(default)]
+    pub template: Option<String>,
+    #[serde(default)]
+    pub array_parallelism: Option<u32>,
+    /// Expanded by [`crate::sweep`].
+    #[serde(default)]
+    pub sweep: Option<Value>,
+}
+
+fn bf16_amp() -> Precision {
+    Precision::Bf16Amp
+}
+fn one() -> u32 {
+    1
+}
+
+/// Keys a sweep may vary per config; the rest are shared by the job array.
+pub const PER_CONFIG_KEYS: &[&str] =
+    &["model", "input", "output_channels", "batch", "precision", "grad_ckpt", "mode", "steps", "gpu"];
+
+impl RawExperiment {
+    pub(crate) fn experiment(&self) -> Experiment {
+        Experiment {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            cluster: self.cluster.clone(),
+            gpu: self.gpu,
+            budget_gb: self.budget_gb,
+            slurm: self.slurm.clone(),
+            template: self.template.clone(),
+            array_parallelism: self.array_parallelism,
+        }
+    }
+}
+
+/// A file that cannot be read or understood. The message is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}:{line}:{col}: {key}: {message}", file.display())]
+    At { file: PathBuf, line: usize, col: usize, key: String, message: String },
+    #[error("{}: {key}: {message}", file.display())]
+    NoPosition { file: PathBuf, key: String, message: String },
+    #[error("command-line override `{arg}`: {message}")]
+    Override { arg: String, message: String },
+}
+
+/// Where a value came from, so an error in it points at the right place.
+#[derive(Debug, Clone)]
+pub(crate) enum Origin {
+    /// A place in the YAML file.
+    File(KeyPath),
+    /// The N-th command-line override.
+    Cli(String),
+}
+
+/// A loaded file: its text index and the parsed document.
+pub(crate) struct Source {
+    pub file: PathBuf,
+    pub loc: Locations,
+    pub doc: Value,
+}
+
+impl Source {
+    pub fn read(file: &Path) -> Result<Self, LoadError> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|source| LoadError::Io { path: file.to_path_buf(), source })?;
+        Self::parse(file, &text)
+    }
+
+    pub fn parse(file: &Path, text: &str) -> Result<Self, LoadError> {
+        let doc: Value = serde_yaml::from_str(text).map_err(|e| {
+            let (line, col) = e.location().map(|l| (l.line(), l.column())).unwrap_or((1, 1));
+            LoadError::At {
+                file: file.to_path_buf(),
+                line,
+                col,
+                key: "(syntax)".into(),
+                message: e.to_string().split(" at line ").next().unwrap_or_default().to_string(),
+            }
+        })?;
+        Ok(Source { file: file.to_path_buf(), loc: Locations::index(text), doc })
+    }
+
+    /// An error at `path` in the document, whose value came from `origin`.
+    pub fn error_at(&self, path: &KeyPath, origin: Option<&(KeyPath, Origin)>, message: String) -> LoadError {
+        match origin {
+            Some((target, Origin::Cli(arg))) if path.starts_with(target) => {
+                LoadError::Override { arg: arg.clone(), message: format!("{path}: {message}") }
+            }
+            Some((target, Origin::File(from))) if path.starts_with(target) => {
+                let mut at = from.clone();
+                at.0.extend(path.0[target.0.len()..].iter().cloned());
+                self.error_in_file(&at, format!("{message} (sets {path})"))
+            }
+            _ => self.error_in_file(path, message),
+        }
+    }
+
+    pub fn error_in_file(&self, path: &KeyPath, message: String) -> LoadError {
+        match self.loc.find(path) {
+            Some(p) => LoadError::At {
+                file: self.file.clone(),
+                line: p.line,
+                col: p.col,
+                key: path.to_string(),
+                message,
+            },
+            None => LoadError::NoPosition { file: self.file.clone(), key: path.to_string(), message },
+        }
+    }
+}
+
+/// Deserialize `T` from a value, returning the failing key path (relative to
+/// the value) and the message. Unknown-field errors point at the unknown key.
+pub(crate) fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, (KeyPath, String)> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let mut path = KeyPath::default().join_serde(e.path());
+        let message = e.inner().to_string();
+        if let Some(rest) = message.strip_prefix("unknown field `") {
+            if let Some(field) = rest.split('`').next() {
+                path.0.push(Seg::Key(field.to_string()));
+            }
+        }
+        (path, message)
+    })
+}
+
+/// The model block, typed by its `family` with the error's path kept.
+pub(crate) fn model_from_value(v: &Value) -> Result<ModelSpec, (KeyPath, String)> {
+    let here = KeyPath::default();
+    let Some(map) = v.as_mapping() else {
+        return Err((here, "expected a mapping with a `family` key".into()));
+    };
+    let Some(family) = map.get("family") else {
+        return Err((here, "missing field `family` (unet, dit, hdit or uvit)".into()));
+    };
+    let family: Family = serde_yaml::from_value(family.clone()).map_err(|_| {
+        (here.clone().key("family"), format!("unknown family {}, expected unet, dit, hdit or uvit", show(family)))
+    })?;
+    let mut rest = map.clone();
+    rest.remove("family");
+    let rest = Value::Mapping(rest);
+    Ok(match family {
+        Family::Unet => ModelSpec::Unet(typed(rest)?),
+        Family::Dit => ModelSpec::Dit(typed(rest)?),
+        Family::Hdit => ModelSpec::Hdit(typed(rest)?),
+        Family::Uvit => ModelSpec::Uvit(typed(rest)?),
+    })
+}
+
+/// A YAML value shown compactly in messages.
+pub(crate) fn show(v: &Value) -> String {
+    serde_yaml::to_string(v).map(|s| s.trim().replace('\n', " ")).unwrap_or_else(|_| "?".into())
+}
+
+impl fmt::Display for Experiment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} on {}", self.name, self.gpu)
+    }
+}

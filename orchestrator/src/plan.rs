@@ -1,0 +1,122 @@
+//! `orchestrator plan`: every config of a sweep, whether it can run, its exact
+//! size and the precheck's verdict, before anything is submitted.
+
+use serde::Serialize;
+use spec::params;
+
+use crate::precheck::{Predictor, Verdict};
+use crate::sweep::{Sweep, SweepConfig};
+
+/// One row of the plan table.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanRow {
+    pub name: String,
+    pub hash: String,
+    pub family: String,
+    /// Key dimensions (`[32, 64, 128] attn[FTT] r=1 h=64`, `S (h384 x6 d12) p2`).
+    pub dims: String,
+    /// Voxels (UNet) or tokens (transformers) at each level, top level first.
+    pub per_level: Vec<u64>,
+    /// Exact parameter count (absent when the config cannot be built).
+    pub params: Option<u64>,
+    /// Predicted peak in GiB (profile mode; train mode adds optimizer state and EMA).
+    pub predicted_gib: Option<f64>,
+    pub train_gib: Option<f64>,
+    pub capacity_gib: f64,
+    /// `valid` or `invalid: reason`.
+    pub status: String,
+    pub verdict: Verdict,
+}
+
+/// Rows for every config in sweep order.
+pub fn rows(sweep: &Sweep, predictor: &Predictor) -> Vec<PlanRow> {
+    sweep.configs.iter().map(|c| row(c, sweep.experiment.budget_gb, predictor)).collect()
+}
+
+fn row(c: &SweepConfig, budget_gb: Option<f64>, predictor: &Predictor) -> PlanRow {
+    let cfg = &c.config;
+    let per_level = params::level_grids(&cfg.model, &cfg.input).iter().map(|g| g.voxels()).collect();
+    let params = if c.is_valid() { params::count(&cfg.model, &cfg.input, cfg.out_channels).ok() } else { None };
+    let prediction = if c.is_valid() { predictor.predict(cfg).ok() } else { None };
+    PlanRow {
+        name: c.name.clone(),
+        hash: c.hash.to_string(),
+        family: cfg.model.family().to_string(),
+        dims: cfg.model.summary(),
+        per_level,
+        params,
+        predicted_gib: prediction.as_ref().map(|p| p.peak_gib()),
+        train_gib: prediction.as_ref().map(|p| p.train_peak_gib()),
+        capacity_gib: cfg.gpu.capacity_gib(),
+        status: c.status(),
+        verdict: predictor.verdict(cfg, budget_gb),
+    }
+}
+
+/// `2664.6M`, as the reports print parameters.
+pub fn millions(n: u64) -> String {
+    format!("{:.1}M", n as f64 / 1e6)
+}
+
+/// Counts per level, compact: `163840/20480/2560`.
+fn per_level(v: &[u64]) -> String {
+    v.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("/")
+}
+
+/// The plan as an aligned text table with a one-line summary.
+pub fn table(sweep: &Sweep, rows: &[PlanRow]) -> String {
+    let header = ["Config", "Family", "Dims", "Voxels|tokens per level", "Params", "Peak", "Train", "Capacity", "Verdict"];
+    let gib = |g: Option<f64>| g.map(|g| format!("{g:.1}G")).unwrap_or_else(|| "-".into());
+    let mut cells: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    for r in rows {
+        let verdict = match &r.verdict {
+            Verdict::Invalid { .. } => r.status.clone(),
+            v => v.to_string(),
+        };
+        cells.push(vec![
+            r.name.clone(),
+            r.family.clone(),
+            r.dims.clone(),
+            per_level(&r.per_level),
+            r.params.map(millions).unwrap_or_else(|| "-".into()),
+            gib(r.predicted_gib),
+            gib(r.train_gib),
+            format!("{:.0}G", r.capacity_gib),
+            verdict,
+        ]);
+    }
+    let mut out = render_table(&cells);
+    let count = |name: &str| rows.iter().filter(|r| r.verdict.name() == name).count();
+    out.push_str(&format!(
+        "\n{}: {} configs on {}: {} fit, {} risky, {} predicted OOM, {} invalid\n",
+        sweep.experiment.name,
+        rows.len(),
+        sweep.experiment.gpu,
+        count("fits"),
+        count("risky"),
+        count("oom"),
+        count("invalid"),
+    ));
+    out
+}
+
+/// Left-aligned columns separated by two spaces; the last column is not padded.
+pub fn render_table(cells: &[Vec<String>]) -> String {
+    let cols = cells.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> =
+        (0..cols).map(|i| cells.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in cells {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}

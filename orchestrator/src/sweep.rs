@@ -1,0 +1,429 @@
+//! Sweep expansion: one experiment file → the list of configs it names.
+//!
+//! ```yaml
+//! sweep:
+//!   name: "{model.variant}_p{model.patch}"   # optional name template
+//!   configs:                                  # named configs, each a set of overrides
+//!     - {name: 4L_large, model.channels: [256, 512, 1024, 2048]}
+//!   grid:                                     # cartesian product, last key fastest
+//!     model.patch: [2, 4, 8]
+//!     input.spatial: {lat4x: [40, 64, 64], lat8x: [20, 32, 32]}   # labelled values
+//!   zip:                                      # advanced in lockstep
+//!     model.variant: [S, B]
+//!     model.heads: [6, 12]
+//!   exclude:
+//!     - {model.variant: XL, model.patch: 2}
+//! ```
+//! Configs = (named configs, or the base alone) x grid x zip, less exclusions.
+//! Command-line overrides apply to the base and win over every sweep value.
+
+use serde_yaml::{Mapping, Value};
+use spec::run::ConfigHash;
+use spec::{Invalid, RunConfig};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use crate::experiment::locate::{KeyPath, Seg};
+use crate::experiment::{
+    model_from_value, show, typed, Experiment, LoadError, Origin, Override, RawExperiment, Source,
+    PER_CONFIG_KEYS,
+};
+
+/// One expanded config: its name, content hash, the run, and why it cannot run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SweepConfig {
+    pub name: String,
+    pub hash: ConfigHash,
+    pub config: RunConfig,
+    /// Shape rules it breaks; empty when valid. Never dropped: shown as `invalid`.
+    pub invalid: Vec<Invalid>,
+}
+
+impl SweepConfig {
+    pub fn is_valid(&self) -> bool {
+        self.invalid.is_empty()
+    }
+    /// `valid`, or `invalid: <first reason>` (more reasons counted).
+    pub fn status(&self) -> String {
+        match self.invalid.as_slice() {
+            [] => "valid".into(),
+            [one] => format!("invalid: {one}"),
+            [first, rest @ ..] => format!("invalid: {first} (+{} more)", rest.len()),
+        }
+    }
+}
+
+/// An expanded experiment.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Sweep {
+    pub experiment: Experiment,
+    /// The file it came from.
+    pub source: PathBuf,
+    pub configs: Vec<SweepConfig>,
+}
+
+impl Sweep {
+    pub fn get(&self, name: &str) -> Option<&SweepConfig> {
+        self.configs.iter().find(|c| c.name == name)
+    }
+}
+
+/// Read `path`, apply command-line `overrides` (`key.path=value`) and expand.
+pub fn load(path: &Path, overrides: &[String]) -> Result<Sweep, LoadError> {
+    let src = Source::read(path)?;
+    expand(src, overrides)
+}
+
+/// As [`load`], from text already in memory (`file` names it in errors).
+pub fn parse(file: &Path, text: &str, overrides: &[String]) -> Result<Sweep, LoadError> {
+    expand(Source::parse(file, text)?, overrides)
+}
+
+/// One axis value: an optional label and the overrides it applies.
+#[derive(Clone)]
+struct Choice {
+    label: Option<String>,
+    sets: Vec<(KeyPath, Value, Origin)>,
+}
+
+fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadError> {
+    let cli: Vec<Override> = overrides.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
+    let mut base = src.doc.clone();
+    for o in &cli {
+        crate::experiment::overrides_set(&mut base, &o.key, o.value.clone())
+            .map_err(|message| LoadError::Override { arg: o.arg.clone(), message })?;
+    }
+    let cli_origins: Vec<(KeyPath, Origin)> =
+        cli.iter().map(|o| (o.key.clone(), Origin::Cli(o.arg.clone()))).collect();
+
+    // The whole file once, for errors outside the per-config fields.
+    let raw: RawExperiment = typed(base.clone()).map_err(|(p, m)| {
+        let origin = cli_origins.iter().find(|(k, _)| p.starts_with(k));
+        src.error_at(&p, origin, m)
+    })?;
+    let experiment = raw.experiment();
+    let sweep_path = KeyPath::default().key("sweep");
+    let axes = match &raw.sweep {
+        Some(v) => Axes::parse(&src, v, &sweep_path)?,
+        None => Axes::default(),
+    };
+    if let Value::Mapping(m) = &mut base {
+        m.remove("sweep");
+    }
+
+    let mut configs = Vec::new();
+    let mut seen_hashes = HashSet::new();
+    let mut seen_names = HashSet::new();
+    for combo in axes.combinations() {
+        let mut doc = base.clone();
+        let mut origins: Vec<(KeyPath, Origin)> = Vec::new();
+        for choice in &combo {
+            for (key, value, origin) in &choice.sets {
+                crate::experiment::overrides_set(&mut doc, key, value.clone())
+                    .map_err(|m| src.error_at(key, Some(&(key.clone(), origin.clone())), m))?;
+                origins.push((key.clone(), origin.clone()));
+            }
+        }
+        // Command-line overrides win over sweep values.
+        for o in &cli {
+            if PER_CONFIG_KEYS.iter().any(|k| o.key.0.first() == Some(&Seg::Key(k.to_string()))) {
+                crate::experiment::overrides_set(&mut doc, &o.key, o.value.clone())
+                    .map_err(|message| LoadError::Override { arg: o.arg.clone(), message })?;
+            }
+        }
+        origins.extend(cli_origins.iter().cloned());
+        if axes.excluded(&doc) {
+            continue;
+        }
+        let blame = |p: &KeyPath, m: String| {
+            // The most recent override covering the path is where the value came from.
+            let origin = origins.iter().rev().find(|(k, _)| p.starts_with(k));
+            src.error_at(p, origin, m)
+        };
+        let raw: RawExperiment = typed(doc.clone()).map_err(|(p, m)| blame(&p, m))?;
+        let model_path = KeyPath::default().key("model");
+        let model = model_from_value(&raw.model).map_err(|(p, m)| {
+            let mut full = model_path.clone();
+            full.0.extend(p.0);
+            blame(&full, m)
+        })?;
+        let mut config = RunConfig {
+            experiment: experiment.name.clone(),
+            name: String::new(),
+            model,
+            input: raw.input,
+            out_channels: raw.output_channels,
+            batch: raw.batch,
+            precision: raw.precision,
+            grad_ckpt: raw.grad_ckpt,
+            mode: raw.mode,
+            steps: raw.steps,
+            gpu: raw.gpu,
+        };
+        let hash = config.hash();
+        if !seen_hashes.insert(hash.clone()) {
+            tracing::warn!(config = %hash, "sweep produces the same config twice; keeping the first");
+            continue;
+        }
+        let mut name = axes.name(&combo, &doc, &experiment.name);
+        if !seen_names.insert(name.clone()) {
+            name = format!("{name}-{}", &hash.0[..6]);
+            seen_names.insert(name.clone());
+        }
+        config.name = name.clone();
+        let invalid = spec::validate::validate(&config);
+        configs.push(SweepConfig { name, hash, config, invalid });
+    }
+    Ok(Sweep { experiment, source: src.file.clone(), configs })
+}
+
+/// The parsed `sweep:` block.
+#[derive(Default)]
+struct Axes {
+    name_template: Option<String>,
+    /// Named configs (each one choice), or empty for the base alone.
+    configs: Vec<Choice>,
+    /// One list of choices per grid key.
+    grid: Vec<Vec<Choice>>,
+    /// Lockstep choices (already zipped).
+    zip: Vec<Choice>,
+    exclude: Vec<Vec<(KeyPath, Value)>>,
+}
+
+impl Axes {
+    fn parse(src: &Source, v: &Value, at: &KeyPath) -> Result<Self, LoadError> {
+        let err = |p: &KeyPath, m: String| src.error_in_file(p, m);
+        let Some(map) = v.as_mapping() else {
+            return Err(err(at, "expected a mapping with configs, grid, zip, exclude or name".into()));
+        };
+        let mut axes = Axes::default();
+        for (k, v) in map {
+            let key = k.as_str().unwrap_or_default();
+            let here = at.clone().key(key);
+            match key {
+                "name" => {
+                    let s = v.as_str().ok_or_else(|| err(&here, "expected a string such as \"{model.variant}_p{model.patch}\"".into()))?;
+                    axes.name_template = Some(s.to_string());
+                }
+                "configs" => {
+                    let list = v.as_sequence().ok_or_else(|| err(&here, "expected a list of named configs".into()))?;
+                    for (i, item) in list.iter().enumerate() {
+                        axes.configs.push(named_config(src, item, &here.clone().index(i))?);
+                    }
+                }
+                "grid" => {
+                    let m = v.as_mapping().ok_or_else(|| err(&here, "expected a mapping of dotted keys to value lists".into()))?;
+                    for (k, values) in m {
+                        let (key, kp) = sweep_key(src, k, &here)?;
+                        axes.grid.push(axis_choices(src, &key, values, &kp)?);
+                    }
+                }
+                "zip" => {
+                    let m = v.as_mapping().ok_or_else(|| err(&here, "expected a mapping of dotted keys to equal-length lists".into()))?;
+                    let mut columns: Vec<(KeyPath, Vec<Choice>)> = Vec::new();
+                    for (k, values) in m {
+                        let (key, kp) = sweep_key(src, k, &here)?;
+                        columns.push((kp.clone(), axis_choices(src, &key, values, &kp)?));
+                    }
+                    if let Some((first_at, first)) = columns.first() {
+                        for (kp, col) in &columns {
+                            if col.len() != first.len() {
+                                return Err(err(kp, format!("zip lists must have equal length: {} has {}, {} has {}", kp, col.len(), first_at, first.len())));
+                            }
+                        }
+                        for i in 0..first.len() {
+                            let mut choice = Choice { label: None, sets: Vec::new() };
+                            let mut labels = Vec::new();
+                            for (_, col) in &columns {
+                                labels.extend(col[i].label.clone());
+                                choice.sets.extend(col[i].sets.iter().cloned());
+                            }
+                            choice.label = Some(labels.join("_"));
+                            axes.zip.push(choice);
+                        }
+                    }
+                }
+                "exclude" => {
+                    let list = v.as_sequence().ok_or_else(|| err(&here, "expected a list of {dotted.key: value} mappings".into()))?;
+                    for (i, item) in list.iter().enumerate() {
+                        let m = item.as_mapping().ok_or_else(|| err(&here.clone().index(i), "expected a mapping of dotted keys to values".into()))?;
+                        let mut rule = Vec::new();
+                        for (k, v) in m {
+                            let (_, kp) = sweep_key(src, k, &here.clone().index(i))?;
+                            rule.push((kp, v.clone()));
+                        }
+                        axes.exclude.push(rule);
+                    }
+                }
+                other => return Err(err(&here, format!("unknown sweep key `{other}`, expected one of `name`, `configs`, `grid`, `zip`, `exclude`"))),
+            }
+        }
+        Ok(axes)
+    }
+
+    /// Every combination of named config x grid values x zip row.
+    fn combinations(&self) -> Vec<Vec<Choice>> {
+        let mut out: Vec<Vec<Choice>> = vec![Vec::new()];
+        let mut product = |choices: &[Choice]| {
+            if choices.is_empty() {
+                return;
+            }
+            out = out
+                .iter()
+                .flat_map(|prefix| choices.iter().map(move |c| {
+                    let mut v = prefix.clone();
+                    v.push(c.clone());
+                    v
+                }))
+                .collect();
+        };
+        product(&self.configs);
+        for axis in &self.grid {
+            product(axis);
+        }
+        product(&self.zip);
+        out
+    }
+
+    fn excluded(&self, doc: &Value) -> bool {
+        self.exclude.iter().any(|rule| {
+            rule.iter().all(|(k, v)| crate::experiment::overrides_get(doc, k).is_some_and(|x| x == v))
+        })
+    }
+
+    /// The template filled in, or the labels joined, or the experiment's name.
+    fn name(&self, combo: &[Choice], doc: &Value, experiment: &str) -> String {
+        let raw = match &self.name_template {
+            Some(t) => fill_template(t, doc),
+            None => {
+                let labels: Vec<&str> = combo.iter().filter_map(|c| c.label.as_deref()).filter(|l| !l.is_empty()).collect();
+                if labels.is_empty() { experiment.to_string() } else { labels.join("_") }
+            }
+        };
+        sanitize(&raw)
+    }
+}
+
+fn named_config(src: &Source, item: &Value, at: &KeyPath) -> Result<Choice, LoadError> {
+    let m = item.as_mapping().ok_or_else(|| src.error_in_file(at, "expected a mapping with `name` and dotted keys".into()))?;
+    let name = m
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| src.error_in_file(at, "named config needs `name: <string>`".into()))?;
+    let mut sets = Vec::new();
+    for (k, v) in m {
+        if k.as_str() == Some("name") {
+            continue;
+        }
+        let (_, kp) = sweep_key(src, k, at)?;
+        let key_at = at.clone().key(k.as_str().unwrap_or_default());
+        sets.push((kp, v.clone(), Origin::File(key_at)));
+    }
+    Ok(Choice { label: Some(name.to_string()), sets })
+}
+
+/// A sweep key: a dotted path into a per-config field.
+fn sweep_key(src: &Source, k: &Value, at: &KeyPath) -> Result<(String, KeyPath), LoadError> {
+    let key = k.as_str().ok_or_else(|| src.error_in_file(at, format!("sweep key {} must be a string", show(k))))?;
+    let kp = KeyPath::from_dotted(key);
+    let first = key.split('.').next().unwrap_or_default();
+    if !PER_CONFIG_KEYS.contains(&first) {
+        return Err(src.error_in_file(
+            &at.clone().key(key),
+            format!("`{key}` cannot vary per config (one job array shares it); sweepable: {}", PER_CONFIG_KEYS.join(", ")),
+        ));
+    }
+    Ok((key.to_string(), kp))
+}
+
+/// The values of one axis: a list, or a mapping of label → value.
+fn axis_choices(src: &Source, key: &str, values: &Value, kp: &KeyPath) -> Result<Vec<Choice>, LoadError> {
+    let at = |sweep_at: KeyPath| Origin::File(sweep_at);
+    let base = src_axis_path(src, key);
+    match values {
+        Value::Sequence(list) => Ok(list
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Choice {
+                label: Some(auto_label(key, v)),
+                sets: vec![(kp.clone(), v.clone(), at(base.clone().index(i)))],
+            })
+            .collect()),
+        Value::Mapping(m) => Ok(m
+            .iter()
+            .map(|(label, v)| {
+                let label = label.as_str().map(str::to_string).unwrap_or_else(|| show(label));
+                Choice { label: Some(label.clone()), sets: vec![(kp.clone(), v.clone(), at(base.clone().key(label)))] }
+            })
+            .collect()),
+        _ => Err(src.error_in_file(&base, format!("expected a list of values (or label: value mapping) for `{key}`"))),
+    }
+}
+
+/// Where a grid/zip axis sits in the file (found by key, under `sweep.grid` or `sweep.zip`).
+fn src_axis_path(src: &Source, key: &str) -> KeyPath {
+    let grid = KeyPath::default().key("sweep").key("grid").key(key);
+    if src.loc.find(&grid) != src.loc.find(&KeyPath::default().key("sweep").key("grid")) {
+        grid
+    } else {
+        KeyPath::default().key("sweep").key("zip").key(key)
+    }
+}
+
+/// `patch2`, `S`, `32-64-128`, `no-grad_ckpt`: short, readable, filesystem-safe.
+fn auto_label(key: &str, v: &Value) -> String {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    match v {
+        Value::Number(n) => format!("{last}{n}"),
+        Value::Bool(true) => last.to_string(),
+        Value::Bool(false) => format!("no-{last}"),
+        _ => render(key, v),
+    }
+}
+
+/// A value as it appears in names: lists joined by `-`, spatial shapes as HxWxD.
+fn render(key: &str, v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Sequence(items) if key.ends_with("spatial") && items.len() == 3 => {
+            format!("{}x{}x{}", show(&items[1]), show(&items[2]), show(&items[0]))
+        }
+        Value::Sequence(items) => items.iter().map(|x| render("", x)).collect::<Vec<_>>().join("-"),
+        Value::Mapping(m) if key.ends_with("spatial") => {
+            let g = |k: &str| m.get(k).map(show).unwrap_or_default();
+            format!("{}x{}x{}", g("h"), g("w"), g("d"))
+        }
+        other => show(other),
+    }
+}
+
+fn fill_template(t: &str, doc: &Value) -> String {
+    let mut out = String::new();
+    let mut rest = t;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let Some(end) = rest[start..].find('}') else { break };
+        let key = &rest[start + 1..start + end];
+        let v = crate::experiment::overrides_get(doc, &KeyPath::from_dotted(key));
+        out.push_str(&v.map(|v| render(key, v)).unwrap_or_else(|| "none".into()));
+        rest = &rest[start + end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Names become folder names in the state directory.
+fn sanitize(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect()
+}
+
+/// Build a mapping value from pairs (for tests and callers composing docs).
+pub fn mapping(pairs: &[(&str, Value)]) -> Value {
+    let mut m = Mapping::new();
+    for (k, v) in pairs {
+        m.insert(Value::from(*k), v.clone());
+    }
+    Value::Mapping(m)
+}
