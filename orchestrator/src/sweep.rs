@@ -427,3 +427,165 @@ pub fn mapping(pairs: &[(&str, Value)]) -> Value {
     }
     Value::Mapping(m)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "\
+name: t
+gpu: A100-SXM4-80GB
+input:
+  channels: 8
+  spatial: [40, 64, 64]
+output_channels: 4
+model:
+  family: unet
+  channels: [32, 64, 128, 256]
+  attention_levels: [false, false, true, true]
+  num_head_channels: 32
+";
+
+    fn plan(text: &str, overrides: &[&str]) -> Result<Sweep, String> {
+        let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        parse(Path::new("exp.yaml"), text, &o).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn base_without_sweep_is_one_config_named_after_the_experiment() {
+        let s = plan(BASE, &[]).unwrap();
+        assert_eq!(s.configs.len(), 1);
+        assert_eq!(s.configs[0].name, "t");
+        assert!(s.configs[0].is_valid());
+    }
+
+    #[test]
+    fn typo_in_a_model_key_names_file_line_column_and_key() {
+        let text = BASE.replace("  channels: [32", "  chanels: [32");
+        let e = plan(&text, &[]).unwrap_err();
+        assert!(e.starts_with("exp.yaml:9:3: model.chanels: unknown field `chanels`"), "{e}");
+    }
+
+    #[test]
+    fn typo_at_top_level() {
+        let e = plan(&format!("{BASE}batchsize: 2\n"), &[]).unwrap_err();
+        assert!(e.starts_with("exp.yaml:12:1: batchsize: unknown field `batchsize`"), "{e}");
+    }
+
+    #[test]
+    fn string_where_a_list_belongs() {
+        let text = BASE.replace("[false, false, true, true]", "yes");
+        let e = plan(&text, &[]).unwrap_err();
+        assert!(e.starts_with("exp.yaml:10:3: model.attention_levels: invalid type: string \"yes\", expected a sequence"), "{e}");
+    }
+
+    #[test]
+    fn negative_width_points_at_the_list_item() {
+        let text = BASE.replace("[32, 64, 128, 256]", "[32, -64, 128, 256]");
+        let e = plan(&text, &[]).unwrap_err();
+        assert!(e.starts_with("exp.yaml:9:18: model.channels[1]: invalid value: integer `-64`"), "{e}");
+    }
+
+    #[test]
+    fn missing_model_field() {
+        let text = BASE.replace("  num_head_channels: 32\n", "");
+        let e = plan(&text, &[]).unwrap_err();
+        assert!(e.starts_with("exp.yaml:7:1: model: missing field `num_head_channels`"), "{e}");
+    }
+
+    #[test]
+    fn unknown_gpu_is_named() {
+        let e = plan(&BASE.replace("A100-SXM4-80GB", "A100-80"), &[]).unwrap_err();
+        assert!(e.starts_with("exp.yaml:2:1: gpu: unknown variant `A100-80`"), "{e}");
+    }
+
+    #[test]
+    fn syntax_error_has_a_position() {
+        let e = plan("name: [unclosed\n", &[]).unwrap_err();
+        assert!(e.starts_with("exp.yaml:"), "{e}");
+        assert!(e.contains("(syntax)"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_in_a_grid_points_at_the_grid_entry() {
+        let text = format!("{BASE}sweep:\n  grid:\n    model.channels:\n      - [32, 64, 128, 256]\n      - [32, x, 128, 256]\n");
+        let e = plan(&text, &[]).unwrap_err();
+        assert!(e.starts_with("exp.yaml:16:14: sweep.grid.\"model.channels\"[1][1]: invalid type: string \"x\""), "{e}");
+    }
+
+    #[test]
+    fn bad_override_names_the_argument() {
+        let e = plan(BASE, &["model.num_res_blocks=many"]).unwrap_err();
+        assert!(e.starts_with("command-line override `model.num_res_blocks=many`: model.num_res_blocks:"), "{e}");
+    }
+
+    #[test]
+    fn overrides_apply_and_win_over_the_sweep() {
+        let text = format!("{BASE}sweep:\n  grid:\n    model.num_res_blocks: [1, 2]\n");
+        let s = plan(&text, &["model.channels=[64, 128, 256, 512]", "batch=2"]).unwrap();
+        assert_eq!(s.configs.len(), 2);
+        for c in &s.configs {
+            let spec::ModelSpec::Unet(u) = &c.config.model else { panic!() };
+            assert_eq!(u.channels, vec![64, 128, 256, 512]);
+            assert_eq!(c.config.batch, 2);
+        }
+        let s = plan(&text, &["model.num_res_blocks=3"]).unwrap();
+        // Both grid points collapse to the same config: kept once.
+        assert_eq!(s.configs.len(), 1);
+    }
+
+    #[test]
+    fn grid_zip_configs_and_exclude_compose() {
+        let text = "\
+name: d
+gpu: A100-SXM4-80GB
+input: {channels: 1, spatial: [40, 64, 64]}
+output_channels: 1
+model: {family: dit, variant: S, patch: 2}
+sweep:
+  grid:
+    model.variant: [S, B, L, XL]
+    model.patch: [2, 4, 8]
+  exclude:
+    - {model.variant: XL, model.patch: 2}
+";
+        let s = plan(text, &[]).unwrap();
+        assert_eq!(s.configs.len(), 11);
+        assert_eq!(s.configs[0].name, "S_patch2");
+        assert!(s.get("XL_patch2").is_none());
+
+        let zipped = text.replace("  exclude:\n    - {model.variant: XL, model.patch: 2}\n", "")
+            .replace("  grid:\n    model.variant: [S, B, L, XL]\n    model.patch: [2, 4, 8]\n",
+                     "  name: \"{model.variant}-{input.spatial}-p{model.patch}\"\n  zip:\n    model.variant: [S, B]\n    model.patch: [2, 4]\n");
+        let s = plan(&zipped, &[]).unwrap();
+        let names: Vec<&str> = s.configs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["S-64x64x40-p2", "B-64x64x40-p4"]);
+    }
+
+    #[test]
+    fn named_configs_keep_their_names_and_invalid_ones_are_kept_with_reasons() {
+        let text = format!(
+            "{BASE}sweep:\n  configs:\n    - {{name: 4L_tiny, model.num_res_blocks: 1}}\n  grid:\n    input.spatial: {{lat4x: [40, 64, 64], lat8x: [20, 32, 32]}}\n"
+        );
+        let s = plan(&text, &[]).unwrap();
+        let names: Vec<&str> = s.configs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["4L_tiny_lat4x", "4L_tiny_lat8x"]);
+        assert!(s.configs[0].is_valid());
+        assert!(s.configs[1].status().contains("divisible by 2^3 = 8"), "{}", s.configs[1].status());
+        assert_ne!(s.configs[0].hash, s.configs[1].hash);
+    }
+
+    #[test]
+    fn experiment_level_keys_cannot_be_swept() {
+        let text = format!("{BASE}sweep:\n  grid:\n    slurm.time: [\"1:00:00\"]\n");
+        let e = plan(&text, &[]).unwrap_err();
+        assert!(e.contains("`slurm.time` cannot vary per config"), "{e}");
+    }
+
+    #[test]
+    fn hashes_ignore_names() {
+        let a = plan(BASE, &[]).unwrap();
+        let b = plan(&BASE.replace("name: t", "name: other"), &[]).unwrap();
+        assert_eq!(a.configs[0].hash, b.configs[0].hash);
+    }
+}

@@ -214,7 +214,10 @@ pub(crate) fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, (KeyP
         let message = e.inner().to_string();
         if let Some(rest) = message.strip_prefix("unknown field `") {
             if let Some(field) = rest.split('`').next() {
-                path.0.push(Seg::Key(field.to_string()));
+                let key = Seg::Key(field.to_string());
+                if path.0.last() != Some(&key) {
+                    path.0.push(key);
+                }
             }
         }
         (path, message)
