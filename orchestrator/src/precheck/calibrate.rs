@@ -139,7 +139,7 @@ fn loss(c: &Coefficients, runtime: &str, samples: &[&Sample]) -> f64 {
         } else if s.oom {
             let need = s.capacity_gib * 1.03;
             if gib < need {
-                sum += 5.0 * (need / gib).ln();
+                sum += 20.0 * (need / gib).ln();
             }
         }
     }
@@ -157,7 +157,7 @@ pub fn fit(runtime: &str, samples: &[&Sample], start: Coefficients) -> Coefficie
             for dir in [1.0, -1.0] {
                 let mut c = best;
                 let v = c.get(i);
-                let nv = if i == 7 {
+                let nv = if Coefficients::FITTED[i] == "unet_ckpt_keep" {
                     (v + dir * step * 0.5).clamp(0.0, 1.0)
                 } else {
                     v * (1.0 + step).powf(dir)

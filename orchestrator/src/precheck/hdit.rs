@@ -3,57 +3,59 @@
 //! on the way up, and a skip merge (Linear 2h → h on the concatenation).
 //!
 //! Blocks follow the DiT walk (see `dit.rs`) at each level's token count; with
-//! checkpointing (the group's runs) each block keeps only its fp32 input and
-//! one block (the largest: full resolution) is recomputed at a time. The
-//! transitions are not checkpointed and keep their bf16 input casts; the
-//! encoder output of every level is held for the decoder.
+//! checkpointing (the group's runs) each block keeps only its fp32 input and is
+//! recomputed at its backward. The transitions are not checkpointed and keep
+//! their bf16 input casts; each level's encoder output is held for the decoder.
 
-use super::dit::{attention, block_bytes_per_token, embed_and_head, push_stack, push_transients, Stack};
-use super::{PrecheckError, TermKind, Walk, WalkInfo};
+use super::dit::{block_seg, embed_seg, head_seg};
+use super::{PrecheckError, Seg, Walk, WalkInfo};
 use spec::{HditSpec, Input};
 
 pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk) -> Result<WalkInfo, PrecheckError> {
     let d = m.dims()?;
     let (h, heads) = (d.hidden as f64, d.heads as f64);
+    let hu = d.hidden as u64;
     let n = m.level_depths.len();
     let levels = m.levels();
-    let mut t = input.spatial.div(m.patch.max(1)).voxels() as f64;
+    let t0 = input.spatial.div(m.patch.max(1)).voxels() as f64;
+    let tokens = |l: usize| t0 / 8f64.powi(l as i32);
     let (mm, wide) = (w.dt.mm, w.dt.wide);
-    let a = w.c.act_scale * w.batch;
-    let (mut max_block, mut max_scores, mut max_level) = (0.0f64, 0.0f64, 0usize);
-    let t0 = t;
+    let block_params = spec::params::dit_block(hu);
+    w.push(embed_seg(w, input, h, t0, Some(0)));
+    let mut merges = Vec::with_capacity(levels);
+    // Down: blocks, then merge to the next level (its input cast; the level output is a skip).
     for l in 0..levels {
-        // Blocks at this level: down and up share the level, the bottleneck once.
-        let blocks_here = if l + 1 == levels {
-            m.level_depths.get(l).copied().unwrap_or(0)
-        } else {
-            m.level_depths.get(l).copied().unwrap_or(0) + m.level_depths.get(n - 1 - l).copied().unwrap_or(0)
-        } as f64;
-        let (attn_saved, scores) = attention(w, heads, t);
-        let block = block_bytes_per_token(w, h, true) * t + attn_saved;
-        if block > max_block {
-            max_block = block;
-            max_scores = scores;
-            max_level = l;
+        let blk = block_seg(w, "transformer blocks", Some(l), h, heads, tokens(l), 0.0, true, block_params);
+        for _ in 0..m.level_depths.get(l).copied().unwrap_or(0) {
+            w.push(blk);
         }
-        let s = Stack {
-            blocks: blocks_here * block,
-            max_block: block,
-            scores: blocks_here * scores,
-            max_scores: scores,
-            ckpt_inputs: blocks_here * wide * h * t,
-        };
-        push_stack(w, &s, Some(l));
         if l + 1 < levels {
-            // Merge input cast, split input cast (at the coarser level), skip-merge cast of [x; skip].
-            let transitions = mm * h * t + mm * h * t / 8.0 + 2.0 * mm * h * t;
-            w.push("token merge / split / skip merge", Some(l), TermKind::Activations, a * transitions);
-            w.push("skip (encoder output held for the decoder)", Some(l), TermKind::Skip, a * wide * h * t);
+            let mut s = Seg::new("token merge", Some(l));
+            s.kept = w.act(mm * h * tokens(l));
+            s.skip = w.exact(wide * h * tokens(l));
+            s.params = (8 * hu * hu + hu) as f64;
+            merges.push((w.segs.len(), s.skip));
+            w.push(s);
         }
-        t /= 8.0;
     }
-    let eh = embed_and_head(w, input, h, t0, m.patch as f64, out_channels as f64, true);
-    w.push("patch embed and final layer", Some(0), TermKind::Activations, a * eh);
-    push_transients(w, max_block, max_scores, Some(max_level));
+    // Up: split back to level l, skip merge of [x; skip], blocks.
+    for l in (0..levels.saturating_sub(1)).rev() {
+        let mut s = Seg::new("token split and skip merge", Some(l));
+        s.kept = w.act(mm * h * tokens(l + 1) + 2.0 * mm * h * tokens(l));
+        s.params = (8 * hu * hu + 8 * hu + 2 * hu * hu + hu) as f64;
+        // The fp32 concatenation [x; skip] and its gradient while the skip merge runs.
+        s.transient = w.exact(2.0 * wide * h * tokens(l));
+        // The skip's gradient is held until the merge that produced it.
+        if let Some((producer, bytes)) = merges.pop() {
+            s.bwd_alloc = bytes;
+            w.segs[producer].bwd_free += bytes;
+        }
+        w.push(s);
+        let blk = block_seg(w, "transformer blocks", Some(l), h, heads, tokens(l), 0.0, true, block_params);
+        for _ in 0..m.level_depths.get(n - 1 - l).copied().unwrap_or(0) {
+            w.push(blk);
+        }
+    }
+    w.push(head_seg(w, input, h, t0, m.patch as f64, out_channels as f64, true, Some(0)));
     Ok(WalkInfo::default())
 }

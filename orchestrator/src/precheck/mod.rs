@@ -169,7 +169,8 @@ impl Prediction {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Coefficients {
-    /// Multiplier on the walked activation bytes saved for backward.
+    /// Multiplier on the walked in-block activation bytes saved for backward
+    /// (explicit single tensors such as skips and checkpointed inputs are exact).
     pub act_scale: f64,
     /// Gradient buffers live at the backward peak, in multiples of the largest
     /// block's saved activations.
@@ -186,6 +187,9 @@ pub struct Coefficients {
     pub data_tensors: f64,
     /// Fixed allocator-visible overhead (cuBLAS/cuDNN workspaces, RNG state, small buffers), GiB.
     pub overhead_gib: f64,
+    /// Bytes materialised while one checkpointed block is recomputed and
+    /// back-propagated, as a multiple of its walked saved bytes.
+    pub recompute_scale: f64,
     /// Fraction of the UNet's in-block activations still saved with `grad_ckpt`
     /// on: 1 when the runtime's UNet does not checkpoint (MONAI's DiffusionModelUNet
     /// has no checkpointing hooks), 0 for perfect per-block checkpointing.
@@ -201,7 +205,7 @@ pub struct Coefficients {
 
 impl Coefficients {
     /// The fitted coefficients in a fixed order (the calibrator's search space).
-    pub const FITTED: [&'static str; 8] = [
+    pub const FITTED: [&'static str; 9] = [
         "act_scale",
         "bwd_transient",
         "score_saved_bytes",
@@ -210,6 +214,7 @@ impl Coefficients {
         "data_tensors",
         "overhead_gib",
         "unet_ckpt_keep",
+        "recompute_scale",
     ];
     pub fn get(&self, i: usize) -> f64 {
         match i {
@@ -220,7 +225,8 @@ impl Coefficients {
             4 => self.opt_temp,
             5 => self.data_tensors,
             6 => self.overhead_gib,
-            _ => self.unet_ckpt_keep,
+            7 => self.unet_ckpt_keep,
+            _ => self.recompute_scale,
         }
     }
     pub fn set(&mut self, i: usize, v: f64) {
@@ -232,7 +238,8 @@ impl Coefficients {
             4 => self.opt_temp = v,
             5 => self.data_tensors = v,
             6 => self.overhead_gib = v,
-            _ => self.unet_ckpt_keep = v.clamp(0.0, 1.0),
+            7 => self.unet_ckpt_keep = v.clamp(0.0, 1.0),
+            _ => self.recompute_scale = v,
         }
     }
     /// Starting point of a fit: the bare physics (walk counts as is, no extras).
@@ -246,6 +253,7 @@ impl Coefficients {
             data_tensors: 4.0,
             overhead_gib: 0.1,
             unet_ckpt_keep: 0.5,
+            recompute_scale: 1.0,
             transformer_scores_materialised: materialised,
             rel_uncertainty: 0.15,
         }
@@ -327,34 +335,155 @@ impl Dtypes {
     }
 }
 
-/// What a family walk hands back besides its terms.
+/// What a family walk hands back besides its segments.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct WalkInfo {
     /// Parameters without gradient (DiT's fixed sin-cos position table).
     pub frozen_params: u64,
 }
 
-/// Context of one walk: coefficients, dtypes, batch, and where terms go.
+/// One unit of the forward pass (a ResBlock, an attention block, a transformer
+/// block, a transition), in forward order. Bytes already carry the coefficients.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seg {
+    pub name: &'static str,
+    pub level: Option<u8>,
+    /// Activations saved for backward, held from this segment's forward to its backward.
+    pub kept: f64,
+    /// Materialised attention scores held likewise.
+    pub scores: f64,
+    /// Encoder outputs held for the decoder, freed at this segment's backward.
+    pub skip: f64,
+    /// Materialised again at this segment's backward (checkpoint recompute).
+    pub recompute: f64,
+    /// Live only while this segment runs (gradient buffers, softmax temporaries).
+    pub transient: f64,
+    /// Trainable parameters: their bf16 copies live from forward to this
+    /// segment's backward, their gradients from its backward on.
+    pub params: f64,
+    /// Activation gradients this segment's backward produces for an earlier
+    /// segment (the gradient of a skip tensor, held until the encoder side).
+    pub bwd_alloc: f64,
+    /// Activation gradients released at this segment's backward.
+    pub bwd_free: f64,
+}
+
+impl Seg {
+    pub fn new(name: &'static str, level: Option<usize>) -> Self {
+        Seg {
+            name,
+            level: level.map(|l| l.min(u8::MAX as usize) as u8),
+            kept: 0.0,
+            scores: 0.0,
+            skip: 0.0,
+            recompute: 0.0,
+            transient: 0.0,
+            params: 0.0,
+            bwd_alloc: 0.0,
+            bwd_free: 0.0,
+        }
+    }
+}
+
+/// Context of one walk: coefficients, dtypes, batch, checkpointing, and the segments.
 pub(crate) struct Walk<'a> {
     pub c: &'a Coefficients,
     pub dt: Dtypes,
     pub batch: f64,
     pub ckpt: bool,
-    pub terms: &'a mut Vec<Term>,
+    pub segs: &'a mut Vec<Seg>,
 }
 
 impl Walk<'_> {
-    pub fn push(&mut self, name: &'static str, level: Option<usize>, kind: TermKind, bytes: f64) {
-        if bytes > 0.0 {
-            self.terms.push(Term {
-                name,
-                level: level.map(|l| l.min(u8::MAX as usize) as u8),
-                kind,
-                phase: TermPhase::FwdBwd,
-                bytes,
-            });
+    pub fn push(&mut self, seg: Seg) {
+        self.segs.push(seg);
+    }
+    /// In-block activation bytes as the allocator sees them (walk bytes x
+    /// act_scale x batch): the scale covers what a block walk does not see.
+    pub fn act(&self, bytes: f64) -> f64 {
+        self.c.act_scale * self.batch * bytes
+    }
+    /// Bytes of explicitly known single tensors (skips, checkpointed block
+    /// inputs, embeddings): exact, only times the batch.
+    pub fn exact(&self, bytes: f64) -> f64 {
+        self.batch * bytes
+    }
+}
+
+/// Where the forward/backward peak happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moment {
+    Fwd(usize),
+    Bwd(usize),
+}
+
+/// Simulate forward then backward over the segments; return the peak bytes of
+/// the dynamic part (activations, bf16 weight copies, gradients) and when.
+fn timeline(segs: &[Seg], cache_bytes_per_param: f64, grad_bytes_per_param: f64) -> (f64, Moment) {
+    let mut cur = 0.0;
+    let mut peak = 0.0;
+    let mut at = Moment::Fwd(0);
+    for (i, s) in segs.iter().enumerate() {
+        cur += cache_bytes_per_param * s.params;
+        let m = cur + s.kept + s.scores + s.skip + s.transient;
+        if m > peak {
+            peak = m;
+            at = Moment::Fwd(i);
+        }
+        cur += s.kept + s.scores + s.skip;
+    }
+    for (i, s) in segs.iter().enumerate().rev() {
+        let m = cur + s.recompute + s.transient;
+        if m > peak {
+            peak = m;
+            at = Moment::Bwd(i);
+        }
+        cur -= s.kept + s.scores + s.skip + cache_bytes_per_param * s.params + s.bwd_free;
+        cur += grad_bytes_per_param * s.params + s.bwd_alloc;
+    }
+    (peak, at)
+}
+
+/// The terms resident at `moment`, aggregated by name, level and kind.
+fn moment_terms(segs: &[Seg], moment: Moment, cache_bpp: f64, grad_bpp: f64, terms: &mut Vec<Term>) {
+    let mut add = |name: &'static str, level: Option<u8>, kind: TermKind, bytes: f64| {
+        if bytes <= 0.0 {
+            return;
+        }
+        if let Some(t) = terms.iter_mut().find(|t| t.name == name && t.level == level && t.kind == kind) {
+            t.bytes += bytes;
+        } else {
+            terms.push(Term { name, level, kind, phase: TermPhase::FwdBwd, bytes });
+        }
+    };
+    let (last_alive, running, in_bwd) = match moment {
+        Moment::Fwd(i) => (i, i, false),
+        Moment::Bwd(i) => (i, i, true),
+    };
+    let mut cache = 0.0;
+    let mut grads = 0.0;
+    let mut held = 0.0;
+    for (j, s) in segs.iter().enumerate() {
+        if j <= last_alive {
+            add(s.name, s.level, TermKind::Activations, s.kept);
+            add("attention scores", s.level, TermKind::AttentionScores, s.scores);
+            add("skip connections", s.level, TermKind::Skip, s.skip);
+            cache += cache_bpp * s.params;
+        } else if in_bwd {
+            grads += grad_bpp * s.params;
+            held += s.bwd_alloc - s.bwd_free;
+        } else {
+            break;
         }
     }
+    let r = &segs[running];
+    if in_bwd {
+        add("checkpoint recompute of the running block", r.level, TermKind::Workspace, r.recompute);
+    }
+    add("transient buffers of the running block", r.level, TermKind::Workspace, r.transient);
+    add("bf16 weight copies (autocast cache)", None, TermKind::Weights, cache);
+    add("gradients accumulated so far", None, TermKind::Grads, grads);
+    add("skip gradients waiting for the encoder", None, TermKind::Workspace, held);
 }
 
 /// Predicts peak memory for configs of every family with one runtime's coefficients.
@@ -385,24 +514,14 @@ impl Predictor {
 
     /// The full breakdown for one config (profiling mode: one forward, backward, step).
     pub fn predict(&self, cfg: &RunConfig) -> Result<Prediction, PrecheckError> {
-        let mut terms = Vec::with_capacity(48);
-        let (params, info) = self.walk(cfg, &mut terms)?;
-        Ok(self.assemble(params, info, cfg.precision, terms))
-    }
-
-    /// Only the profiling peak in bytes (same arithmetic as [`Predictor::predict`]).
-    pub fn peak_bytes(&self, cfg: &RunConfig) -> Result<f64, PrecheckError> {
-        self.predict(cfg).map(|p| p.peak_bytes)
-    }
-
-    fn walk(&self, cfg: &RunConfig, terms: &mut Vec<Term>) -> Result<(u64, WalkInfo), PrecheckError> {
         let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels)?;
+        let mut segs = Vec::with_capacity(64);
         let mut w = Walk {
             c: &self.coeffs,
             dt: Dtypes::of(cfg.precision),
             batch: cfg.batch.max(1) as f64,
             ckpt: cfg.grad_ckpt,
-            terms,
+            segs: &mut segs,
         };
         let info = match &cfg.model {
             ModelSpec::Unet(u) => unet::walk(u, &cfg.input, cfg.out_channels, &mut w),
@@ -410,50 +529,48 @@ impl Predictor {
             ModelSpec::Hdit(m) => hdit::walk(m, &cfg.input, cfg.out_channels, &mut w)?,
             ModelSpec::Uvit(m) => uvit::walk(m, &cfg.input, &mut w)?,
         };
-        // Data tensors: the batch at full resolution in fp32, several times over.
-        let data = self.coeffs.data_tensors * 4.0 * cfg.input.channels as f64 * cfg.input.spatial.voxels() as f64 * w.batch;
-        if data > 0.0 {
-            w.terms.push(Term { name: "input, noise, target, prediction, loss", level: None, kind: TermKind::Data, phase: TermPhase::Both, bytes: data });
+        let trainable = params.saturating_sub(info.frozen_params) as f64;
+        // Parameters the walk did not place (embeddings, time MLP, heads) belong
+        // to the first segment: used first in forward, differentiated last.
+        let placed: f64 = segs.iter().map(|s| s.params).sum();
+        if let Some(first) = segs.first_mut() {
+            first.params += (trainable - placed).max(0.0);
         }
-        Ok((params, info))
+        Ok(self.assemble(params, trainable, cfg, &segs))
     }
 
-    fn assemble(&self, params: u64, info: WalkInfo, precision: Precision, mut terms: Vec<Term>) -> Prediction {
+    /// Only the profiling peak in bytes (same arithmetic as [`Predictor::predict`]).
+    pub fn peak_bytes(&self, cfg: &RunConfig) -> Result<f64, PrecheckError> {
+        self.predict(cfg).map(|p| p.peak_bytes)
+    }
+
+    fn assemble(&self, params: u64, trainable: f64, cfg: &RunConfig, segs: &[Seg]) -> Prediction {
         let c = &self.coeffs;
-        let dt = Dtypes::of(precision);
+        let dt = Dtypes::of(cfg.precision);
         let p = params as f64;
-        let trainable = params.saturating_sub(info.frozen_params) as f64;
+        let cache_bpp = if dt.autocast { 2.0 } else { 0.0 };
+        let grad_bpp = dt.weight;
+        let (dynamic, moment) = timeline(segs, cache_bpp, grad_bpp);
+
+        let mut terms = Vec::with_capacity(segs.len().min(48) + 8);
         let both = |name, kind, bytes| Term { name, level: None, kind, phase: TermPhase::Both, bytes };
         let step = |name, kind, bytes| Term { name, level: None, kind, phase: TermPhase::Step, bytes };
         terms.push(both("weights", TermKind::Weights, dt.weight * p));
-        if dt.autocast {
-            terms.push(Term {
-                name: "bf16 weight copies (autocast cache)",
-                level: None,
-                kind: TermKind::Weights,
-                phase: TermPhase::FwdBwd,
-                bytes: 2.0 * trainable,
-            });
-        }
-        terms.push(step("gradients", TermKind::Grads, dt.weight * trainable));
+        // Data: the batch at full resolution in fp32, several times over.
+        let data = c.data_tensors * 4.0 * cfg.input.channels as f64 * cfg.input.spatial.voxels() as f64 * cfg.batch.max(1) as f64;
+        terms.push(both("input, noise, target, prediction, loss", TermKind::Data, data));
+        terms.push(both("fixed overhead", TermKind::Overhead, c.overhead_gib * GIB));
+        let resident: f64 = terms.iter().map(|t| t.bytes).sum();
+        terms.push(step("gradients", TermKind::Grads, grad_bpp * trainable));
         terms.push(step("AdamW moments", TermKind::Optimizer, 2.0 * dt.weight * trainable));
         terms.push(step("optimizer temporaries", TermKind::Optimizer, c.opt_temp * dt.weight * trainable));
-        terms.push(both("fixed overhead", TermKind::Overhead, c.overhead_gib * GIB));
-
-        let (mut fwd, mut stp) = (0.0, 0.0);
-        for t in &terms {
-            match t.phase {
-                TermPhase::Both => {
-                    fwd += t.bytes;
-                    stp += t.bytes;
-                }
-                TermPhase::FwdBwd => fwd += t.bytes,
-                TermPhase::Step => stp += t.bytes,
-            }
+        if !segs.is_empty() {
+            moment_terms(segs, moment, cache_bpp, grad_bpp, &mut terms);
         }
+        let fwd = resident + dynamic;
+        let stp = resident + (3.0 + c.opt_temp) * dt.weight * trainable;
         let (peak_phase, peak) = if fwd >= stp { (PeakPhase::FwdBwd, fwd) } else { (PeakPhase::Step, stp) };
-        // Training: moments (2 x weight) and an fp32 EMA copy stay resident through
-        // forward/backward; the step additionally holds the EMA copy.
+        // Training: moments and an fp32 EMA copy stay resident through forward/backward.
         let ema = 4.0 * trainable;
         let moments = 2.0 * dt.weight * trainable;
         let train = (fwd + moments + ema).max(stp + ema);
@@ -580,11 +697,6 @@ impl fmt::Display for Verdict {
 /// The verdict with the shipped PyTorch calibration (the group's runtime).
 pub fn verdict(cfg: &RunConfig, budget_gb: Option<f64>) -> Verdict {
     Predictor::pytorch().verdict(cfg, budget_gb)
-}
-
-/// Largest of a list, 0 when empty (walk helper).
-pub(crate) fn fmax(a: f64, b: f64) -> f64 {
-    if a > b { a } else { b }
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! MONAI `DiffusionModelUNet` (3D): activations saved for backward, level by level.
+//! MONAI `DiffusionModelUNet` (3D): activations saved for backward, block by block.
 //!
 //! Per ResBlock(cin → cout) at V voxels, under bf16 autocast: GroupNorm upcasts
 //! its input to fp32 and saves it (4·cin), SiLU saves the fp32 norm output
@@ -8,157 +8,133 @@
 //! upcast norm input and output, three bf16 casts for q/k/v, q/k/v themselves
 //! and the re-laid-out output (≈ 20·C), plus the heads x N x N score tensors:
 //! MONAI runs attention without flash, so scores are materialised.
-//! Encoder outputs are held for the decoder's concatenations (skip tensors).
+//! Encoder outputs are held for the decoder's concatenations (skip tensors)
+//! until the backward pass reaches the encoder block that made them.
 
-use super::{fmax, TermKind, Walk, WalkInfo};
+use super::{Seg, Walk, WalkInfo};
+use spec::params::{unet_attention, unet_res_block};
 use spec::{Input, UnetSpec};
 
-/// Per level accumulators (bytes of the physical walk, before coefficients).
-#[derive(Default, Clone, Copy)]
-struct Level {
-    res: f64,
-    attn: f64,
-    scores: f64,
-    skip: f64,
-    /// Inputs of up-path blocks (what per-block checkpointing would keep).
-    ckpt_inputs: f64,
-}
-
 pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk) -> WalkInfo {
-    const MAX_LEVELS: usize = 12;
-    let levels = u.levels().min(MAX_LEVELS);
+    let levels = u.levels().min(16);
     if levels == 0 {
         return WalkInfo::default();
     }
-    let ch: Vec<f64> = u.channels.iter().take(levels).map(|&c| c as f64).collect();
+    let ch = |l: usize| u.channels[l] as f64;
+    let chu = |l: usize| u.channels[l] as u64;
     let res = u.res_blocks();
     let heads_ch = u.head_channels();
     let attn_at = |l: usize| u.attention_levels.get(l).copied().unwrap_or(false);
     let sp = input.spatial;
-    let vox: Vec<f64> = (0..levels).map(|l| sp.div(1 << l).voxels() as f64).collect();
+    let vox = |l: usize| sp.div(1 << l).voxels() as f64;
+    let temb = 4 * chu(0);
     let (mm, wide) = (w.dt.mm, w.dt.wide);
+    let c = *w.c;
+    let bsz = w.batch;
+    // With checkpointing, the share of in-block activations the runtime still keeps.
+    let keep = if w.ckpt { c.unet_ckpt_keep } else { 1.0 };
     // norm input upcast + norm output + cast for the conv, per channel and voxel.
-    let norm_act_conv = wide + wide + mm;
-    let res_block = |cin: f64, cout: f64, v: f64, concat: bool| {
-        norm_act_conv * (cin + cout) * v + if concat { mm * cin * v } else { 0.0 }
+    let nac = wide + wide + mm;
+
+    // A block with `full` saved bytes (walk), `input` bytes (its bf16 input, what
+    // checkpointing keeps), `score_elems` materialised scores.
+    let block = |w: &Walk, name: &'static str, l: usize, full: f64, input: f64, score_elems: f64, params: u64| {
+        let mut s = Seg::new(name, Some(l));
+        let full_b = w.act(full);
+        let scores_b = bsz * c.score_saved_bytes * score_elems;
+        s.kept = keep * full_b + (1.0 - keep) * w.exact(input);
+        s.scores = keep * scores_b;
+        s.recompute = (1.0 - keep) * (full_b + scores_b);
+        s.transient = c.bwd_transient * full_b + bsz * c.score_transient_bytes * score_elems;
+        s.params = params as f64;
+        s
     };
-    let heads = |l: usize, c: f64| {
+    let heads = |l: usize, width: f64| {
         let hc = heads_ch.get(l).copied().unwrap_or(0).max(1) as f64;
-        (c / hc).max(1.0)
+        (width / hc).max(1.0)
     };
-    // GroupNorm upcast (wide) + output (wide) + 3 casts (mm) + q,k,v (mm) + output relayout (2 mm).
-    let attn_block = |c: f64, v: f64| (2.0 * wide + 8.0 * mm) * c * v;
+    // GroupNorm upcast and output (wide) + 3 casts, q, k, v, output relayout, proj input (mm).
+    let attn_full = |width: f64, v: f64| (2.0 * wide + 8.0 * mm) * width * v;
 
-    let mut lv = [Level::default(); MAX_LEVELS + 1];
-    let mut max_block: f64 = 0.0;
-    let mut max_block_level = 0;
-    let mut max_scores: f64 = 0.0;
-    let mut max_scores_level = 0;
-    let note = |bytes: f64, l: usize, max_block: &mut f64, at: &mut usize| {
-        if bytes > *max_block {
-            *max_block = bytes;
-            *at = l;
-        }
-    };
+    // Stem: input cast for conv_in; conv_in's output is the first skip.
+    let mut stem = Seg::new("stem (conv_in)", Some(0));
+    stem.kept = w.act(mm * input.channels as f64 * vox(0));
+    stem.skip = w.exact(mm * ch(0) * vox(0));
+    // Skips are consumed last-in first-out by the decoder; the gradient of each
+    // is held from the consuming block's backward to the producing block's.
+    let mut skips: Vec<(usize, f64)> = Vec::with_capacity(4 * levels);
+    skips.push((w.segs.len(), stem.skip));
+    w.push(stem);
 
-    // Stem: the input cast for conv_in; conv_in's output is the first skip.
-    let stem = mm * input.channels as f64 * vox[0];
-    lv[0].skip += mm * ch[0] * vox[0];
-
-    // Down path.
-    let mut width = ch[0];
+    // Down path: r ResBlocks (+ attention) per level, stride-2 conv between levels.
+    let mut width = chu(0);
     for l in 0..levels {
         let prev = width;
-        width = ch[l];
+        width = chu(l);
+        let (cw, v) = (ch(l), vox(l));
         for j in 0..res[l] {
             let cin = if j == 0 { prev } else { width };
-            let b = res_block(cin, width, vox[l], false);
-            lv[l].res += b;
-            note(b, l, &mut max_block, &mut max_block_level);
-            lv[l].skip += mm * width * vox[l];
+            let mut s = block(w, "resblocks (norms, convs)", l, nac * (cin + width) as f64 * v, mm * cin as f64 * v, 0.0, unet_res_block(cin, width, temb));
             if attn_at(l) {
-                let a = attn_block(width, vox[l]);
-                let s = heads(l, width) * vox[l] * vox[l];
-                lv[l].attn += a;
-                lv[l].scores += s;
-                note(a, l, &mut max_block, &mut max_block_level);
-                note(s, l, &mut max_scores, &mut max_scores_level);
+                w.push(s);
+                s = block(w, "attention projections", l, attn_full(cw, v), mm * cw * v, heads(l, cw) * v * v, unet_attention(width));
             }
+            s.skip = w.exact(mm * cw * v);
+            skips.push((w.segs.len(), s.skip));
+            w.push(s);
         }
         if l + 1 < levels {
-            // Downsampler output: one more skip, at the next level's resolution.
-            lv[l + 1].skip += mm * width * vox[l + 1];
+            let mut s = Seg::new("downsample convs", Some(l));
+            s.skip = w.exact(mm * cw * vox(l + 1));
+            s.params = (27 * width * width + width) as f64;
+            skips.push((w.segs.len(), s.skip));
+            w.push(s);
         }
     }
     // Middle: ResBlock, attention (always), ResBlock at the last level.
     let last = levels - 1;
-    let (c, v) = (ch[last], vox[last]);
-    for _ in 0..2 {
-        let b = res_block(c, c, v, false);
-        lv[last].res += b;
-        note(b, last, &mut max_block, &mut max_block_level);
-    }
-    lv[last].attn += attn_block(c, v);
-    let s = heads(last, c) * v * v;
-    lv[last].scores += s;
-    note(s, last, &mut max_scores, &mut max_scores_level);
-    lv[last].ckpt_inputs += 3.0 * mm * c * v;
+    let (cl, vl) = (ch(last), vox(last));
+    let wl = chu(last);
+    let rb = block(w, "resblocks (norms, convs)", last, nac * 2.0 * cl * vl, mm * cl * vl, 0.0, unet_res_block(wl, wl, temb));
+    w.push(rb);
+    let at = block(w, "attention projections", last, attn_full(cl, vl), mm * cl * vl, heads(last, cl) * vl * vl, unet_attention(wl));
+    w.push(at);
+    w.push(rb);
 
-    // Up path: r+1 ResBlocks on concatenated skips, upsample + conv between levels.
-    let mut out = ch[last];
+    // Up path: r+1 ResBlocks on concatenated skips (+ attention), upsample + conv between.
+    let mut out = wl;
     for i in 0..levels {
         let l = last - i;
         let prev = out;
-        out = ch[l];
-        let skip_in = ch[l.saturating_sub(1)];
+        out = chu(l);
+        let (co, v) = (ch(l), vox(l));
+        let skip_in = chu(l.saturating_sub(1));
         let n = res[l] + 1;
         for j in 0..n {
             let skip = if j + 1 == n { skip_in } else { out };
-            let rin = if j == 0 { prev } else { out };
-            let b = res_block(rin + skip, out, vox[l], true);
-            lv[l].res += b;
-            note(b, l, &mut max_block, &mut max_block_level);
-            lv[l].ckpt_inputs += mm * out * vox[l];
+            let cin = (if j == 0 { prev } else { out }) + skip;
+            let full = nac * (cin + out) as f64 * v + mm * cin as f64 * v;
+            let mut s = block(w, "resblocks (norms, convs)", l, full, mm * cin as f64 * v, 0.0, unet_res_block(cin, out, temb));
+            if let Some((producer, bytes)) = skips.pop() {
+                s.bwd_alloc = bytes;
+                w.segs[producer].bwd_free += bytes;
+            }
+            w.push(s);
             if attn_at(l) {
-                let a = attn_block(out, vox[l]);
-                let s = heads(l, out) * vox[l] * vox[l];
-                lv[l].attn += a;
-                lv[l].scores += s;
-                lv[l].ckpt_inputs += mm * out * vox[l];
-                note(a, l, &mut max_block, &mut max_block_level);
-                note(s, l, &mut max_scores, &mut max_scores_level);
+                w.push(block(w, "attention projections", l, attn_full(co, v), mm * co * v, heads(l, co) * v * v, unet_attention(out)));
             }
         }
         if l > 0 {
-            // Nearest upsample output (saved by the following conv) at level l-1.
-            let b = mm * out * vox[l - 1];
-            lv[l - 1].res += b;
-            lv[l - 1].ckpt_inputs += b;
+            // Nearest upsample output, saved by the following conv, at level l-1.
+            let up = mm * co * vox(l - 1);
+            w.push(block(w, "upsample convs", l - 1, up, up, 0.0, 27 * out * out + out));
         }
     }
     // Output head: GroupNorm, SiLU, conv at full resolution.
-    let head = norm_act_conv * ch[0] * vox[0] + mm * out_channels as f64 * vox[0];
-
-    let c = *w.c;
-    let bsz = w.batch;
-    let a = c.act_scale * bsz;
-    // With checkpointing, the in-block share that the runtime still keeps.
-    let keep = if w.ckpt { c.unet_ckpt_keep } else { 1.0 };
-    w.push("stem and output head", Some(0), TermKind::Activations, a * (stem + head));
-    for (l, x) in lv.iter().enumerate().take(levels) {
-        w.push("resblocks (norms, convs)", Some(l), TermKind::Activations, a * keep * x.res);
-        w.push("attention projections", Some(l), TermKind::Activations, a * keep * x.attn);
-        w.push("attention scores", Some(l), TermKind::AttentionScores, bsz * keep * c.score_saved_bytes * x.scores);
-        w.push("skip connections", Some(l), TermKind::Skip, a * x.skip);
-        if w.ckpt {
-            w.push("checkpointed block inputs", Some(l), TermKind::Activations, a * (1.0 - keep) * x.ckpt_inputs);
-        }
-    }
-    if w.ckpt && keep < 1.0 {
-        let recompute = fmax(a * max_block, bsz * c.score_saved_bytes * max_scores);
-        w.push("checkpoint recompute of one block", Some(max_block_level), TermKind::Workspace, (1.0 - keep) * recompute);
-    }
-    w.push("attention block at its peak", Some(max_scores_level), TermKind::Workspace, bsz * c.score_transient_bytes * max_scores);
-    w.push("backward gradient buffers", Some(max_block_level), TermKind::Workspace, a * c.bwd_transient * max_block);
+    let head = nac * ch(0) * vox(0) + mm * out_channels as f64 * vox(0);
+    let mut s = Seg::new("output head", Some(0));
+    s.kept = w.act(head);
+    s.transient = c.bwd_transient * w.act(head);
+    w.push(s);
     WalkInfo::default()
 }

@@ -8,35 +8,40 @@
 //! the block inputs stay (fp32 residual stream; the in-block outputs double as
 //! the skips) and one block is recomputed at a time during backward.
 
-use super::dit::{attention, block_bytes_per_token, embed_and_head, push_stack, push_transients, Stack};
-use super::{PrecheckError, TermKind, Walk, WalkInfo};
+use super::dit::{block_seg, embed_seg, head_seg};
+use super::{PrecheckError, Walk, WalkInfo};
+use spec::params::uvit_block;
 use spec::{Input, UvitSpec};
 
 pub(super) fn walk(m: &UvitSpec, input: &Input, w: &mut Walk) -> Result<WalkInfo, PrecheckError> {
     let d = m.dims()?;
-    let (h, heads, depth) = (d.hidden as f64, d.heads as f64, d.depth as f64);
+    let (h, heads) = (d.hidden as f64, d.heads as f64);
+    let hu = d.hidden as u64;
     let t = input.spatial.div(m.patch.max(1)).voxels() as f64 + 1.0; // + time token
-    let half = (d.depth / 2) as f64;
-    let (attn_saved, scores) = attention(w, heads, t);
-    let plain = block_bytes_per_token(w, h, false) * t + attn_saved;
-    let out_block = plain + 2.0 * w.dt.mm * h * t;
-    let stream = w.dt.wide * h * t;
-    let s = Stack {
-        blocks: (depth - half) * plain + half * out_block,
-        max_block: out_block,
-        scores: depth * scores,
-        max_scores: scores,
-        // Block inputs and the final output, less the skips pushed separately.
-        ckpt_inputs: (depth + 1.0 - half) * stream,
-    };
-    let a = w.c.act_scale * w.batch;
-    let eh = embed_and_head(w, input, h, t, m.patch as f64, input.channels as f64, false)
-        + 2.0 * w.dt.mm * input.channels as f64 * input.spatial.voxels() as f64;
-    w.push("patch embed and output head", None, TermKind::Activations, a * eh);
-    if w.ckpt {
-        w.push("long skips (in-block outputs)", None, TermKind::Skip, a * half * stream);
+    let half = d.depth / 2;
+    w.push(embed_seg(w, input, h, t, None));
+    let plain = block_seg(w, "transformer blocks", None, h, heads, t, 0.0, false, uvit_block(hu));
+    // Out-blocks: cast of [x; skip] for the skip Linear(2h → h).
+    let out = block_seg(w, "transformer blocks (with long skip)", None, h, heads, t, 2.0 * w.dt.mm * h, false, uvit_block(hu) + 2 * hu * hu + hu);
+    // In-blocks' outputs are the long skips; each out-block's backward makes the
+    // skip's fp32 gradient, held until the matching in-block's backward.
+    let skip_grad = w.exact(w.dt.wide * h * t);
+    let first_in = w.segs.len();
+    for _ in 0..(d.depth - half) {
+        w.push(plain);
     }
-    push_stack(w, &s, None);
-    push_transients(w, s.max_block, s.max_scores, None);
+    // The fp32 concatenation [x; skip] and its gradient exist while an out-block runs.
+    let concat = w.exact(2.0 * w.dt.wide * h * t);
+    for j in 0..half as usize {
+        let mut s = out;
+        s.transient += concat;
+        s.bwd_alloc = skip_grad;
+        w.segs[first_in + half as usize - 1 - j].bwd_free += skip_grad;
+        w.push(s);
+    }
+    // Head: norm, predictor, unpatchify, then the 3x3x3 conv at full resolution.
+    let mut head = head_seg(w, input, h, t, m.patch as f64, input.channels as f64, false, None);
+    head.kept += w.act(w.dt.mm * input.channels as f64 * input.spatial.voxels() as f64);
+    w.push(head);
     Ok(WalkInfo::default())
 }
