@@ -42,6 +42,30 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Predict the peak memory of measurement records (measured fields ignored): one JSON line each.
+    Predict {
+        /// Measurement JSONL file(s) (format: shared/data/README.md).
+        #[arg(long, required = true, num_args = 1..)]
+        records: Vec<PathBuf>,
+        /// Calibration file (default: the shipped orchestrator/calibration/pytorch.json).
+        #[arg(long)]
+        calibration: Option<PathBuf>,
+        /// Also flag configs within the uncertainty of (or above) this budget as risky.
+        #[arg(long)]
+        budget_gb: Option<f64>,
+    },
+    /// Refit the precheck's coefficients per runtime from measurement records; print fit quality.
+    Calibrate {
+        /// Measurement JSONL file(s).
+        #[arg(long, required = true, num_args = 1..)]
+        records: Vec<PathBuf>,
+        /// Write the calibration JSON here (default: stdout).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Skip the leave-one-table-out extrapolation check.
+        #[arg(long)]
+        no_loto: bool,
+    },
 }
 
 fn main() {
@@ -77,6 +101,12 @@ fn run(command: Command) -> Result<()> {
             } else {
                 print!("{}", plan::table(&sweep, &rows));
             }
+        }
+        Command::Predict { records, calibration, budget_gb } => {
+            precheck::cli::run_predict(&records, calibration.as_deref(), budget_gb)?;
+        }
+        Command::Calibrate { records, out, no_loto } => {
+            precheck::cli::run_calibrate(&records, out.as_deref(), !no_loto)?;
         }
     }
     Ok(())

@@ -103,13 +103,19 @@ pub fn run_predict(records: &[PathBuf], calibration: Option<&Path>, budget_gb: O
     let recs = read_records(records)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    for r in &recs {
-        let line = predict_record(&cal, r, budget_gb);
-        serde_json::to_writer(&mut out, &line)?;
-        out.write_all(b"\n")?;
+    let written = (|| -> std::io::Result<()> {
+        for r in &recs {
+            let line = predict_record(&cal, r, budget_gb);
+            serde_json::to_writer(&mut out, &line)?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()
+    })();
+    match written {
+        // A closed pipe (`| head`) is the reader's choice, not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
     }
-    out.flush()?;
-    Ok(())
 }
 
 fn print_stats(title: &str, st: &std::collections::BTreeMap<String, FitStats>, out: &mut impl Write) -> Result<()> {
