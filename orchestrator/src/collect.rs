@@ -1,0 +1,324 @@
+//! Reading a worker's event stream (`<state>/<experiment>/runs/<config>/events.jsonl`,
+//! format `spec::event::Event`) into live progress, and a finished run into a
+//! measurement record the precheck can calibrate on.
+//!
+//! The file may be read while the worker is still appending (locally or pulled
+//! over SFTP), so a torn last line is expected and skipped. A retried run
+//! appends a new `start`; only the last attempt counts.
+
+use spec::event::{Event, Phase, PhasePeaks, RunEnvironment, RunStatus};
+use spec::record::{MeasuredStatus, MeasurementRecord};
+use spec::run::ConfigHash;
+use spec::{ModelSpec, RunConfig};
+
+/// The group's policy: a run above this peak is flagged `>60GB` (over budget).
+pub const BUDGET_GIB: f64 = 60.0;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The final event of an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    pub t: f64,
+    pub status: RunStatus,
+    pub params: u64,
+    pub peaks: PhasePeaks,
+    pub peak_bytes: u64,
+    pub phase: Option<Phase>,
+    pub message: Option<String>,
+    pub wall_s: f64,
+}
+
+/// What the events say about the latest attempt of one run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunProgress {
+    pub config: Option<String>,
+    pub config_hash: Option<ConfigHash>,
+    pub env: Option<RunEnvironment>,
+    /// Attempts started (`start` events) in the file.
+    pub attempts: u32,
+    /// The phase last reported (heartbeat or phase end).
+    pub phase: Option<Phase>,
+    pub current_bytes: u64,
+    /// Highest peak seen in this attempt so far.
+    pub peak_bytes: u64,
+    /// Peaks of the phases that ended in this attempt.
+    pub phase_peaks: PhasePeaks,
+    /// Time of the last event (a stale value means a dead worker).
+    pub last_t: Option<f64>,
+    /// The attempt's result, once written.
+    pub result: Option<RunResult>,
+    /// Lines that did not parse (a torn last line included).
+    pub skipped_lines: usize,
+}
+
+impl RunProgress {
+    pub fn finished(&self) -> bool {
+        self.result.is_some()
+    }
+}
+
+fn set_peak(peaks: &mut PhasePeaks, phase: Phase, bytes: u64) {
+    let slot = match phase {
+        Phase::Model => &mut peaks.model,
+        Phase::Fwd => &mut peaks.fwd,
+        Phase::Bwd => &mut peaks.bwd,
+        Phase::Step => &mut peaks.step,
+    };
+    *slot = Some(slot.map_or(bytes, |old| old.max(bytes)));
+}
+
+/// Parse an events file's bytes. Never fails: unreadable lines are counted in
+/// `skipped_lines` (a torn last line is the normal case while a run is live).
+pub fn parse_events(bytes: &[u8]) -> RunProgress {
+    let mut p = RunProgress::default();
+    for line in bytes.split(|&b| b == b'\n') {
+        let line = line.trim_ascii();
+        if line.is_empty() {
+            continue;
+        }
+        let Ok(event) = serde_json::from_slice::<Event>(line) else {
+            p.skipped_lines += 1;
+            continue;
+        };
+        match event {
+            Event::Start { t, config, config_hash, env } => {
+                let attempts = p.attempts + 1;
+                let skipped = p.skipped_lines;
+                p = RunProgress {
+                    config: Some(config),
+                    config_hash: Some(config_hash),
+                    env: Some(env),
+                    attempts,
+                    last_t: Some(t),
+                    skipped_lines: skipped,
+                    ..RunProgress::default()
+                };
+            }
+            Event::Heartbeat { t, phase, current_bytes, peak_bytes } => {
+                p.phase = Some(phase);
+                p.current_bytes = current_bytes;
+                p.peak_bytes = p.peak_bytes.max(peak_bytes);
+                p.last_t = Some(t);
+            }
+            Event::PhaseEnd { t, phase, peak_bytes, .. } => {
+                p.phase = Some(phase);
+                set_peak(&mut p.phase_peaks, phase, peak_bytes);
+                p.peak_bytes = p.peak_bytes.max(peak_bytes);
+                p.last_t = Some(t);
+            }
+            Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s } => {
+                if let Some(ph) = phase {
+                    p.phase = Some(ph);
+                }
+                p.peak_bytes = p.peak_bytes.max(peak_bytes);
+                p.last_t = Some(t);
+                p.result = Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s });
+            }
+        }
+    }
+    p
+}
+
+fn gib(bytes: u64) -> f64 {
+    // Three decimals are far below the measurement's own spread.
+    (bytes as f64 / GIB * 1000.0).round() / 1000.0
+}
+
+/// A finished run as a measurement record (`framework` `burn-<backend>`, peaks in
+/// GiB). `None` unless the run measured something: `ok` (or over budget) and
+/// `oom` give records; `failed`, `cancelled` and unfinished runs do not.
+pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementRecord> {
+    let result = progress.result.as_ref()?;
+    let env = progress.env.as_ref();
+    let backend = env.map(|e| e.backend.as_str()).unwrap_or("unknown");
+    let peak = gib(result.peak_bytes);
+    let status = match result.status {
+        RunStatus::Ok if peak > BUDGET_GIB => MeasuredStatus::OverBudget,
+        RunStatus::Ok => MeasuredStatus::Ok,
+        RunStatus::Oom => MeasuredStatus::Oom,
+        RunStatus::Failed | RunStatus::Cancelled => return None,
+    };
+    let oom = status == MeasuredStatus::Oom;
+    let hash = progress.config_hash.clone().unwrap_or_else(|| cfg.hash());
+    let mut r = MeasurementRecord {
+        id: format!("{}/{}@{}", cfg.experiment, cfg.name, hash),
+        table: Some(cfg.experiment.clone()),
+        family: cfg.model.family(),
+        framework: format!("burn-{backend}"),
+        gpu: env.map(|e| e.device.clone()).unwrap_or_else(|| "unknown".into()),
+        precision: cfg.precision,
+        grad_ckpt: cfg.grad_ckpt,
+        batch: cfg.batch,
+        in_channels: cfg.input.channels,
+        out_channels: cfg.out_channels,
+        spatial: cfg.input.spatial.dims(),
+        channels: None,
+        attention_levels: None,
+        num_res_blocks: None,
+        num_head_channels: None,
+        variant: None,
+        hidden: None,
+        heads: None,
+        depth: None,
+        patch: None,
+        tokens: None,
+        level_depths: None,
+        params_m: Some((result.params as f64 / 1e5).round() / 10.0),
+        peak_gb: (!oom).then_some(peak),
+        model_gb: result.peaks.model.map(gib),
+        fwd_gb: result.peaks.fwd.map(gib),
+        bwd_gb: result.peaks.bwd.map(gib),
+        oom_reported_gb: oom.then_some(peak),
+        status,
+        config_name: Some(cfg.name.clone()),
+        note: env.map(|e| {
+            let mut note = format!("{} on {}, dtype {}", e.backend, e.host, e.dtype);
+            if let Some(d) = &e.driver {
+                note.push_str(&format!(", driver {d}"));
+            }
+            if let (true, Some(ph)) = (oom, result.phase) {
+                note.push_str(&format!(", oom in {}", ph.name()));
+            }
+            note
+        }),
+    };
+    match &cfg.model {
+        ModelSpec::Unet(u) => {
+            r.channels = Some(u.channels.clone());
+            r.attention_levels = Some(u.attention_levels.clone());
+            r.num_res_blocks = Some(u.num_res_blocks.clone());
+            r.num_head_channels = Some(u.num_head_channels.clone());
+        }
+        ModelSpec::Dit(_) | ModelSpec::Uvit(_) | ModelSpec::Hdit(_) => {
+            let dims = cfg.model.transformer_dims().and_then(|d| d.ok());
+            r.hidden = dims.map(|d| d.hidden);
+            r.heads = dims.map(|d| d.heads);
+            r.patch = cfg.model.patch();
+            match &cfg.model {
+                ModelSpec::Dit(m) => {
+                    r.variant = m.variant;
+                    r.depth = dims.map(|d| d.depth);
+                    r.tokens = Some(cfg.input.spatial.div(m.patch.max(1)).voxels());
+                }
+                ModelSpec::Uvit(m) => {
+                    r.variant = m.variant;
+                    r.depth = dims.map(|d| d.depth);
+                    r.tokens = Some(cfg.input.spatial.div(m.patch.max(1)).voxels());
+                }
+                ModelSpec::Hdit(m) => {
+                    r.variant = m.variant;
+                    r.level_depths = Some(m.level_depths.clone());
+                }
+                ModelSpec::Unet(_) => {}
+            }
+        }
+    }
+    Some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spec::{Gpu, Input, Mode, PerLevel, Precision, Spatial, UnetSpec};
+
+    /// Lines as the worker writes them (a tiny UNet on flex, trimmed heartbeats).
+    const START: &str = r#"{"event":"start","t":1760000000.5,"config":"tiny","config_hash":"0123456789ab","env":{"host":"node1","device":"cpu","backend":"flex","dtype":"f32","grad_ckpt":false}}"#;
+    const BEAT: &str = r#"{"event":"heartbeat","t":1760000001.5,"phase":"fwd","current_bytes":1200,"peak_bytes":3000}"#;
+    const MODEL_END: &str = r#"{"event":"phase_end","t":1760000001.0,"phase":"model","peak_bytes":1000,"seconds":0.5}"#;
+    const FWD_END: &str = r#"{"event":"phase_end","t":1760000002.0,"phase":"fwd","peak_bytes":3500,"seconds":1.0}"#;
+    const OK: &str = r#"{"event":"result","t":1760000003.0,"status":"ok","params":2664600000,"peaks":{"model":1000,"fwd":3500,"bwd":5000,"step":6000},"peak_bytes":6000,"wall_s":2.5}"#;
+
+    fn cfg() -> RunConfig {
+        RunConfig {
+            experiment: "demo".into(),
+            name: "tiny".into(),
+            model: ModelSpec::Unet(UnetSpec {
+                channels: vec![32, 64],
+                attention_levels: vec![false, true],
+                num_res_blocks: PerLevel::All(1),
+                num_head_channels: PerLevel::All(32),
+                norm_num_groups: 32,
+            }),
+            input: Input { channels: 1, spatial: Spatial::new(8, 8, 8) },
+            out_channels: 1,
+            batch: 1,
+            precision: Precision::Fp32,
+            grad_ckpt: false,
+            mode: Mode::Profile,
+            steps: 1,
+            gpu: Gpu::A100Sxm80,
+        }
+    }
+
+    fn lines(ls: &[&str]) -> Vec<u8> {
+        let mut s = ls.join("\n");
+        s.push('\n');
+        s.into_bytes()
+    }
+
+    #[test]
+    fn live_run_with_torn_last_line() {
+        let mut bytes = lines(&[START, MODEL_END, BEAT]);
+        bytes.extend_from_slice(&FWD_END.as_bytes()[..30]); // the worker is mid-write
+        let p = parse_events(&bytes);
+        assert_eq!(p.attempts, 1);
+        assert_eq!(p.phase, Some(Phase::Fwd));
+        assert_eq!(p.current_bytes, 1200);
+        assert_eq!(p.peak_bytes, 3000);
+        assert_eq!(p.phase_peaks.model, Some(1000));
+        assert_eq!(p.skipped_lines, 1);
+        assert!(!p.finished());
+        assert_eq!(p.env.as_ref().map(|e| e.backend.as_str()), Some("flex"));
+        assert!(to_record(&cfg(), &p).is_none());
+    }
+
+    #[test]
+    fn finished_run_becomes_a_record() {
+        let p = parse_events(&lines(&[START, MODEL_END, BEAT, FWD_END, OK]));
+        assert!(p.finished());
+        let r = to_record(&cfg(), &p).expect("ok run gives a record");
+        assert_eq!(r.framework, "burn-flex");
+        assert_eq!(r.gpu, "cpu");
+        assert_eq!(r.status, MeasuredStatus::Ok);
+        assert_eq!(r.params_m, Some(2664.6));
+        assert_eq!(r.peak_gb, Some(0.0)); // 6000 bytes
+        assert_eq!(r.channels, Some(vec![32, 64]));
+        assert_eq!(r.config_name.as_deref(), Some("tiny"));
+        // The record round-trips through the shared JSONL format.
+        let line = serde_json::to_string(&r).unwrap();
+        assert_eq!(spec::record::read_jsonl(&line).unwrap()[0], r);
+    }
+
+    #[test]
+    fn over_budget_and_oom() {
+        let big = r#"{"event":"result","t":1.0,"status":"ok","params":10,"peaks":{"bwd":70000000000},"peak_bytes":70000000000,"wall_s":1.0}"#;
+        let r = to_record(&cfg(), &parse_events(&lines(&[START, big]))).unwrap();
+        assert_eq!(r.status, MeasuredStatus::OverBudget);
+        assert_eq!(r.peak_gb, Some(65.193));
+
+        let oom = r#"{"event":"result","t":1.0,"status":"oom","params":10,"peaks":{"model":1073741824,"fwd":2147483648},"peak_bytes":2147483648,"phase":"fwd","message":"allocation of 4096 bytes refused","wall_s":1.0}"#;
+        let r = to_record(&cfg(), &parse_events(&lines(&[START, oom]))).unwrap();
+        assert_eq!(r.status, MeasuredStatus::Oom);
+        assert_eq!(r.peak_gb, None);
+        assert_eq!(r.oom_reported_gb, Some(2.0));
+        assert_eq!(r.model_gb, Some(1.0));
+        assert!(r.note.unwrap().contains("oom in fwd"));
+    }
+
+    #[test]
+    fn failed_and_cancelled_give_no_record_and_retry_resets() {
+        let failed = r#"{"event":"result","t":1.0,"status":"failed","params":10,"peaks":{},"peak_bytes":0,"phase":"model","message":"boom","wall_s":0.1}"#;
+        let cancelled = r#"{"event":"result","t":1.0,"status":"cancelled","params":10,"peaks":{},"peak_bytes":5,"phase":"bwd","message":"received signal 15","wall_s":0.1}"#;
+        for end in [failed, cancelled] {
+            let p = parse_events(&lines(&[START, end]));
+            assert!(p.finished());
+            assert!(to_record(&cfg(), &p).is_none());
+        }
+        // A retry appends a new start: the earlier failure no longer counts.
+        let p = parse_events(&lines(&[START, failed, START, MODEL_END]));
+        assert_eq!(p.attempts, 2);
+        assert!(!p.finished());
+        assert_eq!(p.phase_peaks.model, Some(1000));
+    }
+}
