@@ -6,3 +6,10 @@ pub mod experiment;
 pub mod plan;
 pub mod precheck;
 pub mod sweep;
+// Cluster side: templates, transports, SLURM, state directory, commands.
+pub mod cluster;
+pub mod render;
+pub mod slurm;
+pub mod state;
+pub mod submit;
+pub mod transport;

@@ -1,0 +1,245 @@
+//! The clusters file: where sweeps run and how to reach them.
+//!
+//! ```yaml
+//! clusters:
+//!   idun:
+//!     transport: ssh            # ssh | local-slurm | local
+//!     host: idun                # a Host alias from ~/.ssh/config, or a host name
+//!     work_dir: /cluster/work/me/sweeps
+//!     defaults: {partition: GPUQ, account: share-ie-idi}
+//! ```
+//!
+//! The built-in `local` cluster (no SLURM: scripts run as local processes)
+//! exists even without a file, so a new user can run the demo at once.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::experiment::SlurmResources;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportKind {
+    /// SLURM on a remote login node, over SSH (exec channels + SFTP).
+    Ssh,
+    /// The SLURM commands of this machine (a login node running the orchestrator).
+    LocalSlurm,
+    /// No SLURM: the rendered scripts run as local processes.
+    Local,
+}
+
+/// One cluster as declared in the clusters file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    pub transport: TransportKind,
+    /// SSH: a `~/.ssh/config` Host alias or a host name.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// SSH: overrides of what `~/.ssh/config` says.
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub identity_file: Option<PathBuf>,
+    /// SSH: known_hosts file(s) to verify the host key against (default
+    /// `~/.ssh/known_hosts`, or `UserKnownHostsFile` from `~/.ssh/config`).
+    #[serde(default)]
+    pub known_hosts: Option<PathBuf>,
+    /// SSH: the ssh config file to read (default `~/.ssh/config`).
+    #[serde(default)]
+    pub ssh_config: Option<PathBuf>,
+    /// Directory on the cluster holding `state/` (job files, worker output) and
+    /// `bin/worker`. For `local`, default: the local state directory's parent.
+    #[serde(default)]
+    pub work_dir: Option<String>,
+    /// The worker binary on the cluster (default `<work_dir>/bin/worker`;
+    /// for `local`, the `worker` next to the orchestrator or on PATH).
+    #[serde(default)]
+    pub worker: Option<String>,
+    /// `local`: at most this many tasks at once (default: half the CPUs, at least 1).
+    #[serde(default)]
+    pub max_parallel: Option<u32>,
+    /// Environment for the cluster's SLURM commands (e.g. `SLURM_CONF`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// SLURM resources used where the experiment does not set them.
+    #[serde(default)]
+    pub defaults: SlurmResources,
+}
+
+impl ClusterConfig {
+    pub fn local() -> Self {
+        ClusterConfig {
+            transport: TransportKind::Local,
+            host: None,
+            port: None,
+            user: None,
+            identity_file: None,
+            known_hosts: None,
+            ssh_config: None,
+            work_dir: None,
+            worker: None,
+            max_parallel: None,
+            env: BTreeMap::new(),
+            defaults: SlurmResources::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClustersFile {
+    #[serde(default)]
+    pub clusters: BTreeMap<String, ClusterConfig>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}: {message}", path.display())]
+    Parse { path: PathBuf, message: String },
+    #[error("unknown cluster `{name}` (declared: {known}); clusters come from {file}")]
+    Unknown { name: String, known: String, file: String },
+    #[error("cluster `{name}`: {message}")]
+    Invalid { name: String, message: String },
+}
+
+/// Where the clusters file is looked for when none is given: `$SWEEP_CLUSTERS`,
+/// then `./clusters.yaml`.
+pub fn default_path() -> PathBuf {
+    std::env::var_os("SWEEP_CLUSTERS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("clusters.yaml"))
+}
+
+impl ClustersFile {
+    pub fn load(path: &Path) -> Result<Self, ClusterError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ClusterError::Io { path: path.into(), source })?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ClusterError> {
+        let file: ClustersFile = serde_yaml::from_str(text)
+            .map_err(|e| ClusterError::Parse { path: path.into(), message: e.to_string() })?;
+        for (name, c) in &file.clusters {
+            c.check(name)?;
+        }
+        Ok(file)
+    }
+
+    /// Loads `path` if given or present; a missing default file is an empty one.
+    pub fn load_or_default(path: Option<&Path>) -> Result<(Self, String), ClusterError> {
+        match path {
+            Some(p) => Ok((Self::load(p)?, p.display().to_string())),
+            None => {
+                let p = default_path();
+                if p.exists() {
+                    Ok((Self::load(&p)?, p.display().to_string()))
+                } else {
+                    Ok((ClustersFile::default(), format!("{} (absent)", p.display())))
+                }
+            }
+        }
+    }
+
+    /// The named cluster; `local` is built in unless the file redefines it.
+    pub fn get(&self, name: &str, file: &str) -> Result<(String, ClusterConfig), ClusterError> {
+        if let Some(c) = self.clusters.get(name) {
+            return Ok((name.to_string(), c.clone()));
+        }
+        if name == "local" {
+            return Ok(("local".into(), ClusterConfig::local()));
+        }
+        let mut known: Vec<&str> = self.clusters.keys().map(String::as_str).collect();
+        known.push("local");
+        Err(ClusterError::Unknown { name: name.into(), known: known.join(", "), file: file.into() })
+    }
+}
+
+impl ClusterConfig {
+    fn check(&self, name: &str) -> Result<(), ClusterError> {
+        let bad = |m: &str| Err(ClusterError::Invalid { name: name.into(), message: m.into() });
+        match self.transport {
+            TransportKind::Ssh if self.host.is_none() => return bad("transport `ssh` needs `host`"),
+            TransportKind::Ssh | TransportKind::LocalSlurm if self.work_dir.is_none() => {
+                return bad("needs `work_dir` (the directory on the cluster for job files and results)")
+            }
+            _ => {}
+        }
+        if let Some(w) = &self.work_dir {
+            if w.chars().any(char::is_control) {
+                return bad("`work_dir` contains control characters");
+            }
+        }
+        for k in self.env.keys() {
+            if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return bad("`env` keys must be shell variable names");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// SLURM resources of a job: the experiment's, falling back to the cluster's defaults.
+pub fn merge_resources(exp: &SlurmResources, defaults: &SlurmResources) -> SlurmResources {
+    SlurmResources {
+        partition: exp.partition.clone().or_else(|| defaults.partition.clone()),
+        account: exp.account.clone().or_else(|| defaults.account.clone()),
+        qos: exp.qos.clone().or_else(|| defaults.qos.clone()),
+        time: exp.time.clone().or_else(|| defaults.time.clone()),
+        cpus_per_task: exp.cpus_per_task.or(defaults.cpus_per_task),
+        mem: exp.mem.clone().or_else(|| defaults.mem.clone()),
+        gres: exp.gres.clone().or_else(|| defaults.gres.clone()),
+        constraint: exp.constraint.clone().or_else(|| defaults.constraint.clone()),
+        extra: defaults.extra.iter().chain(exp.extra.iter()).cloned().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_example_clusters_file() {
+        let text = include_str!("../../clusters.yaml");
+        let f = ClustersFile::parse(Path::new("clusters.yaml"), text).expect("example parses");
+        let (_, idun) = f.get("idun", "clusters.yaml").expect("idun declared");
+        assert_eq!(idun.transport, TransportKind::Ssh);
+        assert!(idun.defaults.partition.is_some());
+        let (_, local) = f.get("local", "clusters.yaml").expect("local always exists");
+        assert_eq!(local.transport, TransportKind::Local);
+    }
+
+    #[test]
+    fn unknown_cluster_lists_the_known_ones() {
+        let f = ClustersFile::default();
+        let e = f.get("idun", "x.yaml").expect_err("unknown");
+        assert!(e.to_string().contains("declared: local"), "{e}");
+    }
+
+    #[test]
+    fn ssh_without_host_is_refused() {
+        let e = ClustersFile::parse(Path::new("c.yaml"), "clusters:\n  a: {transport: ssh, work_dir: /w}\n")
+            .expect_err("no host");
+        assert!(e.to_string().contains("needs `host`"), "{e}");
+        let e = ClustersFile::parse(Path::new("c.yaml"), "clusters:\n  a: {transport: tcp}\n").expect_err("bad kind");
+        assert!(e.to_string().contains("c.yaml"), "{e}");
+    }
+
+    #[test]
+    fn experiment_resources_win_over_defaults() {
+        let exp = SlurmResources { partition: Some("a100".into()), extra: vec!["--x".into()], ..Default::default() };
+        let def = SlurmResources {
+            partition: Some("GPUQ".into()),
+            account: Some("acct".into()),
+            extra: vec!["--y".into()],
+            ..Default::default()
+        };
+        let m = merge_resources(&exp, &def);
+        assert_eq!(m.partition.as_deref(), Some("a100"));
+        assert_eq!(m.account.as_deref(), Some("acct"));
+        assert_eq!(m.extra, vec!["--y".to_string(), "--x".to_string()]);
+    }
+}

@@ -1,0 +1,251 @@
+//! sbatch scripts from handlebars templates (`templates/<name>.sbatch.hbs`).
+//!
+//! Strict mode: a template naming a variable that does not exist is an error,
+//! not an empty string. Values reach the script only through two helpers:
+//!
+//! - `{{sh x}}` quotes `x` as one shell word (single quotes), so `$(…)`,
+//!   backquotes, quotes and newlines arrive as data, never as code;
+//! - `{{sbatch x}}` emits `x` into an `#SBATCH` line, refusing control
+//!   characters and quotes (sbatch reads one directive per line, strips quotes
+//!   itself, and a newline would start a shell line).
+//!
+//! The plain `{{x}}` escape is switched off (handlebars would HTML-escape); a
+//! template that prints a value without a helper prints it verbatim, so the
+//! shipped templates never do that with user data.
+
+use handlebars::{Context, Handlebars, Helper, HelperResult, Output, RenderContext, RenderError, RenderErrorReason};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+use crate::experiment::SlurmResources;
+
+/// The built-in templates, used when `templates/` has no file of that name.
+pub const BUILTIN: &[(&str, &str)] = &[("profile", include_str!("../../templates/profile.sbatch.hbs"))];
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderFailure {
+    #[error("template `{name}` not found (looked in {looked}); built-in: profile")]
+    NotFound { name: String, looked: String },
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("template `{name}`: {message}")]
+    Template { name: String, message: String },
+}
+
+/// `x` as one POSIX shell word: bare when it is made of inert characters, else
+/// single-quoted with embedded `'` written as `'\''`.
+pub fn sh_quote(s: &str) -> String {
+    let inert = |c: char| c.is_ascii_alphanumeric() || "_./:=,@%+-".contains(c);
+    if !s.is_empty() && s.chars().all(inert) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Whether `s` may stand in an `#SBATCH` directive.
+pub fn sbatch_safe(s: &str) -> Result<(), String> {
+    if let Some(c) = s.chars().find(|c| c.is_control() || c.is_whitespace() || matches!(c, '\'' | '"' | '\\' | '`')) {
+        return Err(format!("value {s:?} cannot go into an #SBATCH line (contains {c:?})"));
+    }
+    Ok(())
+}
+
+fn value_text(h: &Helper, name: &str) -> Result<String, RenderError> {
+    let p = h.param(0).ok_or_else(|| RenderErrorReason::ParamNotFoundForIndex("sh", 0))?;
+    let v = p.value();
+    if p.relative_path().is_some() && v.is_null() && p.is_value_missing() {
+        return Err(RenderErrorReason::MissingVariable(p.relative_path().cloned()).into());
+    }
+    Ok(match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        serde_json::Value::Bool(b) => b.to_string(),
+        serde_json::Value::Null => {
+            return Err(RenderErrorReason::Other(format!("`{name}` of a null value: wrap it in {{{{#if}}}}")).into())
+        }
+        other => other.to_string(),
+    })
+}
+
+fn sh_helper(h: &Helper, _: &Handlebars, _: &Context, _: &mut RenderContext, out: &mut dyn Output) -> HelperResult {
+    let s = value_text(h, "sh")?;
+    out.write(&sh_quote(&s))?;
+    Ok(())
+}
+
+fn sbatch_helper(h: &Helper, _: &Handlebars, _: &Context, _: &mut RenderContext, out: &mut dyn Output) -> HelperResult {
+    let s = value_text(h, "sbatch")?;
+    sbatch_safe(&s).map_err(RenderErrorReason::Other)?;
+    out.write(&s)?;
+    Ok(())
+}
+
+/// Everything a template may use. Absent SLURM settings are `null` (test
+/// them with `{{#if slurm.partition}}`), so strict mode still catches typos.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobVars {
+    pub experiment: String,
+    /// Free text from the experiment file: only ever through `{{sh description}}`.
+    pub description: String,
+    pub submission: String,
+    pub job_name: String,
+    pub comment: String,
+    /// `0-N%K`.
+    pub array: String,
+    pub tasks: usize,
+    pub slurm: SlurmResources,
+    /// Absolute paths on the cluster.
+    pub work_dir: String,
+    pub state_dir: String,
+    pub submission_dir: String,
+    pub log_dir: String,
+    pub manifest: String,
+    /// One config JSON per line, line `i+1` = task `i` (for templates without a JSON parser).
+    pub manifest_jsonl: String,
+    pub worker: String,
+}
+
+/// Loads and renders templates; one registry per command.
+pub struct Renderer {
+    hb: Handlebars<'static>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Renderer {
+    /// Templates are looked for in `dirs` in order, then among the built-ins.
+    pub fn new(dirs: Vec<PathBuf>) -> Self {
+        let mut hb = Handlebars::new();
+        hb.set_strict_mode(true);
+        hb.register_escape_fn(handlebars::no_escape);
+        hb.register_helper("sh", Box::new(sh_helper));
+        hb.register_helper("sbatch", Box::new(sbatch_helper));
+        Renderer { hb, dirs }
+    }
+
+    /// `name` is a template name (`profile`) or a path to a `.hbs` file.
+    fn source(&self, name: &str) -> Result<(String, String), RenderFailure> {
+        let as_path = Path::new(name);
+        let mut looked = Vec::new();
+        let candidates: Vec<PathBuf> = if name.ends_with(".hbs") || name.contains('/') {
+            vec![as_path.to_path_buf()]
+        } else {
+            self.dirs.iter().map(|d| d.join(format!("{name}.sbatch.hbs"))).collect()
+        };
+        for c in candidates {
+            match std::fs::read_to_string(&c) {
+                Ok(t) => return Ok((c.display().to_string(), t)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => looked.push(c.display().to_string()),
+                Err(source) => return Err(RenderFailure::Io { path: c, source }),
+            }
+        }
+        if let Some((_, t)) = BUILTIN.iter().find(|(n, _)| *n == name) {
+            return Ok((format!("built-in {name}"), t.to_string()));
+        }
+        Err(RenderFailure::NotFound { name: name.into(), looked: looked.join(", ") })
+    }
+
+    pub fn render(&mut self, template: &str, vars: &JobVars) -> Result<String, RenderFailure> {
+        for v in [&vars.job_name, &vars.comment, &vars.array, &vars.log_dir, &vars.submission_dir] {
+            sbatch_safe(v).map_err(|message| RenderFailure::Template { name: template.into(), message })?;
+        }
+        let (label, text) = self.source(template)?;
+        let key = format!("t:{label}");
+        if !self.hb.has_template(&key) {
+            self.hb
+                .register_template_string(&key, text)
+                .map_err(|e| RenderFailure::Template { name: label.clone(), message: e.to_string() })?;
+        }
+        self.hb.render(&key, vars).map_err(|e| RenderFailure::Template { name: label, message: e.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars() -> JobVars {
+        JobVars {
+            experiment: "exp9".into(),
+            description: "d".into(),
+            submission: "s001-abcd".into(),
+            job_name: "sw-exp9-12345678-s001-abcd".into(),
+            comment: "sweep,exp=exp9".into(),
+            array: "0-9%4".into(),
+            tasks: 10,
+            slurm: SlurmResources {
+                partition: Some("GPUQ".into()),
+                time: Some("00:30:00".into()),
+                gres: Some("gpu:1".into()),
+                extra: vec!["--mail-type=END".into()],
+                ..Default::default()
+            },
+            work_dir: "/w".into(),
+            state_dir: "/w/state".into(),
+            submission_dir: "/w/state/exp9/submissions/s001-abcd".into(),
+            log_dir: "/w/state/exp9/logs/s001-abcd".into(),
+            manifest: "/w/state/exp9/submissions/s001-abcd/manifest.json".into(),
+            manifest_jsonl: "/w/state/exp9/submissions/s001-abcd/manifest.jsonl".into(),
+            worker: "/w/bin/worker".into(),
+        }
+    }
+
+    #[test]
+    fn quoting_makes_one_inert_word() {
+        assert_eq!(sh_quote("plain-1.0"), "plain-1.0");
+        assert_eq!(sh_quote(""), "''");
+        assert_eq!(sh_quote("$(touch /tmp/x)"), "'$(touch /tmp/x)'");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+        assert_eq!(sh_quote("a\nb"), "'a\nb'");
+    }
+
+    #[test]
+    fn quoted_values_round_trip_through_a_real_shell() {
+        for v in ["$(touch /tmp/never)", "a'b\"c", "line1\nline2", "`id`", "x; rm -rf /", "*", "~", ""] {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", sh_quote(v)))
+                .output()
+                .expect("sh runs");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), v);
+        }
+    }
+
+    #[test]
+    fn profile_template_renders_directives_and_worker_call() {
+        let mut r = Renderer::new(vec![]);
+        let s = r.render("profile", &vars()).expect("renders");
+        assert!(s.starts_with("#!/bin/bash"), "{s}");
+        assert!(s.contains("#SBATCH --array=0-9%4"));
+        assert!(s.contains("#SBATCH --partition=GPUQ"));
+        assert!(s.contains("#SBATCH --mail-type=END"));
+        assert!(!s.contains("--account"), "absent settings leave no directive");
+        assert!(s.contains("/w/bin/worker run --manifest /w/state/exp9/submissions/s001-abcd/manifest.json --state-dir /w/state"));
+    }
+
+    #[test]
+    fn strict_mode_rejects_unknown_variables() {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::write(d.path().join("typo.sbatch.hbs"), "#!/bin/bash\necho {{sh wroker}}\n").expect("write");
+        let mut r = Renderer::new(vec![d.path().to_path_buf()]);
+        let e = r.render("typo", &vars()).expect_err("strict");
+        assert!(e.to_string().contains("wroker"), "{e}");
+    }
+
+    #[test]
+    fn newline_in_a_directive_value_is_refused() {
+        let mut v = vars();
+        v.slurm.partition = Some("gpu\necho pwned".into());
+        let e = Renderer::new(vec![]).render("profile", &v).expect_err("refused");
+        assert!(e.to_string().contains("#SBATCH"), "{e}");
+        v.slurm.partition = Some("gpu".into());
+        v.slurm.extra = vec!["--x='a'".into()];
+        assert!(Renderer::new(vec![]).render("profile", &v).is_err());
+    }
+
+    #[test]
+    fn missing_template_names_where_it_looked() {
+        let e = Renderer::new(vec![PathBuf::from("templates")]).render("nope", &vars()).expect_err("missing");
+        assert!(e.to_string().contains("templates/nope.sbatch.hbs"), "{e}");
+    }
+}

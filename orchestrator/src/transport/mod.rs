@@ -1,0 +1,322 @@
+//! How the orchestrator reaches a cluster. One trait, [`Transport`], three
+//! implementations:
+//!
+//! - `ssh`: SLURM on a remote login node; commands over SSH exec channels, files over SFTP;
+//! - `local-slurm`: the SLURM commands of this machine;
+//! - `local`: no SLURM at all; the rendered scripts run as local processes.
+//!
+//! The two SLURM transports share [`SlurmTransport`], which turns the job
+//! operations into `sbatch`/`squeue`/`sacct`/`scancel`/`scontrol` command lines
+//! and runs them through a [`Shell`] (SSH or local processes).
+//!
+//! Every call blocks (ssh2 is a blocking library); async callers run them with
+//! `tokio::task::spawn_blocking` (see [`crate::submit`]).
+
+pub mod local;
+pub mod local_slurm;
+pub mod ssh;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::cluster::{ClusterConfig, TransportKind};
+use crate::slurm::{self, ParseError, TaskObservation};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The host key is not known or has changed: never connect.
+    #[error("{0}")]
+    HostKey(String),
+    #[error("SSH authentication to {target} failed: {message}")]
+    Auth { target: String, message: String },
+    #[error("cannot reach {target}: {message}")]
+    Connect { target: String, message: String },
+    /// The connection broke while a command that must not be repeated (sbatch)
+    /// was in flight: it may or may not have run.
+    #[error("connection to {target} dropped during `{command}`; it may have run (`orchestrator resume` settles it)")]
+    Uncertain { target: String, command: String },
+    #[error("`{command}` failed (exit {status}): {stderr}")]
+    Command { command: String, status: i32, stderr: String },
+    #[error("{target}: {path}: {message}")]
+    File { target: String, path: String, message: String },
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What a command printed.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOutput {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Counts for the closing figures (commands per poll, per submission).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub commands: AtomicU64,
+    pub file_ops: AtomicU64,
+    pub connects: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CounterSnapshot {
+    pub commands: u64,
+    pub file_ops: u64,
+    pub connects: u64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            commands: self.commands.load(Ordering::Relaxed),
+            file_ops: self.file_ops.load(Ordering::Relaxed),
+            connects: self.connects.load(Ordering::Relaxed),
+        }
+    }
+    fn command(&self) {
+        self.commands.fetch_add(1, Ordering::Relaxed);
+    }
+    fn file(&self) {
+        self.file_ops.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Where commands run and files live: SSH (exec + SFTP) or this machine.
+pub trait Shell: Send + Sync {
+    /// Runs `argv` (each element one word; quoted for the remote shell by the
+    /// implementation). `idempotent` commands are retried over a fresh
+    /// connection when the old one dropped; others report [`TransportError::Uncertain`].
+    fn run(&self, argv: &[String], idempotent: bool) -> Result<ExecOutput, TransportError>;
+    /// Writes a file atomically (temp + rename), creating parent directories.
+    fn write_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError>;
+    /// Reads a file; `None` if it does not exist.
+    fn read_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError>;
+    /// Makes a relative path absolute (relative to the login directory).
+    fn absolute(&self, path: &str) -> Result<String, TransportError>;
+    fn describe(&self) -> String;
+    fn counters(&self) -> &Counters;
+}
+
+/// One poll of the cluster: every task of the named jobs, and how sure we are.
+#[derive(Debug, Clone, Default)]
+pub struct Poll {
+    pub tasks: BTreeMap<(String, u32), TaskObservation>,
+    /// The live view (squeue) answered; without it, "absent" proves nothing.
+    pub live_ok: bool,
+    /// The accounting view (sacct) answered.
+    pub history_ok: bool,
+    /// Why a view did not answer.
+    pub errors: Vec<String>,
+    /// Scheduler commands this poll ran.
+    pub commands: u32,
+}
+
+impl Poll {
+    /// Both views answered: a job absent from both was never submitted.
+    pub fn complete(&self) -> bool {
+        self.live_ok && self.history_ok
+    }
+}
+
+/// A cluster as the orchestrator uses it.
+pub trait Transport: Send + Sync {
+    fn describe(&self) -> String;
+    /// Absolute path on the cluster of the state root (`<work_dir>/state`).
+    fn remote_state_root(&self) -> Result<String, TransportError>;
+    /// The worker binary's path on the cluster.
+    fn worker_path(&self) -> Result<String, TransportError>;
+    fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError>;
+    fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError>;
+    /// Array task ids must stay below this (`MaxArraySize`).
+    fn max_array_size(&self) -> Result<u32, TransportError>;
+    /// Submits a job array script; returns the array's job id. Never retried:
+    /// an error after the request left may mean it ran (see [`TransportError::Uncertain`]).
+    fn submit(&self, script: &str) -> Result<String, TransportError>;
+    /// Every task of the jobs with these names submitted since `since` (Unix seconds).
+    fn poll(&self, names: &[String], since: f64) -> Result<Poll, TransportError>;
+    /// Cancels whole arrays (or `ARRAY_TASK` ids).
+    fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError>;
+    fn counters(&self) -> CounterSnapshot;
+}
+
+/// Opens the transport a cluster declares. `state_root` is the local state
+/// directory (the `local` transport runs jobs right there).
+pub fn open(name: &str, cluster: &ClusterConfig, state_root: &std::path::Path) -> Result<Arc<dyn Transport>, TransportError> {
+    Ok(match cluster.transport {
+        TransportKind::Ssh => {
+            let shell = ssh::SshShell::new(name, cluster)?;
+            Arc::new(SlurmTransport::new(Box::new(shell), cluster))
+        }
+        TransportKind::LocalSlurm => {
+            Arc::new(SlurmTransport::new(Box::new(local_slurm::LocalShell::new(cluster)), cluster))
+        }
+        TransportKind::Local => Arc::new(local::LocalTransport::new(cluster, state_root)?),
+    })
+}
+
+/// SLURM through a [`Shell`]: the `ssh` and `local-slurm` transports.
+pub struct SlurmTransport {
+    shell: Box<dyn Shell>,
+    work_dir: String,
+    worker: Option<String>,
+    env: Vec<(String, String)>,
+}
+
+impl SlurmTransport {
+    pub fn new(shell: Box<dyn Shell>, cluster: &ClusterConfig) -> Self {
+        SlurmTransport {
+            shell,
+            work_dir: cluster.work_dir.clone().unwrap_or_else(|| ".".into()),
+            worker: cluster.worker.clone(),
+            env: cluster.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        }
+    }
+
+    /// `env K=V … cmd`: the cluster's environment for SLURM commands.
+    fn argv(&self, mut argv: Vec<String>) -> Vec<String> {
+        if self.env.is_empty() {
+            return argv;
+        }
+        let mut v = vec!["env".to_string()];
+        v.extend(self.env.iter().map(|(k, val)| format!("{k}={val}")));
+        v.append(&mut argv);
+        v
+    }
+
+    fn checked(&self, argv: Vec<String>, idempotent: bool) -> Result<ExecOutput, TransportError> {
+        let argv = self.argv(argv);
+        let out = self.shell.run(&argv, idempotent)?;
+        if out.status != 0 {
+            return Err(TransportError::Command {
+                command: argv.join(" "),
+                status: out.status,
+                stderr: out.stderr.trim().to_string(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn work_dir_abs(&self) -> Result<String, TransportError> {
+        self.shell.absolute(&self.work_dir)
+    }
+}
+
+impl Transport for SlurmTransport {
+    fn describe(&self) -> String {
+        self.shell.describe()
+    }
+
+    fn remote_state_root(&self) -> Result<String, TransportError> {
+        Ok(format!("{}/state", self.work_dir_abs()?.trim_end_matches('/')))
+    }
+
+    fn worker_path(&self) -> Result<String, TransportError> {
+        match &self.worker {
+            Some(w) => self.shell.absolute(w),
+            None => Ok(format!("{}/bin/worker", self.work_dir_abs()?.trim_end_matches('/'))),
+        }
+    }
+
+    fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
+        self.shell.write_file(path, data, executable)
+    }
+
+    fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
+        self.shell.read_file(path)
+    }
+
+    fn max_array_size(&self) -> Result<u32, TransportError> {
+        let out = self.checked(slurm::scontrol_config_argv(), true)?;
+        Ok(slurm::parse_max_array_size(&out.stdout))
+    }
+
+    fn submit(&self, script: &str) -> Result<String, TransportError> {
+        let out = self.checked(slurm::sbatch_argv(script), false)?;
+        Ok(slurm::parse_sbatch(&out.stdout)?)
+    }
+
+    fn poll(&self, names: &[String], since: f64) -> Result<Poll, TransportError> {
+        let mut poll = Poll::default();
+        if names.is_empty() {
+            poll.live_ok = true;
+            poll.history_ok = true;
+            return Ok(poll);
+        }
+        let live = self.checked(slurm::squeue_argv(names), true).and_then(|o| Ok(slurm::parse_squeue(&o.stdout)?));
+        poll.commands += 1;
+        // A day of margin: sacct reads the time in the cluster's local zone.
+        let start = utc_timestamp(since - 86_400.0);
+        let hist =
+            self.checked(slurm::sacct_argv(names, &start), true).and_then(|o| Ok(slurm::parse_sacct(&o.stdout)?));
+        poll.commands += 1;
+        let live = match live {
+            Ok(v) => {
+                poll.live_ok = true;
+                v
+            }
+            Err(e) => {
+                poll.errors.push(format!("squeue: {e}"));
+                vec![]
+            }
+        };
+        let hist = match hist {
+            Ok(v) => {
+                poll.history_ok = true;
+                v
+            }
+            Err(e) => {
+                poll.errors.push(format!("sacct: {e}"));
+                vec![]
+            }
+        };
+        if !poll.live_ok && !poll.history_ok {
+            return Err(TransportError::Other(poll.errors.join("; ")));
+        }
+        poll.tasks = slurm::merge(live, hist);
+        Ok(poll)
+    }
+
+    fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError> {
+        if job_ids.is_empty() {
+            return Ok(());
+        }
+        self.checked(slurm::scancel_argv(job_ids), true).map(|_| ())
+    }
+
+    fn counters(&self) -> CounterSnapshot {
+        self.shell.counters().snapshot()
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds; SLURM's time syntax.
+pub fn utc_timestamp(secs: f64) -> String {
+    let secs = secs.max(0.0) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_timestamps() {
+        assert_eq!(utc_timestamp(0.0), "1970-01-01T00:00:00");
+        assert_eq!(utc_timestamp(951_782_400.0), "2000-02-29T00:00:00");
+        assert_eq!(utc_timestamp(1_767_225_599.0), "2025-12-31T23:59:59");
+    }
+}
