@@ -36,6 +36,8 @@ fn main() {
     println!("precheck benchmark: {} configs (unet, dit, hdit, uvit), one thread", cfgs.len());
     let (r, acc) = rate(&cfgs, budget, |c| p.predict(c).map(|x| x.peak_bytes).unwrap_or(0.0));
     println!("  predict (full breakdown):  {:>10.0} predictions/s  ({:.0} ns each)  [checksum {acc:.3e}]", r, 1e9 / r);
+    let (r, acc) = rate(&cfgs, budget, |c| p.predict_peak(c).map(|x| x.peak_bytes).unwrap_or(0.0));
+    println!("  predict_peak (no terms):    {:>9.0} predictions/s  ({:.0} ns each)  [checksum {acc:.3e}]", r, 1e9 / r);
     let (r, acc) = rate(&cfgs, budget, |c| p.verdict(c, Some(60.0)).predicted_gib().unwrap_or(0.0));
     println!("  verdict (validate+predict): {:>9.0} verdicts/s     ({:.0} ns each)  [checksum {acc:.3e}]", r, 1e9 / r);
     for family in ["unet", "dit", "hdit", "uvit"] {
@@ -43,7 +45,8 @@ fn main() {
         if sub.is_empty() {
             continue;
         }
-        let (r, _) = rate(&sub, Duration::from_millis(500), |c| p.predict(c).map(|x| x.peak_bytes).unwrap_or(0.0));
-        println!("    {family:<5} {:>10.0} predictions/s", r);
+        let (full, _) = rate(&sub, Duration::from_millis(500), |c| p.predict(c).map(|x| x.peak_bytes).unwrap_or(0.0));
+        let (peak, _) = rate(&sub, Duration::from_millis(500), |c| p.predict_peak(c).map(|x| x.peak_bytes).unwrap_or(0.0));
+        println!("    {family:<5} {:>10.0} full/s  {:>10.0} peak-only/s", full, peak);
     }
 }

@@ -96,7 +96,7 @@ pub fn stats(pred: &Predictor, samples: &[Sample]) -> BTreeMap<String, FitStats>
     let mut errs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut ooms: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for s in samples {
-        let Ok(p) = pred.predict(&s.cfg) else { continue };
+        let Ok(p) = pred.predict_peak(&s.cfg) else { continue };
         let gib = p.peak_gib();
         for key in [s.family.as_str(), "all"] {
             if let Some(m) = s.measured_gib {
@@ -131,7 +131,7 @@ fn loss(c: &Coefficients, runtime: &str, samples: &[&Sample]) -> f64 {
     let mut sum = 0.0;
     let mut n = 0usize;
     for s in samples {
-        let Ok(p) = pred.predict(&s.cfg) else { continue };
+        let Ok(p) = pred.predict_peak(&s.cfg) else { continue };
         let gib = p.peak_bytes / GIB;
         if let Some(m) = s.measured_gib {
             sum += (gib / m).ln().abs();

@@ -450,7 +450,9 @@ fn moment_terms(segs: &[Seg], moment: Moment, cache_bpp: f64, grad_bpp: f64, ter
         if bytes <= 0.0 {
             return;
         }
-        if let Some(t) = terms.iter_mut().find(|t| t.name == name && t.level == level && t.kind == kind) {
+        // Names are static literals: compare the cheap fields and the pointer first.
+        let same = |t: &Term| t.level == level && t.kind == kind && (std::ptr::eq(t.name, name) || t.name == name);
+        if let Some(t) = terms.iter_mut().find(|t| same(t)) {
             t.bytes += bytes;
         } else {
             terms.push(Term { name, level, kind, phase: TermPhase::FwdBwd, bytes });
@@ -514,6 +516,16 @@ impl Predictor {
 
     /// The full breakdown for one config (profiling mode: one forward, backward, step).
     pub fn predict(&self, cfg: &RunConfig) -> Result<Prediction, PrecheckError> {
+        self.run(cfg, true)
+    }
+
+    /// The prediction without the term breakdown (`terms` empty): the same
+    /// numbers, for sweeps, verdicts and searches where only the peak matters.
+    pub fn predict_peak(&self, cfg: &RunConfig) -> Result<Prediction, PrecheckError> {
+        self.run(cfg, false)
+    }
+
+    fn run(&self, cfg: &RunConfig, with_terms: bool) -> Result<Prediction, PrecheckError> {
         let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels)?;
         let mut segs = Vec::with_capacity(64);
         let mut w = Walk {
@@ -536,15 +548,15 @@ impl Predictor {
         if let Some(first) = segs.first_mut() {
             first.params += (trainable - placed).max(0.0);
         }
-        Ok(self.assemble(params, trainable, cfg, &segs))
+        Ok(self.assemble(params, trainable, cfg, &segs, with_terms))
     }
 
     /// Only the profiling peak in bytes (same arithmetic as [`Predictor::predict`]).
     pub fn peak_bytes(&self, cfg: &RunConfig) -> Result<f64, PrecheckError> {
-        self.predict(cfg).map(|p| p.peak_bytes)
+        self.predict_peak(cfg).map(|p| p.peak_bytes)
     }
 
-    fn assemble(&self, params: u64, trainable: f64, cfg: &RunConfig, segs: &[Seg]) -> Prediction {
+    fn assemble(&self, params: u64, trainable: f64, cfg: &RunConfig, segs: &[Seg], with_terms: bool) -> Prediction {
         let c = &self.coeffs;
         let dt = Dtypes::of(cfg.precision);
         let p = params as f64;
@@ -552,20 +564,25 @@ impl Predictor {
         let grad_bpp = dt.weight;
         let (dynamic, moment) = timeline(segs, cache_bpp, grad_bpp);
 
-        let mut terms = Vec::with_capacity(segs.len().min(48) + 8);
-        let both = |name, kind, bytes| Term { name, level: None, kind, phase: TermPhase::Both, bytes };
-        let step = |name, kind, bytes| Term { name, level: None, kind, phase: TermPhase::Step, bytes };
-        terms.push(both("weights", TermKind::Weights, dt.weight * p));
         // Data: the batch at full resolution in fp32, several times over.
         let data = c.data_tensors * 4.0 * cfg.input.channels as f64 * cfg.input.spatial.voxels() as f64 * cfg.batch.max(1) as f64;
-        terms.push(both("input, noise, target, prediction, loss", TermKind::Data, data));
-        terms.push(both("fixed overhead", TermKind::Overhead, c.overhead_gib * GIB));
-        let resident: f64 = terms.iter().map(|t| t.bytes).sum();
-        terms.push(step("gradients", TermKind::Grads, grad_bpp * trainable));
-        terms.push(step("AdamW moments", TermKind::Optimizer, 2.0 * dt.weight * trainable));
-        terms.push(step("optimizer temporaries", TermKind::Optimizer, c.opt_temp * dt.weight * trainable));
-        if !segs.is_empty() {
-            moment_terms(segs, moment, cache_bpp, grad_bpp, &mut terms);
+        let weights = dt.weight * p;
+        let overhead = c.overhead_gib * GIB;
+        let resident = weights + data + overhead;
+        let mut terms = Vec::new();
+        if with_terms {
+            terms.reserve(segs.len().min(48) + 8);
+            let both = |name, kind, bytes| Term { name, level: None, kind, phase: TermPhase::Both, bytes };
+            let step = |name, kind, bytes| Term { name, level: None, kind, phase: TermPhase::Step, bytes };
+            terms.push(both("weights", TermKind::Weights, weights));
+            terms.push(both("input, noise, target, prediction, loss", TermKind::Data, data));
+            terms.push(both("fixed overhead", TermKind::Overhead, overhead));
+            terms.push(step("gradients", TermKind::Grads, grad_bpp * trainable));
+            terms.push(step("AdamW moments", TermKind::Optimizer, 2.0 * dt.weight * trainable));
+            terms.push(step("optimizer temporaries", TermKind::Optimizer, c.opt_temp * dt.weight * trainable));
+            if !segs.is_empty() {
+                moment_terms(segs, moment, cache_bpp, grad_bpp, &mut terms);
+            }
         }
         let fwd = resident + dynamic;
         let stp = resident + (3.0 + c.opt_temp) * dt.weight * trainable;
@@ -592,7 +609,7 @@ impl Predictor {
         if !problems.is_empty() {
             return Verdict::Invalid { reasons: problems.iter().map(|e| e.to_string()).collect() };
         }
-        let pred = match self.predict(cfg) {
+        let pred = match self.predict_peak(cfg) {
             Ok(p) => p,
             Err(e) => return Verdict::Invalid { reasons: vec![e.to_string()] },
         };
@@ -710,6 +727,51 @@ mod tests {
         let c = cal.coefficients("pytorch", Precision::Fp32).unwrap();
         assert!(c.act_scale > 0.0);
         assert!(cal.coefficients("burn-cuda", Precision::Bf16).is_err());
+    }
+
+    fn dit(variant: spec::Variant, patch: u32, d: u32, hw: u32, ckpt: bool) -> RunConfig {
+        RunConfig {
+            experiment: "t".into(),
+            name: "t".into(),
+            model: ModelSpec::Dit(spec::DitSpec { variant: Some(variant), hidden: None, heads: None, depth: None, patch }),
+            input: spec::Input { channels: 1, spatial: spec::Spatial::new(d, hw, hw) },
+            out_channels: 1,
+            batch: 1,
+            precision: Precision::Bf16Amp,
+            grad_ckpt: ckpt,
+            mode: spec::Mode::Profile,
+            steps: 1,
+            gpu: spec::Gpu::A100Sxm80,
+        }
+    }
+
+    #[test]
+    fn peak_terms_add_up_to_the_peak() {
+        let p = Predictor::pytorch();
+        for cfg in [dit(spec::Variant::L, 2, 80, 64, false), dit(spec::Variant::S, 8, 40, 32, false)] {
+            let pred = p.predict(&cfg).unwrap();
+            let sum: f64 = pred.peak_terms().map(|t| t.bytes).sum();
+            assert!((sum - pred.peak_bytes).abs() < 1e-6 * pred.peak_bytes, "{sum} vs {}", pred.peak_bytes);
+            assert_eq!(pred.peak_bytes, p.predict_peak(&cfg).unwrap().peak_bytes);
+        }
+    }
+
+    #[test]
+    fn small_dit_peaks_at_the_optimizer_step_near_20_bytes_per_param() {
+        let pred = Predictor::pytorch().predict(&dit(spec::Variant::XL, 4, 20, 32, false)).unwrap();
+        assert_eq!(pred.peak_phase, PeakPhase::Step);
+        let per_param = pred.peak_bytes / pred.params as f64;
+        assert!((19.0..21.5).contains(&per_param), "{per_param}");
+    }
+
+    #[test]
+    fn dit_memory_is_linear_in_tokens_and_checkpointing_cuts_it() {
+        let p = Predictor::pytorch();
+        let peak = |d, ckpt| p.predict(&dit(spec::Variant::B, 2, d, 64, ckpt)).unwrap().fwd_bwd_bytes;
+        let (a, b, c) = (peak(40, false), peak(80, false), peak(160, false));
+        let ratio = (c - b) / (b - a);
+        assert!((1.9..2.1).contains(&ratio), "increments should double with tokens: {ratio}");
+        assert!(peak(160, true) < 0.5 * c);
     }
 
     #[test]

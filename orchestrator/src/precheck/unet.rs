@@ -22,8 +22,12 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
     }
     let ch = |l: usize| u.channels[l] as f64;
     let chu = |l: usize| u.channels[l] as u64;
-    let res = u.res_blocks();
-    let heads_ch = u.head_channels();
+    // Per-level values as `PerLevel::expand` gives them, without allocating.
+    let per_level = |p: &spec::PerLevel, l: usize| match p {
+        spec::PerLevel::All(v) => *v,
+        spec::PerLevel::Each(v) => v.get(l).or(v.last()).copied().unwrap_or(0),
+    };
+    let res = |l: usize| per_level(&u.num_res_blocks, l);
     let attn_at = |l: usize| u.attention_levels.get(l).copied().unwrap_or(false);
     let sp = input.spatial;
     let vox = |l: usize| sp.div(1 << l).voxels() as f64;
@@ -50,7 +54,7 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
         s
     };
     let heads = |l: usize, width: f64| {
-        let hc = heads_ch.get(l).copied().unwrap_or(0).max(1) as f64;
+        let hc = per_level(&u.num_head_channels, l).max(1) as f64;
         (width / hc).max(1.0)
     };
     // GroupNorm upcast and output (wide) + 3 casts, q, k, v, output relayout, proj input (mm).
@@ -62,7 +66,7 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
     stem.skip = w.exact(mm * ch(0) * vox(0));
     // Skips are consumed last-in first-out by the decoder; the gradient of each
     // is held from the consuming block's backward to the producing block's.
-    let mut skips: Vec<(usize, f64)> = Vec::with_capacity(4 * levels);
+    let mut skips = SkipStack::default();
     skips.push((w.segs.len(), stem.skip));
     w.push(stem);
 
@@ -72,7 +76,7 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
         let prev = width;
         width = chu(l);
         let (cw, v) = (ch(l), vox(l));
-        for j in 0..res[l] {
+        for j in 0..res(l) {
             let cin = if j == 0 { prev } else { width };
             let mut s = block(w, "resblocks (norms, convs)", l, nac * (cin + width) as f64 * v, mm * cin as f64 * v, 0.0, unet_res_block(cin, width, temb));
             if attn_at(l) {
@@ -109,7 +113,7 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
         out = chu(l);
         let (co, v) = (ch(l), vox(l));
         let skip_in = chu(l.saturating_sub(1));
-        let n = res[l] + 1;
+        let n = res(l) + 1;
         for j in 0..n {
             let skip = if j + 1 == n { skip_in } else { out };
             let cin = (if j == 0 { prev } else { out }) + skip;
@@ -137,4 +141,34 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
     s.transient = c.bwd_transient * w.act(head);
     w.push(s);
     WalkInfo::default()
+}
+
+/// Skip tensors waiting for the decoder (producer segment, bytes), last in first
+/// out; fixed capacity so the walk does not allocate (at most 1 + Σ(r+1) per UNet
+/// level; beyond the capacity the oldest are simply not paired).
+struct SkipStack {
+    items: [(usize, f64); 128],
+    len: usize,
+}
+
+impl Default for SkipStack {
+    fn default() -> Self {
+        SkipStack { items: [(0, 0.0); 128], len: 0 }
+    }
+}
+
+impl SkipStack {
+    fn push(&mut self, item: (usize, f64)) {
+        if self.len < self.items.len() {
+            self.items[self.len] = item;
+            self.len += 1;
+        }
+    }
+    fn pop(&mut self) -> Option<(usize, f64)> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        Some(self.items[self.len])
+    }
 }
