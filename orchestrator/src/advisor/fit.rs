@@ -1,0 +1,403 @@
+//! `orchestrator fit`: which configs are predicted to fit a GPU and budget,
+//! ranked by parameters per input shape, with the Pareto front of parameters
+//! vs predicted peak and the best viable config per variant — the table the
+//! group writes after a whole profiling run, before any job is submitted.
+//!
+//! Candidates are the experiment's sweep, or with a [`SearchSpace`] the
+//! family's knobs within bounds around the sweep's base configs.
+
+use serde::Serialize;
+use spec::model::Family;
+use spec::{Gpu, Mode, ModelSpec, PerLevel, RunConfig, Variant};
+use std::collections::HashSet;
+
+use super::{input_label, mode_peak_gib, params_of, AdvisorError};
+use crate::plan::{millions, render_table};
+use crate::precheck::Predictor;
+use crate::sweep::Sweep;
+
+/// What "fits" means.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FitOptions {
+    pub gpu: Gpu,
+    /// The policy budget (the group's 60 GB); `None`: the GPU's capacity alone.
+    pub budget_gb: Option<f64>,
+    pub mode: Mode,
+}
+
+impl FitOptions {
+    /// The predicted peak a config may have: the smaller of budget and capacity.
+    pub fn limit_gib(&self) -> f64 {
+        let cap = self.gpu.capacity_gib();
+        self.budget_gb.map_or(cap, |b| b.min(cap))
+    }
+}
+
+/// One config judged against the limit.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    pub name: String,
+    pub variant: String,
+    pub summary: String,
+    pub params: u64,
+    pub peak_gib: f64,
+    /// Predicted at or under the limit.
+    pub fits: bool,
+    /// Fits, but the limit is within the predictor's uncertainty band.
+    pub risky: bool,
+    #[serde(skip)]
+    pub config: RunConfig,
+}
+
+/// The answer for one input shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct Group {
+    pub input: String,
+    pub considered: usize,
+    pub invalid: usize,
+    /// Fitting configs, most parameters first.
+    pub fitting: Vec<Candidate>,
+    /// Names of the fitting configs on the Pareto front (no other fitting config
+    /// has more parameters at a lower or equal peak), lowest peak first.
+    pub pareto: Vec<String>,
+    /// The largest fitting config per variant (UNet: level count; transformers: variant).
+    pub best_per_variant: Vec<Candidate>,
+    /// The smallest config that does not fit, to show how far off the next step is.
+    pub smallest_misfit: Option<Candidate>,
+}
+
+impl Group {
+    pub fn largest(&self) -> Option<&Candidate> {
+        self.fitting.first()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FitReport {
+    pub experiment: String,
+    pub options: FitOptions,
+    pub limit_gib: f64,
+    pub searched: bool,
+    pub groups: Vec<Group>,
+}
+
+/// Bounds of `--search`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchSpace {
+    /// UNet widths are the base widths times 2^k for k in this range.
+    pub width_pow2: (i32, i32),
+    /// UNet res blocks per level (uniform), inclusive range.
+    pub res_blocks: (u32, u32),
+    /// Attention at the deepest `a` levels for a in 0..=this (the middle block always attends).
+    pub max_attention_levels: usize,
+    /// Transformer variants (empty: every variant of the family).
+    pub variants: Vec<Variant>,
+    pub patches: Vec<u32>,
+}
+
+impl Default for SearchSpace {
+    fn default() -> Self {
+        SearchSpace { width_pow2: (-2, 4), res_blocks: (1, 3), max_attention_levels: 2, variants: Vec::new(), patches: vec![2, 4, 8] }
+    }
+}
+
+fn variant_key(cfg: &RunConfig) -> String {
+    match &cfg.model {
+        ModelSpec::Unet(u) => format!("unet {}L", u.levels()),
+        m => {
+            let v = match m {
+                ModelSpec::Dit(x) => x.variant,
+                ModelSpec::Hdit(x) => x.variant,
+                ModelSpec::Uvit(x) => x.variant,
+                ModelSpec::Unet(_) => None,
+            };
+            format!("{} {}", m.family(), v.map(|v| v.name().to_string()).unwrap_or_else(|| "custom".into()))
+        }
+    }
+}
+
+/// Judge named configs against the options and group them by input shape.
+pub fn fit(predictor: &Predictor, experiment: &str, configs: &[(String, RunConfig)], opts: FitOptions, searched: bool) -> Result<FitReport, AdvisorError> {
+    let limit = opts.limit_gib();
+    let mut groups: Vec<(String, Vec<Candidate>, usize, usize)> = Vec::new();
+    for (name, cfg) in configs {
+        let mut cfg = cfg.clone();
+        cfg.gpu = opts.gpu;
+        cfg.mode = opts.mode;
+        let key = input_label(&cfg);
+        let gi = match groups.iter().position(|g| g.0 == key) {
+            Some(i) => i,
+            None => {
+                groups.push((key, Vec::new(), 0, 0));
+                groups.len() - 1
+            }
+        };
+        groups[gi].2 += 1;
+        if !spec::validate::validate(&cfg).is_empty() {
+            groups[gi].3 += 1;
+            continue;
+        }
+        let Some(params) = params_of(&cfg) else {
+            groups[gi].3 += 1;
+            continue;
+        };
+        let pred = predictor.predict_peak(&cfg)?;
+        let peak = mode_peak_gib(&pred, opts.mode);
+        groups[gi].1.push(Candidate {
+            name: name.clone(),
+            variant: variant_key(&cfg),
+            summary: cfg.model.summary(),
+            params,
+            peak_gib: peak,
+            fits: peak <= limit,
+            risky: peak <= limit && peak * (1.0 + pred.rel_uncertainty) > limit,
+            config: cfg,
+        });
+    }
+    let groups = groups
+        .into_iter()
+        .map(|(input, cands, considered, invalid)| {
+            let mut fitting: Vec<Candidate> = cands.iter().filter(|c| c.fits).cloned().collect();
+            fitting.sort_by(|a, b| b.params.cmp(&a.params).then(a.peak_gib.total_cmp(&b.peak_gib)));
+            let pareto = pareto_front(&fitting);
+            let mut best_per_variant: Vec<Candidate> = Vec::new();
+            for c in &fitting {
+                if !best_per_variant.iter().any(|b| b.variant == c.variant) {
+                    best_per_variant.push(c.clone());
+                }
+            }
+            let smallest_misfit = cands.iter().filter(|c| !c.fits).min_by_key(|c| c.params).cloned();
+            Group { input, considered, invalid, fitting, pareto, best_per_variant, smallest_misfit }
+        })
+        .collect();
+    Ok(FitReport { experiment: experiment.to_string(), options: opts, limit_gib: limit, searched, groups })
+}
+
+/// Names of the configs no other config beats on both parameters (more) and peak (lower or equal).
+fn pareto_front(cands: &[Candidate]) -> Vec<String> {
+    let mut by_peak: Vec<&Candidate> = cands.iter().collect();
+    by_peak.sort_by(|a, b| a.peak_gib.total_cmp(&b.peak_gib).then(b.params.cmp(&a.params)));
+    let mut best = 0u64;
+    let mut out = Vec::new();
+    for c in by_peak {
+        if c.params > best {
+            best = c.params;
+            out.push(c.name.clone());
+        }
+    }
+    out
+}
+
+/// The sweep's own configs.
+pub fn sweep_configs(sweep: &Sweep) -> Vec<(String, RunConfig)> {
+    sweep.configs.iter().map(|c| (c.name.clone(), c.config.clone())).collect()
+}
+
+/// Configs of the search space around the sweep's bases: one base per input
+/// shape, family and UNet level count (the first such config of the sweep).
+pub fn search_configs(sweep: &Sweep, space: &SearchSpace) -> Vec<(String, RunConfig)> {
+    let mut bases: Vec<&RunConfig> = Vec::new();
+    let mut seen_base = HashSet::new();
+    for c in &sweep.configs {
+        let levels = match &c.config.model {
+            ModelSpec::Unet(u) => u.levels(),
+            _ => 0,
+        };
+        if seen_base.insert((c.config.input, c.config.model.family(), levels)) {
+            bases.push(&c.config);
+        }
+    }
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for base in bases {
+        let label = {
+            let s = base.input.spatial;
+            format!("{}x{}x{}", s.h, s.w, s.d)
+        };
+        for (name, cfg) in around(base, space) {
+            if seen.insert(cfg.hash()) {
+                let name = format!("{name}@{label}");
+                let mut cfg = cfg;
+                cfg.name = name.clone();
+                out.push((name, cfg));
+            }
+        }
+    }
+    out
+}
+
+fn around(base: &RunConfig, space: &SearchSpace) -> Vec<(String, RunConfig)> {
+    let mut out = Vec::new();
+    match &base.model {
+        ModelSpec::Unet(u) => {
+            let levels = u.levels();
+            for k in space.width_pow2.0..=space.width_pow2.1 {
+                let widths: Vec<u32> = u
+                    .channels
+                    .iter()
+                    .map(|&c| if k >= 0 { c.saturating_mul(1 << k.min(16)) } else { c >> (-k).min(16) })
+                    .collect();
+                if widths.iter().any(|&w| w == 0) {
+                    continue;
+                }
+                for r in space.res_blocks.0..=space.res_blocks.1 {
+                    for a in 0..=space.max_attention_levels.min(levels) {
+                        let mut m = u.clone();
+                        m.channels = widths.clone();
+                        m.num_res_blocks = PerLevel::All(r);
+                        m.attention_levels = (0..levels).map(|l| l + a >= levels).collect();
+                        let attn: String = (0..levels).filter(|l| l + a >= levels).map(|l| l.to_string()).collect();
+                        let ws: Vec<String> = widths.iter().map(|w| w.to_string()).collect();
+                        let name = format!(
+                            "{levels}L_{}_r{r}_{}",
+                            ws.join("-"),
+                            if attn.is_empty() { "no-attn".to_string() } else { format!("attn-L{attn}") }
+                        );
+                        let mut c = base.clone();
+                        c.model = ModelSpec::Unet(m);
+                        out.push((name, c));
+                    }
+                }
+            }
+        }
+        m => {
+            let family = m.family();
+            let variants: Vec<Variant> = if space.variants.is_empty() {
+                [Variant::S, Variant::SDeep, Variant::M, Variant::B, Variant::L, Variant::XL]
+                    .into_iter()
+                    .filter(|v| v.dims(family).is_some())
+                    .collect()
+            } else {
+                space.variants.iter().copied().filter(|v| v.dims(family).is_some()).collect()
+            };
+            for v in variants {
+                for &p in &space.patches {
+                    let mut c = base.clone();
+                    match &mut c.model {
+                        ModelSpec::Dit(x) => {
+                            (x.variant, x.hidden, x.heads, x.depth, x.patch) = (Some(v), None, None, None, p);
+                        }
+                        ModelSpec::Uvit(x) => {
+                            (x.variant, x.hidden, x.heads, x.depth, x.patch) = (Some(v), None, None, None, p);
+                        }
+                        ModelSpec::Hdit(x) => {
+                            (x.variant, x.hidden, x.heads, x.patch) = (Some(v), None, None, p);
+                        }
+                        ModelSpec::Unet(_) => {}
+                    }
+                    let prefix = match family {
+                        Family::Dit => "DiT",
+                        Family::Uvit => "UViT",
+                        Family::Hdit => "HDiT",
+                        Family::Unet => "UNet",
+                    };
+                    out.push((format!("{prefix}-{}_p{p}", v.name()), c));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The report as text: per input shape the best config per variant, then every
+/// fitting config ranked by parameters with the Pareto front marked.
+pub fn render(r: &FitReport, top: usize) -> String {
+    let o = &r.options;
+    let mut out = format!(
+        "{}: {} on {} — limit {:.1} GiB ({}capacity {:.1} GiB), {} peak\n",
+        r.experiment,
+        if r.searched { "searched configs" } else { "sweep configs" },
+        o.gpu,
+        r.limit_gib,
+        o.budget_gb.map(|b| format!("budget {b:.1} GiB, ")).unwrap_or_default(),
+        o.gpu.capacity_gib(),
+        match o.mode {
+            Mode::Profile => "profiling",
+            Mode::Train => "training (AdamW + EMA)",
+        },
+    );
+    for g in &r.groups {
+        out.push_str(&format!(
+            "\n== input {}: {} configs, {} fit, {} invalid, {} over the limit\n",
+            g.input,
+            g.considered,
+            g.fitting.len(),
+            g.invalid,
+            g.considered - g.invalid - g.fitting.len()
+        ));
+        match g.largest() {
+            Some(c) => out.push_str(&format!(
+                "largest fitting: {} ({}, {:.1} GiB predicted, {:.1} GiB headroom{})\n",
+                c.name,
+                millions(c.params),
+                c.peak_gib,
+                r.limit_gib - c.peak_gib,
+                if c.risky { ", within the predictor's uncertainty of the limit" } else { "" }
+            )),
+            None => out.push_str("nothing fits\n"),
+        }
+        if let Some(m) = &g.smallest_misfit {
+            out.push_str(&format!("smallest config over the limit: {} ({}, {:.1} GiB)\n", m.name, millions(m.params), m.peak_gib));
+        }
+        if g.fitting.is_empty() {
+            continue;
+        }
+        out.push_str("\nbest viable config per variant:\n");
+        let mut cells = vec![vec!["Variant".to_string(), "Config".into(), "Dims".into(), "Params".into(), "Peak".into(), "Headroom".into()]];
+        for c in &g.best_per_variant {
+            cells.push(vec![
+                c.variant.clone(),
+                c.name.clone(),
+                c.summary.clone(),
+                millions(c.params),
+                format!("{:.1}G", c.peak_gib),
+                format!("{:.1}G", r.limit_gib - c.peak_gib),
+            ]);
+        }
+        out.push_str(&render_table(&cells));
+        out.push_str(&format!("\nfitting configs by parameters (* = Pareto front of parameters vs peak){}:\n", if g.fitting.len() > top { format!(", top {top} of {}", g.fitting.len()) } else { String::new() }));
+        let mut cells = vec![vec!["#".to_string(), "Config".into(), "Dims".into(), "Params".into(), "Peak".into(), "Pareto".into()]];
+        for (i, c) in g.fitting.iter().take(top).enumerate() {
+            cells.push(vec![
+                (i + 1).to_string(),
+                c.name.clone(),
+                c.summary.clone(),
+                millions(c.params),
+                format!("{:.1}G{}", c.peak_gib, if c.risky { " (risky)" } else { "" }),
+                if g.pareto.contains(&c.name) { "*".into() } else { String::new() },
+            ]);
+        }
+        out.push_str(&render_table(&cells));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(name: &str, params: u64, peak: f64) -> Candidate {
+        let cfg: RunConfig = serde_json::from_value(serde_json::json!({
+            "experiment": "t", "name": name,
+            "model": {"family": "dit", "variant": "S", "patch": 2},
+            "input": {"channels": 1, "spatial": [8, 8, 8]}, "out_channels": 1, "batch": 1,
+            "precision": "bf16-amp", "grad_ckpt": false, "gpu": "A100-SXM4-80GB"
+        }))
+        .unwrap();
+        Candidate { name: name.into(), variant: "v".into(), summary: String::new(), params, peak_gib: peak, fits: true, risky: false, config: cfg }
+    }
+
+    #[test]
+    fn pareto_drops_dominated() {
+        let c = [cand("a", 10, 5.0), cand("b", 20, 4.0), cand("c", 30, 9.0), cand("d", 25, 9.5)];
+        assert_eq!(pareto_front(&c), vec!["b", "c"]);
+    }
+
+    #[test]
+    fn limit_is_the_smaller_of_budget_and_capacity() {
+        let o = FitOptions { gpu: Gpu::A100Sxm80, budget_gb: Some(60.0), mode: Mode::Profile };
+        assert_eq!(o.limit_gib(), 60.0);
+        let o = FitOptions { budget_gb: Some(100.0), ..o };
+        assert_eq!(o.limit_gib(), Gpu::A100Sxm80.capacity_gib());
+    }
+}

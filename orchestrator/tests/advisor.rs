@@ -1,0 +1,118 @@
+//! The advisor against the group's own observations on the S2D 128 configs
+//! (exp11: input (16, 80, 64, 64), H100, bf16 autocast, gradient checkpointing,
+//! 32-channel heads) and the exp9 conclusion of which configs fit under 60 GB.
+//!
+//! Measured figures (shared/data/vram-measurements.jsonl, GiB):
+//! [32,64,256,512,1024] attn-L34 12.4 vs attn-L234 20.6 (level 2 costs 8.2);
+//! [64,128,256,512,512] attn-L34 7.4 vs attn-L234 19.4 (level 2 costs 12.0);
+//! [64,128,256,512,512] no-attn 7.1 vs attn-L34 7.4-7.5 (levels 3+4 cost ~0.3).
+
+use orchestrator::advisor::{fit, levers, scale};
+use orchestrator::precheck::Predictor;
+use orchestrator::sweep::{self, Sweep};
+use spec::{Gpu, Mode};
+use std::path::Path;
+
+fn load(name: &str) -> Sweep {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments").join(name);
+    sweep::load(&p, &[]).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn peak(s: &Sweep, name: &str) -> f64 {
+    let c = s.get(name).unwrap_or_else(|| panic!("{name} not in {}", s.experiment.name));
+    Predictor::pytorch().predict_peak(&c.config).unwrap().peak_gib()
+}
+
+/// The predictor's stated error band (p90 relative error of its calibration).
+fn band() -> f64 {
+    Predictor::pytorch().coefficients().rel_uncertainty
+}
+
+#[test]
+fn attention_at_level_2_costs_8_to_12_gib_on_s2d_128() {
+    let s = load("exp11.yaml");
+    for (widths, measured) in [("32-64-256-512-1024", 20.6 - 12.4), ("64-128-256-512-512", 19.4 - 7.4)] {
+        let with = peak(&s, &format!("5L_{widths}_attn-L234"));
+        let without = peak(&s, &format!("5L_{widths}_attn-L34"));
+        let cost = with - without;
+        eprintln!("attention at level 2, [{widths}]: predicted {cost:.2} GiB, measured {measured:.1} GiB");
+        // Within the predictor's error on the larger (with-attention) peak.
+        assert!((cost - measured).abs() <= band() * with, "[{widths}] predicted {cost:.2} vs measured {measured:.1}");
+        assert!((8.0 * (1.0 - band())..=12.0 * (1.0 + band())).contains(&cost), "[{widths}] {cost:.2} GiB outside ~8-12");
+    }
+    // The lever says the same: dropping attention at level 2 is the biggest saving.
+    let cfg = &s.get("5L_64-128-256-512-512_attn-L234").unwrap().config;
+    let ls = levers::levers(&Predictor::pytorch(), cfg).unwrap();
+    assert_eq!(ls[0].change, "drop attention at level 2");
+    assert!((-ls[0].delta_gib - (19.4 - 7.4)).abs() <= band() * 19.4, "lever saves {:.2}", -ls[0].delta_gib);
+}
+
+#[test]
+fn attention_at_levels_3_and_4_costs_under_1_gib_on_s2d_128() {
+    let s = load("exp11.yaml");
+    for widths in ["32-64-256-512-1024", "64-128-256-512-512", "64-128-256-512-1024"] {
+        let cost = peak(&s, &format!("5L_{widths}_attn-L34")) - peak(&s, &format!("5L_{widths}_no-attn"));
+        eprintln!("attention at levels 3+4, [{widths}]: predicted {cost:.2} GiB");
+        assert!((0.0..1.0).contains(&cost), "[{widths}] {cost:.2} GiB");
+    }
+}
+
+#[test]
+fn deep_heavy_widths_scale_less_from_128_to_256_than_wide_early() {
+    let s = load("exp11.yaml");
+    let p = Predictor::pytorch();
+    let ratio = |name: &str| {
+        let r = scale::scaling(&p, &s.get(name).unwrap().config, scale::NewInput::ScaleHw(2)).unwrap();
+        let x = r.ratio.expect("valid at 256x256");
+        eprintln!("{name}: {:.1} → {:.1} GiB, x{x:.2}", r.from_gib, r.to_gib.unwrap());
+        x
+    };
+    // Width at the deep levels vs width at the full-resolution levels.
+    let deep = ratio("5L_32-64-256-1024-1024_attn-L34");
+    let deep2 = ratio("5L_16-32-128-256-512_attn-L34");
+    let wide = ratio("5L_128-128-256-512-512_attn-L34");
+    let wide2 = ratio("5L_128-256-512-1024-1024_attn-L34");
+    assert!(deep < wide && deep < wide2 && deep2 < wide, "deep {deep:.2}/{deep2:.2} vs wide {wide:.2}/{wide2:.2}");
+    // --scale-input 2 agrees with exp11_1 (80,128,128), the group's 256x256 sweep.
+    let s256 = load("exp11_1.yaml");
+    let name = "5L_32-64-256-1024-1024_attn-L34";
+    let direct = peak(&s256, name) / peak(&s, name);
+    assert!((direct - deep).abs() < 1e-9, "{direct} vs {deep}");
+}
+
+#[test]
+fn exp9_largest_fitting_under_60_gb_are_4l_large_and_3l_huge() {
+    let s = load("exp9.yaml");
+    let opts = fit::FitOptions { gpu: Gpu::A100Sxm80, budget_gb: Some(60.0), mode: Mode::Profile };
+    let r = fit::fit(&Predictor::pytorch(), "exp9", &fit::sweep_configs(&s), opts, false).unwrap();
+    assert_eq!(r.groups.len(), 2, "two latents");
+    let largest: Vec<&str> = r.groups.iter().map(|g| g.largest().expect("something fits").name.as_str()).collect();
+    assert_eq!(largest, ["4L_large_lat4x", "3L_huge_lat8x"]);
+    for g in &r.groups {
+        // Ranked by parameters, all under the limit, the largest on the Pareto front.
+        assert!(g.fitting.windows(2).all(|w| w[0].params >= w[1].params));
+        assert!(g.fitting.iter().all(|c| c.peak_gib <= 60.0));
+        assert!(g.pareto.contains(&g.fitting[0].name));
+        // The next size up (the _d variants) is over the budget.
+        assert!(g.smallest_misfit.is_some());
+    }
+    let text = fit::render(&r, 20);
+    assert!(text.contains("largest fitting: 4L_large_lat4x") && text.contains("largest fitting: 3L_huge_lat8x"), "{text}");
+}
+
+#[test]
+fn search_finds_fitting_unets_around_exp9() {
+    let s = load("exp9.yaml");
+    // exp9's first 3-level config is 3L_tiny [32, 64, 128]: 2^4 reaches 3L_huge's widths.
+    let space = fit::SearchSpace { width_pow2: (-1, 4), ..fit::SearchSpace::default() };
+    let cands = fit::search_configs(&s, &space);
+    assert!(cands.iter().all(|(n, c)| n == &c.name));
+    let opts = fit::FitOptions { gpu: Gpu::A100Sxm80, budget_gb: Some(60.0), mode: Mode::Profile };
+    let r = fit::fit(&Predictor::pytorch(), "exp9", &cands, opts, true).unwrap();
+    for g in &r.groups {
+        let best = g.largest().expect("some searched config fits");
+        assert!(best.peak_gib <= 60.0);
+        // At least as large as the sweep's own best on that latent (the search includes its widths).
+        assert!(best.params >= 2_660_000_000, "{} {}", best.name, best.params);
+    }
+}
