@@ -2,6 +2,7 @@
 //! experiment → sweep → precheck → render → transport → state → collect → report.
 
 pub mod collect;
+pub mod advisor;
 pub mod experiment;
 pub mod plan;
 pub mod precheck;

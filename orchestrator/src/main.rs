@@ -66,6 +66,20 @@ enum Command {
         #[arg(long)]
         no_loto: bool,
     },
+    /// Where one config's predicted peak goes (terms, phase, hotspots), the single changes that save most, input scaling.
+    Explain {
+        #[command(flatten)]
+        exp: ExperimentArgs,
+        #[command(flatten)]
+        args: orchestrator::advisor::cli::ExplainArgs,
+    },
+    /// The configs predicted to fit a GPU and budget, ranked by parameters per input shape, with the Pareto front.
+    Fit {
+        #[command(flatten)]
+        exp: ExperimentArgs,
+        #[command(flatten)]
+        args: orchestrator::advisor::cli::FitArgs,
+    },
 }
 
 fn main() {
@@ -108,6 +122,8 @@ fn run(command: Command) -> Result<()> {
         Command::Calibrate { records, out, no_loto } => {
             precheck::cli::run_calibrate(&records, out.as_deref(), !no_loto)?;
         }
+        Command::Explain { exp, args } => orchestrator::advisor::cli::run_explain(&exp.load()?, &args)?,
+        Command::Fit { exp, args } => orchestrator::advisor::cli::run_fit(&exp.load()?, &args)?,
     }
     Ok(())
 }
