@@ -1,1 +1,19 @@
-//! The worker.
+//! The worker: runs one sweep config as a SLURM job. It builds the model in
+//! Burn, runs the phases the group's profiler runs (model, fwd, bwd, AdamW
+//! step), measures each phase's peak memory and streams events to the state
+//! directory (see `worker/README.md`).
+//!
+//! Backends are chosen at run time among those compiled in: `flex` (CPU,
+//! default feature) and the GPU features `wgpu` / `vulkan` (see [`backend`] for
+//! why not `cuda`). This crate installs a tracking global allocator ([`alloc`])
+//! in every binary that links it.
+
+pub mod alloc;
+pub mod backend;
+pub mod events;
+pub mod meter;
+pub mod models;
+pub mod runner;
+
+pub use backend::Backend;
+pub use runner::{run, Outcome, RunOptions};

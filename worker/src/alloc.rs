@@ -1,0 +1,158 @@
+//! A tracking global allocator: the exact live-byte count of the process, its
+//! peak since the last reset, and an optional limit.
+//!
+//! On CPU backends this *is* the memory measurement: every tensor buffer goes
+//! through the global allocator, so the peak is exact (PyTorch's
+//! `max_memory_allocated` analogue), not sampled.
+//!
+//! The limit makes allocation failure testable. Rust cannot recover from a
+//! failed allocation on stable (`set_alloc_error_hook` is unstable, and an
+//! unwinding allocator is undefined behaviour), so the allocator instead calls
+//! a registered *OOM hook* when an allocation would cross the limit. The hook
+//! must not allocate; the runner's hook writes the `oom` result line with raw
+//! `write(2)` calls and ends the process with `_exit(2)` (see `runner`). If no
+//! hook is set the allocator returns null and Rust aborts as usual.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Live bytes now.
+static CURRENT: AtomicU64 = AtomicU64::new(0);
+/// Highest `CURRENT` since the last [`reset_peak`].
+static PEAK: AtomicU64 = AtomicU64::new(0);
+/// 0 = no limit.
+static LIMIT: AtomicU64 = AtomicU64::new(0);
+/// `fn(requested_bytes, live_bytes)` as a usize, 0 = none.
+static OOM_HOOK: AtomicUsize = AtomicUsize::new(0);
+
+/// The global allocator of every binary linking this crate (the worker and its tests).
+pub struct TrackingAllocator;
+
+#[global_allocator]
+static GLOBAL: TrackingAllocator = TrackingAllocator;
+
+/// Called instead of returning null when an allocation would exceed the limit.
+/// It must not allocate, and should not return (if it does, the allocation fails).
+pub type OomHook = fn(requested: u64, live: u64);
+
+impl TrackingAllocator {
+    /// Account `size` more bytes; false (nothing accounted) when over the limit.
+    #[inline]
+    fn reserve(size: u64) -> bool {
+        let before = CURRENT.fetch_add(size, Ordering::Relaxed);
+        let now = before + size;
+        let limit = LIMIT.load(Ordering::Relaxed);
+        if limit != 0 && now > limit {
+            CURRENT.fetch_sub(size, Ordering::Relaxed);
+            let hook = OOM_HOOK.load(Ordering::Acquire);
+            if hook != 0 {
+                // SAFETY: only `set_oom_hook` stores here, always from an `OomHook`.
+                let hook: OomHook = unsafe { std::mem::transmute::<usize, OomHook>(hook) };
+                hook(size, before);
+            }
+            return false;
+        }
+        PEAK.fetch_max(now, Ordering::Relaxed);
+        true
+    }
+}
+
+// SAFETY: every call forwards to `System` with the same layout; the counters
+// are plain atomics and never allocate.
+unsafe impl GlobalAlloc for TrackingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !Self::reserve(layout.size() as u64) {
+            return std::ptr::null_mut();
+        }
+        let p = unsafe { System.alloc(layout) };
+        if p.is_null() {
+            CURRENT.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if !Self::reserve(layout.size() as u64) {
+            return std::ptr::null_mut();
+        }
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if p.is_null() {
+            CURRENT.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        CURRENT.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old = layout.size() as u64;
+        let new = new_size as u64;
+        if new > old && !Self::reserve(new - old) {
+            return std::ptr::null_mut();
+        }
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if p.is_null() {
+            if new > old {
+                CURRENT.fetch_sub(new - old, Ordering::Relaxed);
+            }
+        } else if new < old {
+            CURRENT.fetch_sub(old - new, Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+/// Live heap bytes of the process.
+pub fn current() -> u64 {
+    CURRENT.load(Ordering::Relaxed)
+}
+
+/// Peak live bytes since the last [`reset_peak`] (or process start).
+pub fn peak() -> u64 {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// Start a new peak window at the current live bytes (like
+/// `torch.cuda.reset_peak_memory_stats` at a phase start).
+pub fn reset_peak() {
+    PEAK.store(CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// Refuse allocations that would take live bytes above `bytes` (`None`: no limit).
+pub fn set_limit(bytes: Option<u64>) {
+    LIMIT.store(bytes.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// The current limit.
+pub fn limit() -> Option<u64> {
+    match LIMIT.load(Ordering::Relaxed) {
+        0 => None,
+        b => Some(b),
+    }
+}
+
+/// Register the hook run when the limit is hit (see the module docs).
+pub fn set_oom_hook(hook: Option<OomHook>) {
+    OOM_HOOK.store(hook.map(|h| h as usize).unwrap_or(0), Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_a_large_buffer_exactly() {
+        // Other test threads allocate too, so look only at a difference far above their noise.
+        reset_peak();
+        let before = current();
+        let v = vec![1u8; 64 << 20];
+        let during = current();
+        assert!(during >= before + (64 << 20) - (1 << 20), "{before} → {during}");
+        assert!(peak() >= during - (1 << 20));
+        drop(v);
+        assert!(current() < during - (60 << 20));
+    }
+}

@@ -1,0 +1,61 @@
+//! The event stream writer: `spec::event::Event` as JSON lines appended to
+//! `<state>/<experiment>/runs/<config>/events.jsonl`, each line one `write(2)`
+//! on an `O_APPEND` file, so a line is never interleaved with another writer's
+//! and a reader (the orchestrator, possibly over SFTP) sees whole lines or a
+//! torn last one, never a mix.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use spec::event::Event;
+
+/// Seconds since the Unix epoch (the events' `t`).
+pub fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// Where a config's events go.
+pub fn events_path(state_dir: &Path, experiment: &str, config: &str) -> PathBuf {
+    state_dir.join(experiment).join("runs").join(config).join("events.jsonl")
+}
+
+pub struct EventLog {
+    file: Mutex<File>,
+    fd: i32,
+    path: PathBuf,
+}
+
+impl EventLog {
+    /// Open (creating directories) for appending: a rerun appends after the
+    /// previous attempt's lines, so history is kept and the last result wins.
+    pub fn open(path: &Path) -> std::io::Result<EventLog> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let fd = file.as_raw_fd();
+        Ok(EventLog { file: Mutex::new(file), fd, path: path.to_path_buf() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The raw descriptor, for the allocation-free OOM writer.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd
+    }
+
+    /// Append one event as one line.
+    pub fn emit(&self, event: &Event) -> std::io::Result<()> {
+        let mut line = serde_json::to_string(event).map_err(std::io::Error::other)?;
+        line.push('\n');
+        let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        f.write_all(line.as_bytes())?;
+        f.flush()
+    }
+}

@@ -1,0 +1,108 @@
+//! `worker run`: one sweep config, measured and streamed to the state directory.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use spec::run::Manifest;
+use spec::RunConfig;
+use worker::{Backend, RunOptions};
+
+#[derive(Parser)]
+#[command(name = "worker", version, about = "Profiles one sweep config in Burn and streams its events")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one config: from a manifest and the SLURM array task id, or from a config file.
+    Run(RunArgs),
+    /// List the backends compiled into this binary.
+    Backends,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Manifest JSON (`{"experiment", "task_offset", "configs": [RunConfig...]}`).
+    #[arg(long, conflicts_with = "config", required_unless_present = "config")]
+    manifest: Option<PathBuf>,
+    /// Array task id; defaults to $SLURM_ARRAY_TASK_ID.
+    #[arg(long, requires = "manifest")]
+    task_id: Option<u32>,
+    /// A single RunConfig JSON file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// State directory; events go to <state-dir>/<experiment>/runs/<config>/events.jsonl.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Refuse allocations above this many bytes and record the run as `oom`.
+    #[arg(long)]
+    memory_limit: Option<u64>,
+    /// Backend (default: the first GPU backend compiled in, else `flex`).
+    #[arg(long)]
+    backend: Option<String>,
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let de = &mut serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(de).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn config_of(args: &RunArgs) -> Result<RunConfig> {
+    if let Some(path) = &args.config {
+        return read_json(path);
+    }
+    let Some(path) = &args.manifest else { bail!("give --manifest or --config") };
+    let manifest: Manifest = read_json(path)?;
+    let task_id = match args.task_id {
+        Some(t) => t,
+        None => std::env::var("SLURM_ARRAY_TASK_ID")
+            .context("no --task-id and no SLURM_ARRAY_TASK_ID")?
+            .trim()
+            .parse()
+            .context("SLURM_ARRAY_TASK_ID is not a number")?,
+    };
+    let cfg = manifest.task(task_id).with_context(|| {
+        format!(
+            "task {task_id} is outside the manifest (offset {}, {} configs)",
+            manifest.task_offset,
+            manifest.configs.len()
+        )
+    })?;
+    Ok(cfg.clone())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Backends => {
+            for b in Backend::available() {
+                println!("{}", b.name());
+            }
+            Ok(())
+        }
+        Command::Run(args) => {
+            let cfg = config_of(&args)?;
+            let backend = match &args.backend {
+                Some(name) => Backend::parse(name)?,
+                None => Backend::default_for_build().context("this build has no backend")?,
+            };
+            let mut opts = RunOptions::new(&args.state_dir, backend);
+            opts.memory_limit = args.memory_limit;
+            let outcome = worker::run(&cfg, &opts)?;
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            eprintln!(
+                "{}: {:?}, {} params, peak {:.3} GiB{}",
+                cfg.name,
+                outcome.status,
+                outcome.params,
+                gib(outcome.peak_bytes),
+                outcome.message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
+            );
+            std::process::exit(outcome.exit_code());
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! DiT (Peebles & Xie) in 3D: Conv3d patch embed, fixed sin-cos position table
+//! stored as a (frozen) parameter, timestep MLP 256 → h → h, adaLN-Zero blocks,
+//! final adaLN layer. Matches `spec::params::count` exactly.
+
+use burn::module::Param;
+use burn::nn::conv::{Conv3d, Conv3dConfig};
+use burn::prelude::*;
+use spec::{DitSpec, Input};
+
+use super::{sincos_table, to_tokens, unpatchify, BuildError, DitBlock, FinalLayer, Grid, TimeMlp};
+
+#[derive(Module, Debug)]
+pub struct Dit {
+    patch_embed: Conv3d,
+    /// Fixed (not trained, as in DiT) but a parameter, so it counts like upstream.
+    pos: Param<Tensor<2>>,
+    time: TimeMlp,
+    blocks: Vec<DitBlock>,
+    final_layer: FinalLayer,
+    patch: usize,
+    out_channels: usize,
+}
+
+impl Dit {
+    pub fn new(m: &DitSpec, input: &Input, out_channels: u32, device: &Device) -> Result<Self, BuildError> {
+        let d = m.dims()?;
+        let (h, heads, p) = (d.hidden as usize, d.heads as usize, m.patch as usize);
+        if heads == 0 || h % heads != 0 {
+            return Err(BuildError::Shape(format!("{heads} heads do not divide hidden {h}")));
+        }
+        let grid = Grid::of(input, m.patch)?;
+        let cin = input.channels as usize;
+        Ok(Self {
+            patch_embed: Conv3dConfig::new([cin, h], [p; 3]).with_stride([p; 3]).init(device),
+            pos: Param::from_tensor(sincos_table(grid, h, device)).set_require_grad(false),
+            time: TimeMlp::new(h, device),
+            blocks: (0..d.depth).map(|_| DitBlock::new(h, heads, device)).collect(),
+            final_layer: FinalLayer::new(h, p, out_channels as usize, device),
+            patch: p,
+            out_channels: out_channels as usize,
+        })
+    }
+
+    pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
+        let device = x.device();
+        let [_, _, d, h, w] = x.dims();
+        let grid = Grid { d: d / self.patch, h: h / self.patch, w: w / self.patch };
+        let mut x = to_tokens(self.patch_embed.forward(x)) + self.pos.val().unsqueeze::<3>();
+        let c = self.time.forward(t, &device);
+        for block in &self.blocks {
+            x = block.forward(x, c.clone());
+        }
+        let x = self.final_layer.forward(x, c);
+        unpatchify(x, grid, self.patch, self.out_channels)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::test_util::device;
+    use burn::module::Module;
+    use spec::{ModelSpec, Spatial, Variant};
+
+    fn check(m: DitSpec, input: Input, out: u32) -> Dit {
+        let device = device();
+        let expected = spec::params::count(&ModelSpec::Dit(m.clone()), &input, out).unwrap();
+        let model = Dit::new(&m, &input, out, &device).unwrap();
+        assert_eq!(model.num_params() as u64, expected, "{m:?}");
+        model
+    }
+
+    #[test]
+    fn params_match_spec_small_explicit_sizes() {
+        let input = Input { channels: 1, spatial: Spatial::new(8, 8, 8) };
+        check(DitSpec { variant: None, hidden: Some(32), heads: Some(4), depth: Some(2), patch: 2 }, input, 1);
+        let input = Input { channels: 2, spatial: Spatial::new(8, 8, 4) };
+        check(DitSpec { variant: None, hidden: Some(48), heads: Some(3), depth: Some(3), patch: 4 }, input, 3);
+    }
+
+    #[test]
+    fn params_match_spec_variant_s() {
+        // DiT-S at the spec's own reference shape (the count test in spec/src/params.rs).
+        let input = Input { channels: 1, spatial: Spatial::new(10, 16, 16) };
+        let m = DitSpec { variant: Some(Variant::S), hidden: None, heads: None, depth: None, patch: 2 };
+        check(m, input, 1);
+    }
+
+    #[test]
+    fn forward_shape() {
+        let device = device();
+        let input = Input { channels: 2, spatial: Spatial::new(8, 8, 8) };
+        let m = DitSpec { variant: None, hidden: Some(32), heads: Some(2), depth: Some(1), patch: 4 };
+        let model = check(m, input, 1);
+        let x = Tensor::<5>::random([1, 2, 8, 8, 8], burn::tensor::Distribution::Default, &device);
+        assert_eq!(model.forward(x, &[3.0]).dims(), [1, 1, 8, 8, 8]);
+    }
+}

@@ -1,0 +1,352 @@
+//! The four model families in Burn, built from the shared spec types.
+//!
+//! Every model here must report exactly `spec::params::count` parameters: the
+//! precheck predicts from that count, and a measured run is only comparable with
+//! its prediction when both describe the same network. The tests beside each
+//! family hold the two together on tiny configs.
+//!
+//! Layouts follow the upstream code the research group profiled (MONAI
+//! `DiffusionModelUNet`, DiT, an hourglass DiT, U-ViT); see `shared/docs/domain.md`.
+//! Attention goes through `burn::tensor::module::attention`: under autodiff Burn
+//! 0.22.1 decomposes it into matmul + softmax, so the B x heads x N x N score
+//! tensor *is* materialised (unlike PyTorch's SDPA); the precheck models that.
+
+pub mod dit;
+pub mod hdit;
+pub mod unet;
+pub mod uvit;
+
+use burn::module::Param;
+use burn::nn::{Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation::{gelu, silu};
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use spec::{Input, ModelSpec};
+
+/// Why a spec cannot be built into a model.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("invalid spec: {0}")]
+    Spec(#[from] spec::Invalid),
+    #[error("{0}")]
+    Shape(String),
+}
+
+/// One model of any family, so the runner handles them alike.
+#[derive(Module, Debug)]
+pub enum Model {
+    Unet(unet::Unet),
+    Dit(dit::Dit),
+    Hdit(hdit::Hdit),
+    Uvit(uvit::Uvit),
+}
+
+impl Model {
+    /// Build `spec` for inputs of shape `input` on `device` (weights allocated there).
+    pub fn build(
+        spec: &ModelSpec,
+        input: &Input,
+        out_channels: u32,
+        device: &Device,
+    ) -> Result<Model, BuildError> {
+        Ok(match spec {
+            ModelSpec::Unet(u) => Model::Unet(unet::Unet::new(u, input, out_channels, device)?),
+            ModelSpec::Dit(m) => Model::Dit(dit::Dit::new(m, input, out_channels, device)?),
+            ModelSpec::Hdit(m) => Model::Hdit(hdit::Hdit::new(m, input, out_channels, device)?),
+            ModelSpec::Uvit(m) => Model::Uvit(uvit::Uvit::new(m, input, device)?),
+        })
+    }
+
+    /// Noise prediction for `x` `[B, C, D, H, W]` at diffusion timesteps `t` (one per sample).
+    pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
+        match self {
+            Model::Unet(m) => m.forward(x, t),
+            Model::Dit(m) => m.forward(x, t),
+            Model::Hdit(m) => m.forward(x, t),
+            Model::Uvit(m) => m.forward(x, t),
+        }
+    }
+}
+
+/// Sinusoidal timestep embedding `[B, dim]` (cos half then sin half, as MONAI and
+/// DiT compute it). Computed on the host: it has no parameters and is tiny.
+pub fn timestep_embedding(t: &[f32], dim: usize, device: &Device) -> Tensor<2> {
+    let half = dim / 2;
+    let max_period = 10_000f64;
+    let mut data = Vec::with_capacity(t.len() * dim);
+    for &ts in t {
+        let args: Vec<f64> = (0..half)
+            .map(|i| ts as f64 * (-(max_period.ln()) * i as f64 / half as f64).exp())
+            .collect();
+        data.extend(args.iter().map(|a| a.cos() as f32));
+        data.extend(args.iter().map(|a| a.sin() as f32));
+        if dim % 2 == 1 {
+            data.push(0.0);
+        }
+    }
+    Tensor::from_data(TensorData::new(data, [t.len(), dim]), device)
+}
+
+/// Linear layer with bias from `i` to `o` features.
+pub(crate) fn linear(i: usize, o: usize, device: &Device) -> Linear {
+    LinearConfig::new(i, o).init(device)
+}
+
+/// LayerNorm without affine parameters over the last dim (DiT's `elementwise_affine=False`).
+pub(crate) fn layer_norm_plain(x: Tensor<3>, eps: f64) -> Tensor<3> {
+    let (var, mean) = x.clone().var_mean_bias(2);
+    (x - mean).div(var.add_scalar(eps).sqrt())
+}
+
+/// `x * (1 + scale) + shift`, with per-sample `[B, h]` shift and scale.
+pub(crate) fn modulate(x: Tensor<3>, shift: Tensor<2>, scale: Tensor<2>) -> Tensor<3> {
+    x * (scale.unsqueeze_dim::<3>(1).add_scalar(1.0)) + shift.unsqueeze_dim::<3>(1)
+}
+
+/// Multi-head self-attention of `[B, N, 3h]` packed q/k/v into `[B, N, h]`.
+pub(crate) fn self_attention(qkv: Tensor<3>, heads: usize) -> Tensor<3> {
+    let [b, n, h3] = qkv.dims();
+    let h = h3 / 3;
+    let hd = h / heads;
+    // [B, N, 3, heads, hd] → three [B, heads, N, hd].
+    let qkv = qkv.reshape([b, n, 3, heads, hd]).permute([2, 0, 3, 1, 4]);
+    let qkv = qkv.reshape([3 * b, heads, n, hd]);
+    let mut parts = qkv.chunk(3, 0);
+    let v = parts.pop().expect("three chunks");
+    let k = parts.pop().expect("three chunks");
+    let q = parts.pop().expect("three chunks");
+    let out = attention(q, k, v, None, None, AttentionModuleOptions::default());
+    out.swap_dims(1, 2).reshape([b, n, h])
+}
+
+/// Attention of separate q, k, v `[B, N, C]` with `heads` heads.
+pub(crate) fn attention_qkv(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, heads: usize) -> Tensor<3> {
+    let [b, n, c] = q.dims();
+    let split = |x: Tensor<3>| x.reshape([b, n, heads, c / heads]).swap_dims(1, 2);
+    let out = attention(split(q), split(k), split(v), None, None, AttentionModuleOptions::default());
+    out.swap_dims(1, 2).reshape([b, n, c])
+}
+
+/// Timestep MLP of the transformer families: sinusoidal(256) → h → h.
+#[derive(Module, Debug)]
+pub struct TimeMlp {
+    fc1: Linear,
+    fc2: Linear,
+}
+
+impl TimeMlp {
+    pub fn new(h: usize, device: &Device) -> Self {
+        Self {
+            fc1: linear(spec::params::TIME_FREQ_DIM as usize, h, device),
+            fc2: linear(h, h, device),
+        }
+    }
+    pub fn forward(&self, t: &[f32], device: &Device) -> Tensor<2> {
+        let emb = timestep_embedding(t, spec::params::TIME_FREQ_DIM as usize, device);
+        self.fc2.forward(silu(self.fc1.forward(emb)))
+    }
+}
+
+/// DiT block with adaLN-Zero conditioning: 18h² + 15h parameters.
+#[derive(Module, Debug)]
+pub struct DitBlock {
+    qkv: Linear,
+    proj: Linear,
+    fc1: Linear,
+    fc2: Linear,
+    ada_ln: Linear,
+    heads: usize,
+}
+
+impl DitBlock {
+    pub fn new(h: usize, heads: usize, device: &Device) -> Self {
+        Self {
+            qkv: linear(h, 3 * h, device),
+            proj: linear(h, h, device),
+            fc1: linear(h, 4 * h, device),
+            fc2: linear(4 * h, h, device),
+            ada_ln: linear(h, 6 * h, device),
+            heads,
+        }
+    }
+
+    /// `x` `[B, N, h]` conditioned on `c` `[B, h]`.
+    pub fn forward(&self, x: Tensor<3>, c: Tensor<2>) -> Tensor<3> {
+        let m = self.ada_ln.forward(silu(c)).chunk(6, 1);
+        let [shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp]: [Tensor<2>; 6] =
+            m.try_into().expect("six chunks");
+        let h = modulate(layer_norm_plain(x.clone(), 1e-6), shift_msa, scale_msa);
+        let attn = self.proj.forward(self_attention(self.qkv.forward(h), self.heads));
+        let x = x + gate_msa.unsqueeze_dim::<3>(1) * attn;
+        let h = modulate(layer_norm_plain(x.clone(), 1e-6), shift_mlp, scale_mlp);
+        let mlp = self.fc2.forward(gelu(self.fc1.forward(h)));
+        x + gate_mlp.unsqueeze_dim::<3>(1) * mlp
+    }
+}
+
+/// DiT final layer: adaLN (shift, scale) and the per-token patch projection.
+#[derive(Module, Debug)]
+pub struct FinalLayer {
+    ada_ln: Linear,
+    proj: Linear,
+}
+
+impl FinalLayer {
+    pub fn new(h: usize, patch: usize, out: usize, device: &Device) -> Self {
+        Self { ada_ln: linear(h, 2 * h, device), proj: linear(h, patch.pow(3) * out, device) }
+    }
+    pub fn forward(&self, x: Tensor<3>, c: Tensor<2>) -> Tensor<3> {
+        let mut m = self.ada_ln.forward(silu(c)).chunk(2, 1);
+        let scale = m.pop().expect("two chunks");
+        let shift = m.pop().expect("two chunks");
+        self.proj.forward(modulate(layer_norm_plain(x, 1e-6), shift, scale))
+    }
+}
+
+/// Token grid of a patch embedding: (D/p, H/p, W/p).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grid {
+    pub d: usize,
+    pub h: usize,
+    pub w: usize,
+}
+
+impl Grid {
+    pub fn tokens(&self) -> usize {
+        self.d * self.h * self.w
+    }
+    /// The grid `patch` cuts `input` into; an error when it does not divide.
+    pub fn of(input: &Input, patch: u32) -> Result<Grid, BuildError> {
+        let [d, h, w] = input.spatial.dims();
+        if patch == 0 || d % patch != 0 || h % patch != 0 || w % patch != 0 {
+            return Err(BuildError::Shape(format!(
+                "patch {patch} does not divide the input {d}x{h}x{w} (D x H x W)"
+            )));
+        }
+        let p = patch as usize;
+        Ok(Grid { d: d as usize / p, h: h as usize / p, w: w as usize / p })
+    }
+    /// The grid after a 2x2x2 merge; an error when a side is odd.
+    pub fn halve(&self) -> Result<Grid, BuildError> {
+        if self.d % 2 != 0 || self.h % 2 != 0 || self.w % 2 != 0 {
+            return Err(BuildError::Shape(format!(
+                "token grid {}x{}x{} cannot be merged 2x2x2",
+                self.d, self.h, self.w
+            )));
+        }
+        Ok(Grid { d: self.d / 2, h: self.h / 2, w: self.w / 2 })
+    }
+}
+
+/// `[B, h, Dp, Hp, Wp]` (a patch-embedding conv's output) as tokens `[B, N, h]`.
+pub(crate) fn to_tokens(x: Tensor<5>) -> Tensor<3> {
+    let [b, h, d, hh, w] = x.dims();
+    x.reshape([b, h, d * hh * w]).swap_dims(1, 2)
+}
+
+/// Tokens `[B, N, p³·C]` (last dim ordered c, pd, ph, pw) back to `[B, C, D, H, W]`.
+/// Done in two rank-≤6 permutes, the most any Burn CPU backend is happy with.
+pub(crate) fn unpatchify(x: Tensor<3>, g: Grid, patch: usize, c: usize) -> Tensor<5> {
+    let [b, _, _] = x.dims();
+    let p = patch;
+    // [B, N, C, p³] → [B, C, N, p³]
+    let x = x.reshape([b, g.tokens(), c, p * p * p]).swap_dims(1, 2);
+    // [B·C, Dp, Hp, Wp, pd, ph·pw] → [B·C, Dp, pd, Hp, Wp, ph·pw]
+    let x = x.reshape([b * c, g.d, g.h, g.w, p, p * p]).permute([0, 1, 4, 2, 3, 5]);
+    // [B·C·D, Hp, Wp, ph, pw] → [B·C·D, Hp, ph, Wp, pw]
+    let x = x.reshape([b * c * g.d * p, g.h, g.w, p, p]).permute([0, 1, 3, 2, 4]);
+    x.reshape([b, c, g.d * p, g.h * p, g.w * p])
+}
+
+/// Merge 2x2x2 neighbouring tokens: `[B, N, h]` on grid `g` → `[B, N/8, 8h]`.
+pub(crate) fn merge_tokens(x: Tensor<3>, g: Grid) -> Tensor<3> {
+    let [b, _, h] = x.dims();
+    x.reshape([b * g.d / 2, 2, g.h / 2, 2, g.w / 2, 2 * h])
+        .permute([0, 2, 4, 1, 3, 5])
+        .reshape([b, g.tokens() / 8, 8 * h])
+}
+
+/// Inverse of [`merge_tokens`]: `[B, N/8, 8h]` → `[B, N, h]` on grid `g`.
+pub(crate) fn split_tokens(x: Tensor<3>, g: Grid) -> Tensor<3> {
+    let [b, _, h8] = x.dims();
+    let h = h8 / 8;
+    x.reshape([b * g.d / 2, g.h / 2, g.w / 2, 2, 2, 2 * h])
+        .permute([0, 3, 1, 4, 2, 5])
+        .reshape([b, g.tokens(), h])
+}
+
+/// A learned (or fixed) table `[rows, h]` as a parameter.
+pub(crate) fn table(rows: usize, h: usize, device: &Device) -> Param<Tensor<2>> {
+    Param::from_tensor(Tensor::random(
+        [rows, h],
+        burn::tensor::Distribution::Normal(0.0, 0.02),
+        device,
+    ))
+}
+
+/// DiT's fixed 3D sin-cos position table `[tokens, h]` (stored as a parameter,
+/// as DiT does; it counts towards the parameters).
+pub(crate) fn sincos_table(g: Grid, h: usize, device: &Device) -> Tensor<2> {
+    // h split over the three axes in even-sized sin/cos pairs; the remainder is zero.
+    let per_axis = (h / 6) * 2;
+    let mut data = vec![0f32; g.tokens() * h];
+    for (i, row) in data.chunks_mut(h).enumerate() {
+        let pos = [i / (g.h * g.w), (i / g.w) % g.h, i % g.w];
+        for (a, &p) in pos.iter().enumerate() {
+            let half = per_axis / 2;
+            for k in 0..half {
+                let omega = 1.0 / 10_000f64.powf(k as f64 / half.max(1) as f64);
+                let v = p as f64 * omega;
+                row[a * per_axis + k] = v.sin() as f32;
+                row[a * per_axis + half + k] = v.cos() as f32;
+            }
+        }
+    }
+    Tensor::from_data(TensorData::new(data, [g.tokens(), h]), device)
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use burn::prelude::*;
+
+    pub fn device() -> Device {
+        Device::flex()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_then_split_is_identity() {
+        let device = test_util::device();
+        let g = Grid { d: 2, h: 4, w: 2 };
+        let x = Tensor::<3>::random([1, g.tokens(), 3], burn::tensor::Distribution::Default, &device);
+        let back = split_tokens(merge_tokens(x.clone(), g), g);
+        back.into_data().assert_eq(&x.into_data(), true);
+    }
+
+    #[test]
+    fn unpatchify_inverts_patch_layout() {
+        // A volume whose value is its linear index, cut into 2x2x2 patches by hand.
+        let device = test_util::device();
+        let (d, h, w, p) = (2usize, 4usize, 2usize, 2usize);
+        let g = Grid { d: d / p, h: h / p, w: w / p };
+        let mut tokens = vec![0f32; g.tokens() * p * p * p];
+        for t in 0..g.tokens() {
+            let (td, th, tw) = (t / (g.h * g.w), (t / g.w) % g.h, t % g.w);
+            for k in 0..p * p * p {
+                let (pd, ph, pw) = (k / (p * p), (k / p) % p, k % p);
+                let (z, y, x) = (td * p + pd, th * p + ph, tw * p + pw);
+                tokens[t * p * p * p + k] = ((z * h + y) * w + x) as f32;
+            }
+        }
+        let x = Tensor::<3>::from_data(TensorData::new(tokens, [1, g.tokens(), p * p * p]), &device);
+        let vol = unpatchify(x, g, p, 1);
+        let expected: Vec<f32> = (0..d * h * w).map(|i| i as f32).collect();
+        vol.into_data()
+            .assert_eq(&TensorData::new(expected, [1, 1, d, h, w]), true);
+    }
+}

@@ -1,0 +1,358 @@
+//! MONAI `DiffusionModelUNet` (spatial_dims=3) as the group profiled it.
+//!
+//! conv_in → sinusoidal time embedding → Linear(c0, 4c0) → SiLU → Linear(4c0, 4c0);
+//! per level `r` ResBlocks (+ spatial attention where enabled), stride-2 conv between
+//! levels; middle ResBlock + attention (always) + ResBlock; up path of `r+1`
+//! ResBlocks per level on the concatenated skips, nearest x2 upsample + conv;
+//! GroupNorm, SiLU, conv out. Matches `spec::params::count` exactly.
+
+use burn::nn::conv::{Conv3d, Conv3dConfig};
+use burn::nn::{GroupNorm, GroupNormConfig, Linear, PaddingConfig3d};
+use burn::prelude::*;
+use burn::tensor::activation::silu;
+use spec::{Input, UnetSpec};
+
+use super::{attention_qkv, linear, timestep_embedding, BuildError};
+
+/// MONAI uses eps 1e-6 in its diffusion UNet norms.
+const NORM_EPS: f64 = 1e-6;
+
+fn conv3(cin: usize, cout: usize, stride: usize, device: &Device) -> Conv3d {
+    Conv3dConfig::new([cin, cout], [3, 3, 3])
+        .with_stride([stride; 3])
+        .with_padding(PaddingConfig3d::Explicit(1, 1, 1))
+        .init(device)
+}
+
+fn norm(groups: usize, c: usize, device: &Device) -> Result<GroupNorm, BuildError> {
+    if groups == 0 || c % groups != 0 {
+        return Err(BuildError::Shape(format!("GroupNorm: {groups} groups do not divide {c} channels")));
+    }
+    Ok(GroupNormConfig::new(groups, c).with_epsilon(NORM_EPS).init(device))
+}
+
+/// MONAI ResnetBlock: norm, SiLU, conv, + time projection, norm, SiLU, conv, skip.
+#[derive(Module, Debug)]
+pub struct ResBlock {
+    norm1: GroupNorm,
+    conv1: Conv3d,
+    time_proj: Linear,
+    norm2: GroupNorm,
+    conv2: Conv3d,
+    skip: Option<Conv3d>,
+}
+
+impl ResBlock {
+    fn new(cin: usize, cout: usize, temb: usize, groups: usize, device: &Device) -> Result<Self, BuildError> {
+        Ok(Self {
+            norm1: norm(groups, cin, device)?,
+            conv1: conv3(cin, cout, 1, device),
+            time_proj: linear(temb, cout, device),
+            norm2: norm(groups, cout, device)?,
+            conv2: conv3(cout, cout, 1, device),
+            skip: (cin != cout).then(|| Conv3dConfig::new([cin, cout], [1, 1, 1]).init(device)),
+        })
+    }
+
+    fn forward(&self, x: Tensor<5>, emb: Tensor<2>) -> Tensor<5> {
+        let h = self.conv1.forward(silu(self.norm1.forward(x.clone())));
+        let t: Tensor<5> = self.time_proj.forward(silu(emb)).unsqueeze_dims(&[2, 3, 4]);
+        let h = self.conv2.forward(silu(self.norm2.forward(h + t)));
+        let skip = match &self.skip {
+            Some(conv) => conv.forward(x),
+            None => x,
+        };
+        skip + h
+    }
+}
+
+/// MONAI SpatialAttentionBlock: GroupNorm, q/k/v/out Linear(C, C) with bias, residual.
+#[derive(Module, Debug)]
+pub struct AttnBlock {
+    norm: GroupNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    out: Linear,
+    heads: usize,
+}
+
+impl AttnBlock {
+    fn new(c: usize, head_channels: usize, groups: usize, device: &Device) -> Result<Self, BuildError> {
+        if head_channels == 0 || c % head_channels != 0 {
+            return Err(BuildError::Shape(format!(
+                "attention: {head_channels} channels per head do not divide {c}"
+            )));
+        }
+        Ok(Self {
+            norm: norm(groups, c, device)?,
+            q: linear(c, c, device),
+            k: linear(c, c, device),
+            v: linear(c, c, device),
+            out: linear(c, c, device),
+            heads: c / head_channels,
+        })
+    }
+
+    fn forward(&self, x: Tensor<5>) -> Tensor<5> {
+        let [b, c, d, h, w] = x.dims();
+        let n = d * h * w;
+        let t = self.norm.forward(x.clone()).reshape([b, c, n]).swap_dims(1, 2);
+        let a = attention_qkv(self.q.forward(t.clone()), self.k.forward(t.clone()), self.v.forward(t), self.heads);
+        let a = self.out.forward(a).swap_dims(1, 2).reshape([b, c, d, h, w]);
+        x + a
+    }
+}
+
+/// A ResBlock with its optional attention.
+#[derive(Module, Debug)]
+pub struct Stage {
+    res: ResBlock,
+    attn: Option<AttnBlock>,
+}
+
+impl Stage {
+    fn forward(&self, x: Tensor<5>, emb: Tensor<2>) -> Tensor<5> {
+        let x = self.res.forward(x, emb);
+        match &self.attn {
+            Some(a) => a.forward(x),
+            None => x,
+        }
+    }
+}
+
+/// One level of the down path.
+#[derive(Module, Debug)]
+pub struct Down {
+    stages: Vec<Stage>,
+    downsample: Option<Conv3d>,
+}
+
+/// One level of the up path.
+#[derive(Module, Debug)]
+pub struct Up {
+    stages: Vec<Stage>,
+    /// Conv after the nearest x2 upsample.
+    upsample: Option<Conv3d>,
+}
+
+#[derive(Module, Debug)]
+pub struct Unet {
+    conv_in: Conv3d,
+    time1: Linear,
+    time2: Linear,
+    down: Vec<Down>,
+    mid1: ResBlock,
+    mid_attn: AttnBlock,
+    mid2: ResBlock,
+    up: Vec<Up>,
+    out_norm: GroupNorm,
+    conv_out: Conv3d,
+    c0: usize,
+}
+
+impl Unet {
+    pub fn new(u: &UnetSpec, input: &Input, out_channels: u32, device: &Device) -> Result<Self, BuildError> {
+        let ch: Vec<usize> = u.channels.iter().map(|&c| c as usize).collect();
+        let levels = ch.len();
+        if levels == 0 {
+            return Err(BuildError::Shape("UNet needs at least one level".into()));
+        }
+        let res: Vec<usize> = u.res_blocks().iter().map(|&r| r as usize).collect();
+        let heads: Vec<usize> = u.head_channels().iter().map(|&h| h as usize).collect();
+        let attn = |l: usize| u.attention_levels.get(l).copied().unwrap_or(false);
+        let groups = u.norm_num_groups as usize;
+        let c0 = ch[0];
+        let temb = 4 * c0;
+        let stage = |cin: usize, cout: usize, l: usize, with_attn: bool| -> Result<Stage, BuildError> {
+            Ok(Stage {
+                res: ResBlock::new(cin, cout, temb, groups, device)?,
+                attn: if with_attn { Some(AttnBlock::new(cout, heads[l], groups, device)?) } else { None },
+            })
+        };
+
+        let mut down = Vec::with_capacity(levels);
+        let mut width = c0;
+        for l in 0..levels {
+            let input_width = width;
+            width = ch[l];
+            let stages = (0..res[l])
+                .map(|j| stage(if j == 0 { input_width } else { width }, width, l, attn(l)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let downsample = (l + 1 < levels).then(|| conv3(width, width, 2, device));
+            down.push(Down { stages, downsample });
+        }
+
+        let last = ch[levels - 1];
+        let mid1 = ResBlock::new(last, last, temb, groups, device)?;
+        let mid_attn = AttnBlock::new(last, heads[levels - 1], groups, device)?;
+        let mid2 = ResBlock::new(last, last, temb, groups, device)?;
+
+        // Skip widths pushed on the way down, consumed from the top on the way up.
+        let mut up = Vec::with_capacity(levels);
+        let mut out = last;
+        for i in 0..levels {
+            let l = levels - 1 - i;
+            let prev = out;
+            out = ch[l];
+            let skip_in = ch[l.saturating_sub(1)];
+            let n = res[l] + 1;
+            let stages = (0..n)
+                .map(|j| {
+                    let skip = if j == n - 1 { skip_in } else { out };
+                    let rin = if j == 0 { prev } else { out };
+                    stage(rin + skip, out, l, attn(l))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let upsample = (l > 0).then(|| conv3(out, out, 1, device));
+            up.push(Up { stages, upsample });
+        }
+
+        let _ = input; // The UNet's parameters do not depend on the volume size.
+        Ok(Self {
+            conv_in: conv3(input.channels as usize, c0, 1, device),
+            time1: linear(c0, temb, device),
+            time2: linear(temb, temb, device),
+            down,
+            mid1,
+            mid_attn,
+            mid2,
+            up,
+            out_norm: norm(groups, c0, device)?,
+            conv_out: conv3(c0, out_channels as usize, 1, device),
+            c0,
+        })
+    }
+
+    pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
+        let device = x.device();
+        let emb = timestep_embedding(t, self.c0, &device);
+        let emb = self.time2.forward(silu(self.time1.forward(emb)));
+
+        let mut h = self.conv_in.forward(x);
+        let mut skips = vec![h.clone()];
+        for level in &self.down {
+            for s in &level.stages {
+                h = s.forward(h, emb.clone());
+                skips.push(h.clone());
+            }
+            if let Some(conv) = &level.downsample {
+                h = conv.forward(h);
+                skips.push(h.clone());
+            }
+        }
+        h = self.mid1.forward(h, emb.clone());
+        h = self.mid_attn.forward(h);
+        h = self.mid2.forward(h, emb.clone());
+        for level in &self.up {
+            for s in &level.stages {
+                let skip = skips.pop().expect("one skip per up-path ResBlock");
+                h = s.forward(Tensor::cat(vec![h, skip], 1), emb.clone());
+            }
+            if let Some(conv) = &level.upsample {
+                h = conv.forward(upsample_nearest2(h));
+            }
+        }
+        self.conv_out.forward(silu(self.out_norm.forward(h)))
+    }
+}
+
+/// Nearest-neighbour x2 upsample of `[B, C, D, H, W]` by reshape + expand (Burn
+/// has no 5-D interpolate), keeping every intermediate at rank 6 or less.
+pub fn upsample_nearest2(x: Tensor<5>) -> Tensor<5> {
+    let [b, c, d, h, w] = x.dims();
+    // Depth first: [B·C, D, 1, H·W] → [B·C, D, 2, H·W].
+    let x = x.reshape([b * c, d, 1, h * w]).expand([b * c, d, 2, h * w]);
+    // Then height and width: [B·C·2D, H, 1, W, 1] → [.., H, 2, W, 2].
+    let x = x.reshape([b * c * d * 2, h, 1, w, 1]).expand([b * c * d * 2, h, 2, w, 2]);
+    x.reshape([b, c, 2 * d, 2 * h, 2 * w])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::test_util::device;
+    use burn::module::Module;
+    use spec::{ModelSpec, PerLevel, Spatial};
+
+    fn check(u: UnetSpec, input: Input, out: u32) {
+        let device = device();
+        let expected = spec::params::count(&ModelSpec::Unet(u.clone()), &input, out).unwrap();
+        let model = Unet::new(&u, &input, out, &device).unwrap();
+        assert_eq!(model.num_params() as u64, expected, "{u:?}");
+    }
+
+    fn input(c: u32) -> Input {
+        Input { channels: c, spatial: Spatial::new(8, 8, 8) }
+    }
+
+    #[test]
+    fn params_match_spec_two_levels_attention_last() {
+        check(
+            UnetSpec {
+                channels: vec![32, 64],
+                attention_levels: vec![false, true],
+                num_res_blocks: PerLevel::All(1),
+                num_head_channels: PerLevel::All(32),
+                norm_num_groups: 8,
+            },
+            input(2),
+            1,
+        );
+    }
+
+    #[test]
+    fn params_match_spec_per_level_res_blocks_and_heads() {
+        check(
+            UnetSpec {
+                channels: vec![16, 32, 32],
+                attention_levels: vec![true, false, true],
+                num_res_blocks: PerLevel::Each(vec![1, 2, 3]),
+                num_head_channels: PerLevel::Each(vec![8, 16, 32]),
+                norm_num_groups: 8,
+            },
+            input(3),
+            2,
+        );
+    }
+
+    #[test]
+    fn params_match_spec_no_attention() {
+        check(
+            UnetSpec {
+                channels: vec![32, 32, 64],
+                attention_levels: vec![false, false, false],
+                num_res_blocks: PerLevel::All(2),
+                num_head_channels: PerLevel::All(32),
+                norm_num_groups: 32,
+            },
+            input(8),
+            4,
+        );
+    }
+
+    #[test]
+    fn forward_keeps_the_volume_shape() {
+        let device = device();
+        let u = UnetSpec {
+            channels: vec![16, 32],
+            attention_levels: vec![false, true],
+            num_res_blocks: PerLevel::All(1),
+            num_head_channels: PerLevel::All(16),
+            norm_num_groups: 8,
+        };
+        let model = Unet::new(&u, &input(2), 1, &device).unwrap();
+        let x = Tensor::<5>::random([1, 2, 8, 8, 8], burn::tensor::Distribution::Default, &device);
+        assert_eq!(model.forward(x, &[10.0]).dims(), [1, 1, 8, 8, 8]);
+    }
+
+    #[test]
+    fn upsample_repeats_each_voxel() {
+        let device = device();
+        let x = Tensor::<5>::from_data(TensorData::new(vec![1f32, 2.0], [1, 1, 1, 1, 2]), &device);
+        let y = upsample_nearest2(x);
+        assert_eq!(y.dims(), [1, 1, 2, 2, 4]);
+        let v: Vec<f32> = y.into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(v, vec![1., 1., 2., 2., 1., 1., 2., 2., 1., 1., 2., 2., 1., 1., 2., 2.]);
+    }
+}

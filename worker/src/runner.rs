@@ -1,0 +1,508 @@
+//! One profiled run: the phases the group's profiler measures, with every
+//! outcome recorded as a result event.
+//!
+//! Phases, each with its own peak window (reset at the phase start):
+//! `model` (build; weights materialised), `fwd` (forward at the batch size),
+//! `bwd` (MSE loss against a random target, backward), `step` (one AdamW step).
+//! `train` mode repeats fwd/bwd/step `steps` times, keeping the largest peak of
+//! each phase.
+//!
+//! Outcomes: `ok`; `oom` when an allocation fails (the CPU allocator's limit, or
+//! a GPU allocation error); `failed` on any other error or panic, with its
+//! message; `cancelled` on SIGTERM/SIGINT (SLURM time limit, `scancel`). Exactly
+//! one result line is written per attempt: whoever flips [`Progress::finished`]
+//! first writes it.
+//!
+//! The allocator's OOM hook cannot unwind or allocate (see [`crate::alloc`]), so
+//! it formats the result into a stack buffer from the atomics in [`PROGRESS`],
+//! writes it with `write(2)` and leaves with `_exit(2)`.
+
+use std::fmt::Write as _;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{AdamWConfig, GradientsParams};
+use burn::prelude::*;
+use spec::event::{Event, Phase, PhasePeaks, RunEnvironment, RunStatus};
+use spec::{Mode, RunConfig};
+
+use crate::alloc;
+use crate::backend::{self, Backend};
+use crate::events::{events_path, now, EventLog};
+use crate::meter::Meter;
+use crate::models::Model;
+
+/// Exit codes of `worker run`: the result is in the event stream either way;
+/// these let a plain shell or SLURM tell the outcomes apart.
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILED: i32 = 1;
+pub const EXIT_OOM: i32 = 3;
+pub const EXIT_CANCELLED: i32 = 143;
+
+/// Heartbeat interval.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// Options of one run besides the config.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub state_dir: PathBuf,
+    pub backend: Backend,
+    /// Refuse allocations above this many live bytes (CPU allocator; GPU pool on GPU backends).
+    pub memory_limit: Option<u64>,
+    /// Seconds between heartbeats (1 in production; tests may shorten it).
+    pub heartbeat: Duration,
+}
+
+impl RunOptions {
+    pub fn new(state_dir: impl Into<PathBuf>, backend: Backend) -> Self {
+        RunOptions { state_dir: state_dir.into(), backend, memory_limit: None, heartbeat: HEARTBEAT }
+    }
+}
+
+/// What a run ended with (also written as the last event).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub status: RunStatus,
+    pub params: u64,
+    pub peaks: PhasePeaks,
+    pub peak_bytes: u64,
+    pub phase: Option<Phase>,
+    pub message: Option<String>,
+    pub events: PathBuf,
+}
+
+impl Outcome {
+    pub fn exit_code(&self) -> i32 {
+        match self.status {
+            RunStatus::Ok => EXIT_OK,
+            RunStatus::Oom => EXIT_OOM,
+            RunStatus::Failed => EXIT_FAILED,
+            RunStatus::Cancelled => EXIT_CANCELLED,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot write events to {path}: {source}")]
+    Events { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Backend(#[from] backend::BackendError),
+}
+
+/// Progress of the run in this process, readable without locks or allocation
+/// (by the OOM hook, the signal thread and the heartbeat).
+struct Progress {
+    phase: AtomicU8,
+    /// Peak per phase, `u64::MAX` = not reached.
+    peaks: [AtomicU64; 4],
+    params: AtomicU64,
+    start_bits: AtomicU64,
+    fd: AtomicI32,
+    finished: AtomicBool,
+    gpu: AtomicBool,
+}
+
+const NONE: u64 = u64::MAX;
+
+static PROGRESS: Progress = Progress {
+    phase: AtomicU8::new(0),
+    peaks: [AtomicU64::new(NONE), AtomicU64::new(NONE), AtomicU64::new(NONE), AtomicU64::new(NONE)],
+    params: AtomicU64::new(0),
+    start_bits: AtomicU64::new(0),
+    fd: AtomicI32::new(-1),
+    finished: AtomicBool::new(false),
+    gpu: AtomicBool::new(false),
+};
+
+fn phase_index(p: Phase) -> usize {
+    match p {
+        Phase::Model => 0,
+        Phase::Fwd => 1,
+        Phase::Bwd => 2,
+        Phase::Step => 3,
+    }
+}
+
+fn current_phase() -> Phase {
+    Phase::ALL[(PROGRESS.phase.load(Ordering::Relaxed) as usize).min(3)]
+}
+
+/// Phase peaks so far, the current phase's open window included (`live_peak`).
+fn peaks_so_far(live_peak: u64) -> (PhasePeaks, u64) {
+    let cur = PROGRESS.phase.load(Ordering::Relaxed) as usize;
+    let mut v = [None; 4];
+    for (i, slot) in v.iter_mut().enumerate() {
+        let p = PROGRESS.peaks[i].load(Ordering::Relaxed);
+        let p = if p == NONE { None } else { Some(p) };
+        *slot = if i == cur { Some(p.unwrap_or(0).max(live_peak)) } else { p };
+    }
+    let overall = v.iter().flatten().copied().max().unwrap_or(0);
+    (PhasePeaks { model: v[0], fwd: v[1], bwd: v[2], step: v[3] }, overall)
+}
+
+/// A fixed buffer implementing `fmt::Write`, for formatting without allocating.
+struct StackBuf {
+    buf: [u8; 1024],
+    len: usize,
+}
+
+impl std::fmt::Write for StackBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        if end > self.buf.len() {
+            return Err(std::fmt::Error);
+        }
+        self.buf[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// The `oom` result line as `serde_json` would write `Event::Result`, without allocating.
+fn format_oom(out: &mut StackBuf, t: f64, requested: u64, live: u64, limit: u64, live_peak: u64) -> std::fmt::Result {
+    let (peaks, overall) = peaks_so_far(live_peak);
+    let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
+    write!(out, "{{\"event\":\"result\",\"t\":{t},\"status\":\"oom\",\"params\":{},\"peaks\":{{", PROGRESS.params.load(Ordering::Relaxed))?;
+    let mut first = true;
+    for (name, v) in [("model", peaks.model), ("fwd", peaks.fwd), ("bwd", peaks.bwd), ("step", peaks.step)] {
+        if let Some(v) = v {
+            write!(out, "{}\"{name}\":{v}", if first { "" } else { "," })?;
+            first = false;
+        }
+    }
+    write!(
+        out,
+        "}},\"peak_bytes\":{overall},\"phase\":\"{}\",\"message\":\"allocation of {requested} bytes refused: {live} bytes live, limit {limit}\",\"wall_s\":{}}}\n",
+        current_phase().name(),
+        (t - start).max(0.0)
+    )
+}
+
+/// The allocator's OOM hook (and the GPU sampler's over-limit callback).
+fn oom_hook(requested: u64, live: u64) {
+    if PROGRESS.finished.swap(true, Ordering::SeqCst) {
+        return; // A result is already written (or being written); just fail the allocation.
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let live_peak = if PROGRESS.gpu.load(Ordering::Relaxed) { live } else { alloc::peak() };
+    let mut out = StackBuf { buf: [0; 1024], len: 0 };
+    let limit = alloc::limit().unwrap_or(0);
+    let fd = PROGRESS.fd.load(Ordering::Relaxed);
+    if format_oom(&mut out, t, requested, live, limit, live_peak).is_ok() && fd >= 0 {
+        // SAFETY: plain write(2) of an initialised buffer; no allocation, async-signal-safe.
+        unsafe {
+            libc::write(fd, out.buf.as_ptr().cast(), out.len);
+        }
+    }
+    const MSG: &[u8] = b"worker: memory limit reached, recorded as oom\n";
+    // SAFETY: as above; _exit skips destructors and atexit handlers, which could allocate.
+    unsafe {
+        libc::write(2, MSG.as_ptr().cast(), MSG.len());
+        libc::_exit(EXIT_OOM);
+    }
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or truncates.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "unknown".into()
+    }
+}
+
+/// Touch every parameter so Burn's lazy initialisation happens inside the
+/// `model` phase (otherwise the weights would appear in `fwd`).
+struct Materialise;
+impl ModuleVisitor for Materialise {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let _ = param.val();
+    }
+}
+
+/// Memory text of an error that means the device ran out of memory.
+fn is_oom_message(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    ["out of memory", "outofmemory", "memory allocation of", "allocation failed"]
+        .iter()
+        .any(|needle| m.contains(needle))
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-text payload".into()
+    }
+}
+
+/// Run `cfg` to its end and record it. Returns the outcome unless the event file
+/// itself cannot be written (nothing could be recorded then). An OOM under the
+/// CPU limit and SIGTERM end the process from inside (after writing the result).
+pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
+    let path = events_path(&opts.state_dir, &cfg.experiment, &cfg.name);
+    let log = Arc::new(EventLog::open(&path).map_err(|source| RunError::Events { path: path.clone(), source })?);
+    let ev_err = |source| RunError::Events { path: path.clone(), source };
+
+    let start = now();
+    PROGRESS.start_bits.store(start.to_bits(), Ordering::Relaxed);
+    PROGRESS.phase.store(0, Ordering::Relaxed);
+    for p in &PROGRESS.peaks {
+        p.store(NONE, Ordering::Relaxed);
+    }
+    PROGRESS.finished.store(false, Ordering::SeqCst);
+    PROGRESS.fd.store(log.raw_fd(), Ordering::Relaxed);
+    PROGRESS.gpu.store(opts.backend.is_gpu(), Ordering::Relaxed);
+    let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap_or(0);
+    PROGRESS.params.store(params, Ordering::Relaxed);
+
+    let prepared = backend::prepare(opts.backend, cfg.precision, cfg.grad_ckpt);
+    let (device, dtype_name) = match &prepared {
+        Ok((d, dt)) => (Some(d.clone()), backend::dtype_name(*dt)),
+        Err(_) => (None, backend::dtype_name(backend::float_dtype(cfg.precision))),
+    };
+    let (device_name, driver) = match &device {
+        Some(d) => backend::describe(opts.backend, d),
+        None => (opts.backend.name().to_string(), None),
+    };
+    let env = RunEnvironment {
+        host: hostname(),
+        device: device_name,
+        driver,
+        backend: opts.backend.name().to_string(),
+        dtype: dtype_name.to_string(),
+        grad_ckpt: cfg.grad_ckpt,
+        slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
+        slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
+    };
+    log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env })
+        .map_err(ev_err)?;
+
+    let device = match prepared {
+        Ok((d, _)) => d,
+        Err(e) => return finish(&log, &path, params, start, Err((RunStatus::Failed, e.to_string()))),
+    };
+
+    let meter = Arc::new(Meter::new(opts.backend.is_gpu(), &device, opts.memory_limit, oom_hook));
+    if !opts.backend.is_gpu() {
+        alloc::set_oom_hook(Some(oom_hook));
+        alloc::set_limit(opts.memory_limit);
+    }
+    spawn_signal_thread(log.clone(), meter.clone());
+    let beating = Arc::new(AtomicBool::new(true));
+    let heartbeat = spawn_heartbeat(log.clone(), meter.clone(), beating.clone(), opts.heartbeat);
+
+    let result = catch_unwind(AssertUnwindSafe(|| phases(cfg, &device, &meter, &log)));
+    alloc::set_limit(None);
+    beating.store(false, Ordering::Relaxed);
+    if let Some(h) = heartbeat {
+        let _ = h.join();
+    }
+    let ended = match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(msg)) => Err((if is_oom_message(&msg) { RunStatus::Oom } else { RunStatus::Failed }, msg)),
+        Err(payload) => {
+            let msg = panic_message(payload.as_ref());
+            Err((if is_oom_message(&msg) { RunStatus::Oom } else { RunStatus::Failed }, msg))
+        }
+    };
+    let out = finish(&log, &path, params, start, ended);
+    drop(meter);
+    out
+}
+
+/// Write the result (unless the signal thread got there first) and build the outcome.
+fn finish(
+    log: &EventLog,
+    path: &Path,
+    params: u64,
+    start: f64,
+    ended: Result<(), (RunStatus, String)>,
+) -> Result<Outcome, RunError> {
+    let (status, message) = match ended {
+        Ok(()) => (RunStatus::Ok, None),
+        Err((s, m)) => (s, Some(m)),
+    };
+    let live_peak = if status == RunStatus::Ok { 0 } else { alloc::peak() };
+    let (peaks, peak_bytes) = if status == RunStatus::Ok {
+        let (p, o) = peaks_so_far(0);
+        // Every phase closed: no open window to add.
+        (p, o)
+    } else {
+        peaks_so_far(if PROGRESS.gpu.load(Ordering::Relaxed) { 0 } else { live_peak })
+    };
+    let phase = (status != RunStatus::Ok).then(current_phase);
+    let t = now();
+    if !PROGRESS.finished.swap(true, Ordering::SeqCst) {
+        log.emit(&Event::Result {
+            t,
+            status,
+            params,
+            peaks: peaks.clone(),
+            peak_bytes,
+            phase,
+            message: message.clone(),
+            wall_s: t - start,
+        })
+        .map_err(|source| RunError::Events { path: path.to_path_buf(), source })?;
+    }
+    Ok(Outcome { status, params, peaks, peak_bytes, phase, message, events: path.to_path_buf() })
+}
+
+/// Run `f` as phase `p`: fresh peak window, device synced at the end, peak recorded.
+fn phase<T>(
+    p: Phase,
+    device: &Device,
+    meter: &Meter,
+    log: &EventLog,
+    f: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    PROGRESS.phase.store(phase_index(p) as u8, Ordering::Relaxed);
+    meter.reset_peak();
+    let t0 = Instant::now();
+    let out = f()?;
+    device.sync().map_err(|e| format!("{} phase: device error: {e:?}", p.name()))?;
+    meter.sample();
+    let peak = meter.peak();
+    let slot = &PROGRESS.peaks[phase_index(p)];
+    let prev = slot.load(Ordering::Relaxed);
+    slot.store(if prev == NONE { peak } else { prev.max(peak) }, Ordering::Relaxed);
+    let _ = log.emit(&Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds: t0.elapsed().as_secs_f64() });
+    Ok(out)
+}
+
+fn phases(cfg: &RunConfig, device: &Device, meter: &Meter, log: &EventLog) -> Result<(), String> {
+    let model = phase(Phase::Model, device, meter, log, || {
+        let m = Model::build(&cfg.model, &cfg.input, cfg.out_channels, device).map_err(|e| e.to_string())?;
+        m.visit(&mut Materialise);
+        Ok(m)
+    })?;
+    let mut model = model;
+    let mut optim = AdamWConfig::new().init();
+    let steps = match cfg.mode {
+        Mode::Profile => 1,
+        Mode::Train => cfg.steps.max(1),
+    };
+    let [d, h, w] = cfg.input.spatial.dims();
+    let shape = [cfg.batch as usize, cfg.input.channels as usize, d as usize, h as usize, w as usize];
+    for step in 0..steps {
+        let (out, x) = phase(Phase::Fwd, device, meter, log, || {
+            let x = Tensor::<5>::random(shape, burn::tensor::Distribution::Normal(0.0, 1.0), device);
+            let t: Vec<f32> = (0..cfg.batch).map(|i| ((step * 7919 + i * 104_729) % 1000) as f32).collect();
+            let out = model.forward(x.clone(), &t);
+            Ok((out, x))
+        })?;
+        let grads = phase(Phase::Bwd, device, meter, log, || {
+            let target = Tensor::random(out.dims(), burn::tensor::Distribution::Normal(0.0, 1.0), device);
+            let loss = (out - target).square().mean();
+            Ok(loss.backward())
+        })?;
+        drop(x);
+        model = phase(Phase::Step, device, meter, log, || {
+            let grads = GradientsParams::from_grads(grads, &model);
+            Ok(optim.step(1e-4, model.clone(), grads))
+        })?;
+    }
+    Ok(())
+}
+
+fn spawn_heartbeat(
+    log: Arc<EventLog>,
+    meter: Arc<Meter>,
+    beating: Arc<AtomicBool>,
+    every: Duration,
+) -> Option<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("heartbeat".into())
+        .spawn(move || {
+            let tick = Duration::from_millis(20).min(every);
+            let mut last = Instant::now();
+            while beating.load(Ordering::Relaxed) {
+                std::thread::sleep(tick);
+                if last.elapsed() < every || !beating.load(Ordering::Relaxed) {
+                    continue;
+                }
+                last = Instant::now();
+                if PROGRESS.finished.load(Ordering::Relaxed) {
+                    break;
+                }
+                let _ = log.emit(&Event::Heartbeat {
+                    t: now(),
+                    phase: current_phase(),
+                    current_bytes: meter.current(),
+                    peak_bytes: meter.peak(),
+                });
+            }
+        })
+        .ok()
+}
+
+/// SIGTERM (SLURM's time limit and `scancel`) and SIGINT: record `cancelled`, exit 143.
+fn spawn_signal_thread(log: Arc<EventLog>, meter: Arc<Meter>) {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) else {
+        return;
+    };
+    let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            if !PROGRESS.finished.swap(true, Ordering::SeqCst) {
+                let (peaks, peak_bytes) = peaks_so_far(meter.peak());
+                let t = now();
+                let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
+                let _ = log.emit(&Event::Result {
+                    t,
+                    status: RunStatus::Cancelled,
+                    params: PROGRESS.params.load(Ordering::Relaxed),
+                    peaks,
+                    peak_bytes,
+                    phase: Some(current_phase()),
+                    message: Some(format!("received signal {sig}")),
+                    wall_s: t - start,
+                });
+            }
+            std::process::exit(EXIT_CANCELLED);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oom_line_parses_as_a_result_event() {
+        let mut out = StackBuf { buf: [0; 1024], len: 0 };
+        format_oom(&mut out, 1_700_000_000.25, 4096, 1 << 20, 1 << 21, 3 << 19).unwrap();
+        let line = std::str::from_utf8(&out.buf[..out.len]).unwrap();
+        assert!(line.ends_with('\n'));
+        match serde_json::from_str::<Event>(line.trim_end()).unwrap() {
+            Event::Result { status, message, phase, peak_bytes, .. } => {
+                assert_eq!(status, RunStatus::Oom);
+                assert!(phase.is_some());
+                assert!(peak_bytes >= 3 << 19);
+                assert!(message.unwrap().contains("4096 bytes refused"));
+            }
+            other => panic!("not a result: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn oom_messages_are_recognised() {
+        assert!(is_oom_message("CUDA error: out of memory"));
+        assert!(is_oom_message("Memory allocation failed: OutOfMemory"));
+        assert!(!is_oom_message("dimension mismatch in reshape"));
+    }
+}

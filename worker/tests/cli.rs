@@ -1,0 +1,201 @@
+//! End-to-end runs of the `worker` binary on the CPU backend: each outcome
+//! (ok, oom under a memory limit, failed, cancelled by SIGTERM) lands in
+//! `events.jsonl` as the orchestrator reads it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use spec::event::{Event, Phase, RunStatus};
+use spec::run::Manifest;
+use spec::{Gpu, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
+
+fn tiny_unet(name: &str) -> RunConfig {
+    RunConfig {
+        experiment: "demo".into(),
+        name: name.into(),
+        model: ModelSpec::Unet(UnetSpec {
+            channels: vec![16, 32],
+            attention_levels: vec![false, true],
+            num_res_blocks: PerLevel::All(1),
+            num_head_channels: PerLevel::All(16),
+            norm_num_groups: 8,
+        }),
+        input: Input { channels: 2, spatial: Spatial::new(8, 8, 8) },
+        out_channels: 1,
+        batch: 1,
+        precision: Precision::Fp32,
+        grad_ckpt: false,
+        mode: Mode::Profile,
+        steps: 1,
+        gpu: Gpu::A100Sxm80,
+    }
+}
+
+fn write_config(dir: &Path, cfg: &RunConfig) -> PathBuf {
+    let path = dir.join(format!("{}.json", cfg.name));
+    std::fs::write(&path, serde_json::to_string(cfg).unwrap()).unwrap();
+    path
+}
+
+fn worker() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_worker"))
+}
+
+fn events(state: &Path, cfg: &RunConfig) -> Vec<Event> {
+    let path = state.join(&cfg.experiment).join("runs").join(&cfg.name).join("events.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+fn result(events: &[Event]) -> (RunStatus, Option<Phase>, u64, Option<String>, spec::event::PhasePeaks) {
+    match events.last() {
+        Some(Event::Result { status, phase, peak_bytes, message, peaks, .. }) => {
+            (*status, *phase, *peak_bytes, message.clone(), peaks.clone())
+        }
+        other => panic!("last event is not a result: {other:?}"),
+    }
+}
+
+#[test]
+fn ok_run_records_every_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_unet("ok");
+    let status = worker()
+        .args(["run", "--config"])
+        .arg(write_config(dir.path(), &cfg))
+        .arg("--state-dir")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let ev = events(dir.path(), &cfg);
+    match &ev[0] {
+        Event::Start { config, config_hash, env, .. } => {
+            assert_eq!(config, "ok");
+            assert_eq!(config_hash, &cfg.hash());
+            assert_eq!(env.backend, "flex");
+            assert_eq!(env.device, "cpu");
+            assert_eq!(env.dtype, "f32");
+        }
+        other => panic!("first event is not start: {other:?}"),
+    }
+    let ended: Vec<Phase> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::PhaseEnd { phase, .. } => Some(*phase),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended, Phase::ALL.to_vec());
+    let (status, phase, peak, message, peaks) = result(&ev);
+    assert_eq!(status, RunStatus::Ok);
+    assert_eq!(phase, None);
+    assert_eq!(message, None);
+    // Every phase holds at least the fp32 weights; the step adds gradients and two moments.
+    let weights = 4 * spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap();
+    assert!(peaks.model.unwrap() >= weights, "{peaks:?} vs {weights}");
+    assert!(peaks.step.unwrap() >= 3 * weights, "{peaks:?} vs {weights}");
+    assert_eq!(peak, [peaks.model, peaks.fwd, peaks.bwd, peaks.step].iter().flatten().copied().max().unwrap());
+}
+
+#[test]
+fn memory_limit_is_recorded_as_oom() {
+    let dir = tempfile::tempdir().unwrap();
+    // Measure the run unlimited, then allow half of what it needs beyond the model phase.
+    let free = tiny_unet("unlimited");
+    let ok = worker()
+        .args(["run", "--config"])
+        .arg(write_config(dir.path(), &free))
+        .arg("--state-dir")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert_eq!(ok.code(), Some(0));
+    let (_, _, full_peak, _, peaks) = result(&events(dir.path(), &free));
+    let model = peaks.model.unwrap();
+    assert!(full_peak > model + (1 << 16), "model {model} peak {full_peak}");
+    let limit = model + (full_peak - model) / 2;
+
+    let cfg = tiny_unet("oom");
+    let out = worker()
+        .args(["run", "--config"])
+        .arg(write_config(dir.path(), &cfg))
+        .arg("--state-dir")
+        .arg(dir.path())
+        .args(["--memory-limit", &limit.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let ev = events(dir.path(), &cfg);
+    let (status, phase, peak, message, peaks) = result(&ev);
+    assert_eq!(status, RunStatus::Oom);
+    assert!(phase.is_some_and(|p| p != Phase::Model), "{phase:?}");
+    assert!(peaks.model.is_some());
+    assert!(peak >= model && peak <= limit, "peak {peak} limit {limit}");
+    assert!(message.unwrap().contains("refused"));
+}
+
+#[test]
+fn bad_shape_is_recorded_as_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny_unet("bad");
+    cfg.model = ModelSpec::Dit(spec::DitSpec { variant: None, hidden: Some(32), heads: Some(2), depth: Some(1), patch: 3 });
+    let status = worker()
+        .args(["run", "--config"])
+        .arg(write_config(dir.path(), &cfg))
+        .arg("--state-dir")
+        .arg(dir.path())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+    let (status, phase, _, message, _) = result(&events(dir.path(), &cfg));
+    assert_eq!(status, RunStatus::Failed);
+    assert_eq!(phase, Some(Phase::Model));
+    assert!(message.unwrap().contains("does not divide"));
+}
+
+#[test]
+fn sigterm_is_recorded_as_cancelled_after_heartbeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny_unet("killed");
+    cfg.mode = Mode::Train;
+    cfg.steps = 1_000_000; // runs until killed
+    let manifest = Manifest { experiment: "demo".into(), task_offset: 5, configs: vec![tiny_unet("other"), cfg.clone()] };
+    let mpath = dir.path().join("manifest.json");
+    std::fs::write(&mpath, serde_json::to_string(&manifest).unwrap()).unwrap();
+    let mut child = worker()
+        .args(["run", "--manifest"])
+        .arg(&mpath)
+        .arg("--state-dir")
+        .arg(dir.path())
+        .env("SLURM_ARRAY_TASK_ID", "6")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let beats = events(dir.path(), &cfg).iter().filter(|e| matches!(e, Event::Heartbeat { .. })).count();
+        if beats >= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no heartbeat within 120 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: signalling our own child process by its id.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    let ev = events(dir.path(), &cfg);
+    match &ev[0] {
+        Event::Start { env, .. } => assert_eq!(env.slurm_array_task_id.as_deref(), Some("6")),
+        other => panic!("{other:?}"),
+    }
+    let (status, phase, _, message, _) = result(&ev);
+    assert_eq!(status, RunStatus::Cancelled);
+    assert!(phase.is_some());
+    assert!(message.unwrap().contains("signal 15"));
+    // The manifest's other config was not run.
+    assert!(events(dir.path(), &tiny_unet("other")).is_empty());
+}
