@@ -105,6 +105,8 @@ struct Progress {
     fd: AtomicI32,
     finished: AtomicBool,
     gpu: AtomicBool,
+    /// `--memory-limit` (0 = none), for the OOM message on either meter.
+    limit: AtomicU64,
 }
 
 const NONE: u64 = u64::MAX;
@@ -117,6 +119,7 @@ static PROGRESS: Progress = Progress {
     fd: AtomicI32::new(-1),
     finished: AtomicBool::new(false),
     gpu: AtomicBool::new(false),
+    limit: AtomicU64::new(0),
 };
 
 fn phase_index(p: Phase) -> usize {
@@ -194,7 +197,7 @@ fn oom_hook(requested: u64, live: u64) {
         .unwrap_or(0.0);
     let live_peak = if PROGRESS.gpu.load(Ordering::Relaxed) { live } else { alloc::peak() };
     let mut out = StackBuf { buf: [0; 1024], len: 0 };
-    let limit = alloc::limit().unwrap_or(0);
+    let limit = PROGRESS.limit.load(Ordering::Relaxed);
     let fd = PROGRESS.fd.load(Ordering::Relaxed);
     if format_oom(&mut out, t, requested, live, limit, live_peak).is_ok() && fd >= 0 {
         // SAFETY: plain write(2) of an initialised buffer; no allocation, async-signal-safe.
@@ -266,6 +269,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
     PROGRESS.finished.store(false, Ordering::SeqCst);
     PROGRESS.fd.store(log.raw_fd(), Ordering::Relaxed);
     PROGRESS.gpu.store(opts.backend.is_gpu(), Ordering::Relaxed);
+    PROGRESS.limit.store(opts.memory_limit.unwrap_or(0), Ordering::Relaxed);
     let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap_or(0);
     PROGRESS.params.store(params, Ordering::Relaxed);
 

@@ -318,6 +318,34 @@ pub(crate) mod test_util {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spec::{DitSpec, HditSpec, Spatial, UvitSpec, Variant};
+
+    /// Every named variant of the papers, at a small volume (parameters are
+    /// initialised lazily, so counting them allocates little).
+    #[test]
+    fn named_variants_match_spec_counts() {
+        let device = test_util::device();
+        let input = Input { channels: 1, spatial: Spatial::new(8, 8, 8) };
+        let mut specs = Vec::new();
+        for v in [Variant::S, Variant::B, Variant::L, Variant::XL] {
+            specs.push(ModelSpec::Dit(DitSpec { variant: Some(v), hidden: None, heads: None, depth: None, patch: 4 }));
+            specs.push(ModelSpec::Hdit(HditSpec {
+                variant: Some(v),
+                hidden: None,
+                heads: None,
+                patch: 2,
+                level_depths: vec![2, 4, 6, 4, 2],
+            }));
+        }
+        for v in [Variant::S, Variant::SDeep, Variant::M, Variant::L] {
+            specs.push(ModelSpec::Uvit(UvitSpec { variant: Some(v), hidden: None, heads: None, depth: None, patch: 4 }));
+        }
+        for spec in specs {
+            let expected = spec::params::count(&spec, &input, 1).unwrap();
+            let model = Model::build(&spec, &input, 1, &device).unwrap();
+            assert_eq!(model.num_params() as u64, expected, "{}", spec.summary());
+        }
+    }
 
     #[test]
     fn merge_then_split_is_identity() {
