@@ -1,8 +1,8 @@
 //! The orchestrator's data flow, one module per stage:
 //! experiment → sweep → precheck → render → transport → state → collect → report.
 
-pub mod collect;
 pub mod advisor;
+pub mod collect;
 pub mod experiment;
 pub mod plan;
 pub mod precheck;
@@ -14,3 +14,6 @@ pub mod slurm;
 pub mod state;
 pub mod submit;
 pub mod transport;
+// Reports, plots and progress (issue 6).
+pub mod progress;
+pub mod report;

@@ -23,7 +23,7 @@ const HEIGHT: u32 = 700;
 /// Terms drawn individually per bar; the rest are stacked as "other".
 const MAX_SEGMENTS: usize = 10;
 
-const PALETTE: [RGBColor; 20] = [
+pub(crate) const PALETTE: [RGBColor; 20] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -77,7 +77,7 @@ fn font_candidates() -> Vec<PathBuf> {
 }
 
 /// Register a sans-serif font with plotters once per process.
-fn ensure_font() -> Result<(), AdvisorError> {
+pub(crate) fn ensure_font() -> Result<(), AdvisorError> {
     static FONT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let r = FONT.get_or_init(|| {
         for p in font_candidates() {

@@ -1,0 +1,61 @@
+//! `orchestrator report`: the command line.
+
+use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+
+use crate::precheck::Predictor;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Experiment name (its state) or experiment file.
+    #[arg(required_unless_present = "records")]
+    pub experiment: Option<String>,
+    /// Report on measurement JSONL file(s) instead (format: shared/data/README.md).
+    #[arg(long, num_args = 1.., conflicts_with = "experiment")]
+    pub records: Vec<PathBuf>,
+    /// Print the report as JSON on stdout (the files are written too).
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for report.md, report.json and the plots
+    /// (default: <state-dir>/<experiment>/report, or <state-dir>/records-report).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Local state root.
+    #[arg(long, default_value = "state")]
+    pub state_dir: PathBuf,
+}
+
+/// The experiment's name: the argument itself, or the `name:` of the file it names.
+fn experiment_name(arg: &str) -> Result<String> {
+    let p = Path::new(arg);
+    if p.is_file() {
+        return Ok(crate::sweep::load(p, &[])?.experiment.name);
+    }
+    Ok(arg.to_string())
+}
+
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let predictor = Predictor::pytorch();
+    let (report, out) = if !args.records.is_empty() {
+        let records = super::read_records_files(&args.records)?;
+        let source = args.records.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+        let out = args.out.clone().unwrap_or_else(|| args.state_dir.join("records-report"));
+        (super::from_records(&records, source, &predictor), out)
+    } else {
+        let Some(arg) = &args.experiment else { bail!("give an experiment (name or file) or --records FILE") };
+        let name = experiment_name(arg)?;
+        let out = args.out.clone().unwrap_or_else(|| args.state_dir.join(&name).join("report"));
+        (super::from_state(&args.state_dir, &name, &predictor)?, out)
+    };
+    let (md, plots) = super::write(&report, &out)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&super::json(&report))?);
+        eprintln!("wrote {}", md.display());
+    } else {
+        println!("{}", md.display());
+        for p in plots {
+            println!("{}", p.display());
+        }
+    }
+    Ok(())
+}

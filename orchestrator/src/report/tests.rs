@@ -1,0 +1,327 @@
+//! The report against a state directory built through the real state API
+//! (sweep expansion, `StateDir`, config records, attempts) and event files in
+//! the worker's exact line format; and the records mode.
+
+use super::*;
+use crate::precheck::Predictor;
+use crate::state::{Attempt, StateChange, StateDir};
+use std::time::Duration;
+
+const GIB_U: u64 = 1 << 30;
+
+const SWEEP: &str = r#"
+name: rep
+description: report test sweep
+gpu: A100-SXM4-80GB
+precision: bf16-amp
+budget_gb: 60
+input: {channels: 1, spatial: [160, 256, 256]}
+output_channels: 1
+model: {family: dit, variant: S, patch: 8}
+sweep:
+  configs:
+    - {name: dit_S_p8, model: {family: dit, variant: S, patch: 8}}
+    - {name: dit_S_p3, model: {family: dit, variant: S, patch: 3}}
+    - {name: dit_B_p8, model: {family: dit, variant: B, patch: 8}}
+    - {name: dit_L_p8, model: {family: dit, variant: L, patch: 8}}
+    - {name: dit_XL_p8, model: {family: dit, variant: XL, patch: 8}}
+    - {name: dit_XL_p2, model: {family: dit, variant: XL, patch: 2}}
+    - {name: unet_3L, model: {family: unet, channels: [32, 64, 64], attention_levels: [false, false, true], num_res_blocks: 1, num_head_channels: 32}}
+"#;
+
+/// A `start` line as the worker writes it.
+fn start(name: &str, hash: &str) -> String {
+    format!(
+        r#"{{"event":"start","t":1795215785.9,"config":"{name}","config_hash":"{hash}","env":{{"host":"gpu-node-7","device":"NVIDIA A100-SXM4-80GB","driver":"550.54.15","backend":"vulkan","dtype":"bf16","grad_ckpt":false,"slurm_job_id":"1001","slurm_array_task_id":"0"}}}}"#
+    )
+}
+
+fn attempt(task: u32, state: Option<SlurmState>) -> Attempt {
+    Attempt {
+        submission: "s001-abcd".into(),
+        task_id: task,
+        array_job_id: Some("1000".into()),
+        job_id: Some(format!("{}", 1001 + task)),
+        intended_at: 1795215780.0,
+        submitted_at: Some(1795215781.0),
+        history: state.iter().map(|s| StateChange { t: 1795215790.0, state: s.clone(), detail: None }).collect(),
+        state,
+        abandoned: false,
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    sweep: crate::sweep::Sweep,
+    records: BTreeMap<String, ConfigRecord>,
+}
+
+/// Writes the state a submit + status would leave: sweep.json, a record per
+/// config with the precheck's verdict, attempts, events files.
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("state");
+    let sweep = crate::sweep::parse(Path::new("rep.yaml"), SWEEP, &[]).expect("sweep parses");
+    let st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
+    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() }).expect("sweep.json");
+    let p = Predictor::pytorch();
+    let mut records = BTreeMap::new();
+    for (task, c) in sweep.configs.iter().enumerate() {
+        let v = if c.is_valid() { p.verdict(&c.config, Some(60.0)) } else { crate::precheck::Verdict::Invalid { reasons: vec![] } };
+        let mut r = ConfigRecord {
+            hash: c.hash.0.clone(),
+            name: c.name.clone(),
+            verdict: Some(v.name().into()),
+            predicted_gib: v.predicted_gib(),
+            attempts: vec![],
+            result: None,
+        };
+        let h = &c.hash.0;
+        let events: Option<Vec<String>> = match c.name.as_str() {
+            "dit_S_p8" => {
+                r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
+                Some(vec![
+                    start(&c.name, h),
+                    format!(r#"{{"event":"phase_end","t":1795215786.0,"phase":"model","peak_bytes":{},"seconds":0.5}}"#, GIB_U),
+                    format!(r#"{{"event":"heartbeat","t":1795215786.5,"phase":"fwd","current_bytes":{},"peak_bytes":{}}}"#, 8 * GIB_U, 9 * GIB_U),
+                    format!(r#"{{"event":"phase_end","t":1795215787.0,"phase":"fwd","peak_bytes":{},"seconds":1.0}}"#, 12 * GIB_U),
+                    format!(r#"{{"event":"phase_end","t":1795215788.0,"phase":"bwd","peak_bytes":{},"seconds":1.0}}"#, 20 * GIB_U),
+                    format!(
+                        r#"{{"event":"result","t":1795215789.0,"status":"ok","params":32912384,"peaks":{{"model":{},"fwd":{},"bwd":{},"step":{}}},"peak_bytes":{},"wall_s":3.1}}"#,
+                        GIB_U,
+                        12 * GIB_U,
+                        20 * GIB_U,
+                        5 * GIB_U,
+                        20 * GIB_U
+                    ),
+                ])
+            }
+            "dit_B_p8" => {
+                r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
+                Some(vec![
+                    start(&c.name, h),
+                    format!(r#"{{"event":"phase_end","t":1795215786.0,"phase":"model","peak_bytes":{},"seconds":0.5}}"#, 2 * GIB_U),
+                    format!(
+                        r#"{{"event":"result","t":1795215789.0,"status":"oom","params":130000000,"peaks":{{"model":{},"fwd":{}}},"peak_bytes":{},"phase":"bwd","message":"allocation of 2147483648 bytes refused (limit 85899345920)","wall_s":2.0}}"#,
+                        2 * GIB_U,
+                        40 * GIB_U,
+                        70 * GIB_U
+                    ),
+                ])
+            }
+            "dit_L_p8" => {
+                r.attempts.push(attempt(task as u32, Some(SlurmState::Running)));
+                // Still running: the last line is torn mid-write.
+                Some(vec![
+                    start(&c.name, h),
+                    format!(r#"{{"event":"heartbeat","t":1795215786.5,"phase":"fwd","current_bytes":{},"peak_bytes":{}}}"#, 8 * GIB_U, 9 * GIB_U),
+                    r#"{"event":"heartbeat","t":1795215787.5,"pha"#.to_string(),
+                ])
+            }
+            "dit_XL_p8" => {
+                r.attempts.push(attempt(task as u32, Some(SlurmState::Failed)));
+                None
+            }
+            "unet_3L" => {
+                // Events not pulled (yet): the record's copy of the result is used.
+                r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
+                r.result = Some(serde_json::json!({
+                    "event": "result", "t": 1795215789.0, "status": "ok", "params": 1234567,
+                    "peaks": {"model": GIB_U / 2, "fwd": 3 * GIB_U, "bwd": 4 * GIB_U, "step": GIB_U},
+                    "peak_bytes": 4 * GIB_U, "wall_s": 9.5
+                }));
+                None
+            }
+            _ => None, // dit_XL_p2 (predicted oom, never submitted), dit_S_p3 (invalid)
+        };
+        if let Some(lines) = events {
+            let text = lines.join("\n") + "\n";
+            if r.result.is_none() {
+                r.result = crate::submit::last_result(&text);
+            }
+            state::write_atomic(&st.path(&format!("runs/{}/events.jsonl", c.name)), text.as_bytes()).expect("events");
+        }
+        st.save_record(&r).expect("record");
+        records.insert(c.name.clone(), r);
+    }
+    drop(st);
+    Fixture { _dir: dir, root, sweep, records }
+}
+
+fn row<'a>(rep: &'a Report, name: &str) -> &'a Row {
+    rep.rows.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("no row {name}"))
+}
+
+#[test]
+fn rows_match_the_state_directory() {
+    let f = fixture();
+    // Another orchestrator holding the lock does not block a report.
+    let _lock = StateDir::open(&f.root, "rep", Duration::ZERO).expect("lock free again");
+    let rep = from_state(&f.root, "rep", &Predictor::pytorch()).expect("report");
+    assert_eq!(rep.rows.len(), f.sweep.configs.len(), "one row per config, none dropped");
+    let names: Vec<&str> = rep.rows.iter().map(|r| r.name.as_str()).collect();
+    let sweep_names: Vec<&str> = f.sweep.configs.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, sweep_names, "sweep order");
+    for r in &rep.rows {
+        let rec = &f.records[&r.name];
+        assert_eq!(r.id, rec.hash);
+        assert_eq!(r.verdict, rec.verdict.clone().unwrap_or_default(), "{}", r.name);
+        if r.status != Status::Invalid {
+            assert_eq!(r.predicted_gib, rec.predicted_gib, "{}: the prediction submit decided on", r.name);
+        }
+    }
+
+    let ok = row(&rep, "dit_S_p8");
+    assert_eq!(ok.status, Status::Ok);
+    assert_eq!((ok.model_gib, ok.fwd_gib, ok.bwd_gib, ok.peak_gib), (Some(1.0), Some(12.0), Some(20.0), Some(20.0)));
+    assert_eq!(ok.params, Some(32912384));
+    assert_eq!(ok.tokens, Some(20 * 32 * 32));
+    assert_eq!(ok.group, "DiT-S");
+    let pred = ok.predicted_gib.expect("predicted");
+    let err = ok.error_pct().expect("error");
+    assert!((err - (pred - 20.0) / 20.0 * 100.0).abs() < 1e-9);
+
+    let oom = row(&rep, "dit_B_p8");
+    assert_eq!(oom.status, Status::Oom);
+    assert_eq!(oom.peak_gib, None);
+    assert_eq!(oom.oom_at_gib, Some(70.0));
+    assert_eq!(oom.detail.as_deref(), Some("in bwd"));
+
+    let running = row(&rep, "dit_L_p8");
+    assert_eq!(running.status, Status::Running);
+    assert!(running.detail.as_deref().is_some_and(|d| d.contains("in fwd") && d.contains("9.00 GiB")), "{:?}", running.detail);
+
+    let failed = row(&rep, "dit_XL_p8");
+    assert_eq!(failed.status, Status::Failed);
+    assert!(failed.detail.as_deref().is_some_and(|d| d.contains("FAILED")));
+
+    let skipped = row(&rep, "dit_XL_p2");
+    assert_eq!(skipped.verdict, "oom", "DiT-XL at 2.6M tokens cannot fit 80 GB");
+    assert_eq!(skipped.status, Status::SkippedOom);
+
+    let invalid = row(&rep, "dit_S_p3");
+    assert_eq!(invalid.status, Status::Invalid);
+    assert!(invalid.detail.as_deref().is_some_and(|d| d.contains('3')), "{:?}", invalid.detail);
+
+    let unet = row(&rep, "unet_3L");
+    assert_eq!(unet.status, Status::Ok);
+    assert_eq!(unet.peak_gib, Some(4.0));
+    assert_eq!(unet.group, "UNet, 3 levels");
+
+    // Header from the worker's start events.
+    assert!(rep.env.devices.contains("NVIDIA A100-SXM4-80GB"));
+    assert!(rep.env.drivers.contains("550.54.15"));
+    assert!(rep.env.backends.contains("vulkan"));
+    assert_eq!(rep.budget_gib, 60.0);
+
+    // Grouping as the reports do: by variant, UNets by levels.
+    let groups: Vec<String> = rep.groups().into_iter().map(|((_, g), _)| g).collect();
+    assert_eq!(groups, ["DiT-S", "DiT-B", "DiT-L", "DiT-XL", "UNet, 3 levels"]);
+
+    let s = rep.summary();
+    assert_eq!(s.never_run, ["dit_S_p3", "dit_XL_p2"]);
+    assert_eq!(s.best.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), ["dit_S_p8", "unet_3L"]);
+    assert_eq!(s.largest_tokens.len(), 1);
+    assert_eq!(s.largest_tokens[0].tokens, 20480);
+    assert_eq!(s.measured, 2);
+    assert_eq!(s.counts["OK"], 2);
+
+    let md = markdown::render(&rep, &[], Path::new("."));
+    assert!(md.contains("| dit_S_p8 | 256x256x160 | 8 | 20,480 | 32.9M | 1.0G | 12.0G | 20.0G | 20.0G |"), "{md}");
+    assert!(md.contains("OK (59.2GB free)"));
+    assert!(md.contains("OOM (at 70.0G, in bwd)"));
+    assert!(md.contains("skipped: predicted OOM"));
+    assert!(md.contains("| Driver | 550.54.15 |"));
+    assert!(md.contains("| unet_3L | [32, 64, 64] | FFT |"), "{md}");
+    assert!(md.contains("### Never run"));
+}
+
+#[test]
+fn writes_markdown_json_and_plots() {
+    let f = fixture();
+    let rep = from_state(&f.root, "rep", &Predictor::pytorch()).expect("report");
+    let out = f.root.join("rep/report");
+    match write(&rep, &out) {
+        Ok((md, plots)) => {
+            assert!(md.ends_with("report.md"));
+            let text = std::fs::read_to_string(&md).expect("md");
+            assert!(text.contains("![predicted_vs_measured.png](predicted_vs_measured.png)"));
+            let names: Vec<String> = plots.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+            for want in ["predicted_vs_measured.svg", "predicted_vs_measured.png", "peak_vs_tokens.png", "verdict_map_dit.png"] {
+                assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
+            }
+            let png = std::fs::read(out.join("verdict_map_dit.png")).expect("png");
+            assert_eq!(&png[1..4], b"PNG");
+            let svg = std::fs::read_to_string(out.join("verdict_map_dit.svg")).expect("svg");
+            assert!(svg.contains("DiT-XL") && svg.contains("not run"));
+        }
+        // A machine without any TrueType font: the error must say how to fix it.
+        Err(ReportError::Plot(why)) => assert!(why.contains("ORCHESTRATOR_FONT"), "{why}"),
+        Err(e) => panic!("{e}"),
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap_or_default())
+        .unwrap_or_else(|_| json(&rep));
+    assert_eq!(v["rows"].as_array().map(Vec::len), Some(7));
+    assert_eq!(v["rows"][0]["status"], "ok");
+    assert_eq!(v["summary"]["never_run"][1], "dit_XL_p2");
+}
+
+#[test]
+fn unknown_experiment_says_where_it_looked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = from_state(dir.path(), "nope", &Predictor::pytorch()).expect_err("no state");
+    assert!(e.to_string().contains("no state for experiment `nope`"), "{e}");
+    assert!(matches!(from_state(dir.path(), "../x", &Predictor::pytorch()), Err(ReportError::State(_))));
+}
+
+const RECORDS: &str = r#"{"id":"t/4L_large","table":"exp9 4x","family":"unet","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":false,"batch":1,"in_channels":8,"out_channels":4,"spatial":[40,64,64],"channels":[256,512,1024,2048],"attention_levels":[false,false,true,true],"num_res_blocks":2,"num_head_channels":64,"params_m":2664.6,"peak_gb":49.7,"model_gb":10.0,"fwd_gb":31.0,"bwd_gb":31.0,"status":"ok","config_name":"4L_large"}
+{"id":"t/dit_xl_p2","table":"exp13","family":"dit","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":false,"batch":1,"in_channels":1,"out_channels":1,"spatial":[80,64,64],"variant":"XL","patch":2,"tokens":40960,"params_m":498.7,"peak_gb":62.1,"status":"over_budget","config_name":"XL p2"}
+{"id":"t/dit_xl_p2_big","table":"exp14","family":"dit","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":false,"batch":1,"in_channels":1,"out_channels":1,"spatial":[160,128,128],"variant":"XL","patch":2,"tokens":327680,"peak_gb":null,"oom_reported_gb":78.9,"status":"oom","config_name":"XL p2 128"}
+"#;
+
+#[test]
+fn records_mode_rows_and_predictions() {
+    let recs = spec::record::read_jsonl(RECORDS).expect("records");
+    let rep = from_records(&recs, "inline".into(), &Predictor::pytorch());
+    assert_eq!(rep.rows.len(), 3);
+    let unet = &rep.rows[0];
+    assert_eq!((unet.status, unet.peak_gib, unet.params), (Status::Ok, Some(49.7), Some(2_664_600_000)));
+    assert_eq!(unet.group, "UNet, 4 levels");
+    assert_eq!(unet.section, "exp9 4x");
+    assert!(unet.predicted_gib.is_some_and(|p| (p - 49.7).abs() < 0.25 * 49.7), "{:?}", unet.predicted_gib);
+    assert_eq!(rep.rows[1].status, Status::OverBudget);
+    assert_eq!(rep.rows[1].tokens, Some(40960));
+    let oom = &rep.rows[2];
+    assert_eq!((oom.status, oom.oom_at_gib), (Status::Oom, Some(78.9)));
+    assert_eq!(oom.verdict, "oom", "the precheck calls the measured OOM");
+    assert_eq!(rep.sections().len(), 3);
+    assert!(rep.env.backends.contains("pytorch"));
+    let md = markdown::render(&rep, &[], Path::new("."));
+    assert!(md.contains("## exp13") && md.contains("### DiT-XL"));
+    assert!(md.contains("| 4L_large | [256, 512, 1024, 2048] | FFTT | 2664.6M | 10.0G | 31.0G | 31.0G | 49.7G |"), "{md}");
+    assert!(md.contains("over budget (>60GB)"));
+    // Predicted vs measured has the two that ran and the OOM (at the capacity).
+    assert_eq!(plot::PredVsMeasured::new(&rep).len(), 3);
+}
+
+#[test]
+fn records_mode_on_the_groups_data() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/vram-measurements.jsonl");
+    if !path.exists() {
+        eprintln!("skipping: {} not present", path.display());
+        return;
+    }
+    let recs = read_records_files(std::slice::from_ref(&path)).expect("records");
+    let rep = from_records(&recs, path.display().to_string(), &Predictor::pytorch());
+    assert_eq!(rep.rows.len(), recs.len(), "every record a row");
+    assert!(rep.rows.iter().all(|r| r.predicted_gib.is_some()), "every record predicted");
+    let s = rep.summary();
+    let measured = recs.iter().filter(|r| r.peak_gb.is_some()).count();
+    assert_eq!(s.measured, measured);
+    // The shipped calibration is fitted on these: the report must show that.
+    assert!(s.median_abs_error_pct.is_some_and(|m| m < 10.0), "{:?}", s.median_abs_error_pct);
+    assert!(!s.largest_tokens.is_empty() && !s.best.is_empty());
+    let oom_records = recs.iter().filter(|r| r.status == MeasuredStatus::Oom).count();
+    assert_eq!(rep.rows.iter().filter(|r| r.status == Status::Oom).count(), oom_records);
+}
