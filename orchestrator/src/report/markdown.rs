@@ -156,7 +156,8 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
     let ckpt = joined(env.grad_ckpt.iter().map(|c| if *c { "on" } else { "off" }));
     let _ = writeln!(out, "| | |\n|---|---|");
     let _ = writeln!(out, "| Target GPU | {} ({:.1} GiB) |", joined(&report.gpus), report.capacity_gib);
-    let _ = writeln!(out, "| Budget | {:.0} GB |", report.budget_gib);
+    let budget_note = if report.budget_set { "" } else { " (the group's policy; the experiment sets no `budget_gb`)" };
+    let _ = writeln!(out, "| Budget | {:.0} GB{budget_note} |", report.budget_gib);
     let _ = writeln!(out, "| Measured on | {} |", joined(&env.devices));
     let _ = writeln!(out, "| Driver | {} |", joined(&env.drivers));
     let _ = writeln!(out, "| Backend | {} |", joined(&env.backends));
@@ -168,6 +169,19 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
     }
     let _ = writeln!(out, "| Prediction | precheck, `{}` calibration |", report.predictor);
     let _ = writeln!(out, "| Source | `{}` |", report.source);
+    let runtime = report.predictor.split('/').next().unwrap_or("");
+    if !env.backends.is_empty() && !env.backends.iter().any(|b| b == runtime) {
+        let _ = writeln!(
+            out,
+            "\nThe predictions use the `{}` calibration, the measurements come from `{}` on `{}`: \
+             the error includes the difference between the runtimes (the fixed CUDA context and \
+             allocator overhead the calibration carries, above all on tiny models). \
+             `orchestrator calibrate --records` on this sweep's records fits that runtime.",
+            report.predictor,
+            joined(&env.backends),
+            joined(&env.devices)
+        );
+    }
     let summary = report.summary();
     let _ = writeln!(
         out,

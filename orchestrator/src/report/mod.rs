@@ -167,6 +167,8 @@ pub struct Report {
     pub gpus: BTreeSet<String>,
     pub capacity_gib: f64,
     pub budget_gib: f64,
+    /// Whether the budget is the experiment's own (`budget_gb`) or the group's default.
+    pub budget_set: bool,
     pub precisions: BTreeSet<String>,
     /// The predictor's runtime (`pytorch/bf16-amp`).
     pub predictor: String,
@@ -433,8 +435,9 @@ fn unfinished_status(record: Option<&ConfigRecord>, verdict: &str) -> (Status, O
     match &a.state {
         None => (Status::Pending, Some("submitted, not yet seen by SLURM".into())),
         Some(s) => match s.activity() {
-            Activity::Queued => (Status::Pending, Some(s.to_string())),
-            Activity::Running => (Status::Running, Some(s.to_string())),
+            // The state only where it says more than the status (REQUEUED, SUSPENDED).
+            Activity::Queued => (Status::Pending, (*s != SlurmState::Pending).then(|| s.to_string())),
+            Activity::Running => (Status::Running, (*s != SlurmState::Running).then(|| s.to_string())),
             Activity::Ended if *s == SlurmState::Cancelled => (Status::Cancelled, Some(s.to_string())),
             Activity::Ended => (Status::Failed, Some(format!("SLURM {s}, no result from the worker"))),
         },
@@ -493,6 +496,7 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: &Predictor) ->
         gpus: [sweep.experiment.gpu.to_string()].into(),
         capacity_gib: sweep.experiment.gpu.capacity_gib(),
         budget_gib: budget,
+        budget_set: sweep.experiment.budget_gb.is_some(),
         precisions: sweep.configs.iter().map(|c| c.config.precision.to_string()).collect(),
         predictor: predictor.runtime().to_string(),
         env,
@@ -639,6 +643,7 @@ pub fn from_records(records: &[MeasurementRecord], source: String, predictor: &P
         gpus,
         capacity_gib: capacity,
         budget_gib: budget,
+        budget_set: true,
         precisions,
         predictor: predictor.runtime().to_string(),
         env,
@@ -679,6 +684,7 @@ pub fn json(report: &Report) -> serde_json::Value {
         "gpus": report.gpus,
         "capacity_gib": report.capacity_gib,
         "budget_gib": report.budget_gib,
+        "budget_set": report.budget_set,
         "precisions": report.precisions,
         "predictor": report.predictor,
         "env": report.env,

@@ -139,15 +139,19 @@ impl Figure for PredVsMeasured {
     }
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         root.fill(&WHITE).map_err(perr)?;
-        let top = self.points.iter().flat_map(|p| [p.1, p.2]).fold(0.0, f64::max).max(1e-6);
+        // The axes fit what ran (both coordinates) and the capacity; predictions
+        // for measured OOMs can be far above it (thousands of GiB for attention
+        // at full resolution) and are drawn clipped at the top edge.
+        let top = self.points.iter().filter(|p| !p.3).flat_map(|p| [p.1, p.2]).fold(0.0, f64::max).max(1e-6);
+        let any_oom = self.points.iter().any(|p| p.3);
         // The capacity only where it does not squash the data into a corner.
-        let show_capacity = self.capacity <= top * 1.6;
-        let max = if show_capacity { top.max(self.capacity) * 1.05 } else { top * 1.1 };
-        let caption = if show_capacity {
-            self.title.clone()
-        } else {
-            format!("{} (capacity {:.1} GiB off the chart)", self.title, self.capacity)
-        };
+        let show_capacity = any_oom || self.capacity <= top * 1.6;
+        let max = if show_capacity { top.max(self.capacity) * 1.1 } else { top * 1.1 };
+        let clipped = self.points.iter().filter(|p| p.2 > max).count();
+        let mut caption = self.title.clone();
+        if !show_capacity {
+            caption.push_str(&format!(" (capacity {:.1} GiB off the chart)", self.capacity));
+        }
         let mut chart = ChartBuilder::on(root)
             .caption(caption, ("sans-serif", 20))
             .margin(20)
@@ -181,21 +185,27 @@ impl Figure for PredVsMeasured {
         for f in [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit] {
             let color = family_color(f);
             let ran: Vec<(f64, f64)> = self.points.iter().filter(|p| p.0 == f && !p.3).map(|p| (p.1, p.2)).collect();
-            let oom: Vec<(f64, f64)> = self.points.iter().filter(|p| p.0 == f && p.3).map(|p| (p.1, p.2)).collect();
+            let oom: Vec<(f64, f64)> = self.points.iter().filter(|p| p.0 == f && p.3).map(|p| (p.1, p.2.min(max * 0.985))).collect();
             if !ran.is_empty() {
                 chart
                     .draw_series(ran.iter().map(|&(x, y)| Circle::new((x, y), 5, color.filled())))
                     .map_err(perr)?
-                    .label(format!("{} ({})", super::family_title(f), ran.len()))
+                    .label(format!("{}, ran ({})", super::family_title(f), ran.len()))
                     .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
             }
             if !oom.is_empty() {
                 chart
                     .draw_series(oom.iter().map(|&(x, y)| Cross::new((x, y), 6, color.stroke_width(2))))
                     .map_err(perr)?
-                    .label(format!("{} measured OOM, at capacity ({})", super::family_title(f), oom.len()))
+                    .label(format!("{}, measured OOM: at capacity ({})", super::family_title(f), oom.len()))
                     .legend(move |(x, y)| Cross::new((x + 10, y), 6, color.stroke_width(2)));
             }
+        }
+        if clipped > 0 {
+            let note = format!("{clipped} predictions above {max:.0} GiB drawn at the top edge");
+            chart
+                .draw_series(std::iter::once(Text::new(note, (max * 0.45, max * 0.06), ("sans-serif", 14))))
+                .map_err(perr)?;
         }
         chart
             .configure_series_labels()
