@@ -141,9 +141,12 @@ pub fn read(state_root: &Path, experiment: &str) -> Result<SweepProgress, state:
     Ok(sweep_progress(&records))
 }
 
-/// `1h02m`, `3m05s`, `12s`.
+/// `1h02m`, `3m05s`, `12s`, `0.4s`.
 pub fn human_duration(s: f64) -> String {
-    let s = s.max(0.0).round() as u64;
+    if s < 9.95 {
+        return format!("{:.1}s", s.max(0.0));
+    }
+    let s = s.round() as u64;
     match s {
         0..=59 => format!("{s}s"),
         60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
@@ -242,6 +245,7 @@ mod tests {
     #[test]
     fn durations_read_humanly() {
         assert_eq!(human_duration(12.4), "12s");
+        assert_eq!(human_duration(0.43), "0.4s");
         assert_eq!(human_duration(185.0), "3m05s");
         assert_eq!(human_duration(3720.0), "1h02m");
     }
