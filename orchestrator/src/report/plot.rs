@@ -219,12 +219,15 @@ impl Figure for PredVsMeasured {
     }
 }
 
+/// (size, measured or capacity, predicted, measured OOM).
+type SizePoint = (f64, Option<f64>, Option<f64>, bool);
+
 /// Peak against tokens (transformers) or input voxels (UNets), one colour per
 /// variant: measured filled, predicted hollow, measured OOMs as crosses at the capacity.
 pub struct PeakVsSize {
     transformers: bool,
-    /// group → (size, measured, predicted, oom).
-    series: BTreeMap<String, Vec<(f64, Option<f64>, Option<f64>, bool)>>,
+    /// group → points.
+    series: BTreeMap<String, Vec<SizePoint>>,
     capacity: f64,
 }
 
