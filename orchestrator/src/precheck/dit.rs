@@ -39,7 +39,7 @@ pub(super) fn block_seg(w: &Walk, name: &'static str, level: Option<usize>, hidd
     };
     let raw = (block_bytes_per_token(w, hidden, adaln) + extra_per_token) * tokens + saved_attn;
     let full = w.act(raw);
-    let scores = w.batch * c.score_saved_bytes * score_elems;
+    let scores = w.batch * c.score_saved_bytes * w.dt.score_scale() * score_elems;
     let mut s = Seg::new(name, level);
     if w.ckpt {
         s.kept = w.exact(w.dt.wide * hidden * tokens);
@@ -48,7 +48,7 @@ pub(super) fn block_seg(w: &Walk, name: &'static str, level: Option<usize>, hidd
         s.kept = full;
         s.scores = scores;
     }
-    s.transient = c.bwd_transient * full + w.batch * c.score_transient_bytes * score_elems;
+    s.transient = c.bwd_transient * full + w.batch * c.score_transient_bytes * w.dt.score_scale() * score_elems;
     s.params = params as f64;
     s
 }

@@ -333,6 +333,15 @@ impl Dtypes {
             Precision::Fp32 => Dtypes { mm: 4.0, wide: 4.0, weight: 4.0, autocast: false },
         }
     }
+
+    /// Attention-score bytes relative to bf16 autocast, where the fitted
+    /// per-element coefficients come from: the scores (matmul dtype), their
+    /// softmax (upcast to the wide dtype) and its copy for the value matmul
+    /// (matmul dtype) are what backward keeps. 1.0 under bf16 autocast, 1.5
+    /// in fp32, 0.75 in pure bf16.
+    pub fn score_scale(&self) -> f64 {
+        (2.0 * self.mm + self.wide) / 8.0
+    }
 }
 
 /// What a family walk hands back besides its segments.

@@ -45,11 +45,11 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
     let block = |w: &Walk, name: &'static str, l: usize, full: f64, input: f64, score_elems: f64, params: u64| {
         let mut s = Seg::new(name, Some(l));
         let full_b = w.act(full);
-        let scores_b = bsz * c.score_saved_bytes * score_elems;
+        let scores_b = bsz * c.score_saved_bytes * w.dt.score_scale() * score_elems;
         s.kept = keep * full_b + (1.0 - keep) * w.exact(input);
         s.scores = keep * scores_b;
         s.recompute = (1.0 - keep) * (full_b + scores_b);
-        s.transient = c.bwd_transient * full_b + bsz * c.score_transient_bytes * score_elems;
+        s.transient = c.bwd_transient * full_b + bsz * c.score_transient_bytes * w.dt.score_scale() * score_elems;
         s.params = params as f64;
         s
     };
