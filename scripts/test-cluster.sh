@@ -149,6 +149,8 @@ AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$MUNGE_SOCKET
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
+# sacct shows --comment (experiment and config hashes) only with this flag.
+AccountingStoreFlags=job_comment
 MpiDefault=none
 NodeName=$NODE NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=8000 Gres=gpu:$NGPUS State=UNKNOWN
 PartitionName=gpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
@@ -369,7 +371,14 @@ down) down ;;
 clean) down; rm -rf "$DIR" ;;
 env) [[ -s $DIR/env ]] || die "no $DIR/env: run '$0 up' first"; cat "$DIR/env" ;;
 status) status ;;
-restart-sshd) stop_pidfile sshd "$DIR/run/sshd.pid"; start_sshd ;;
+restart-sshd)
+    # Like a rebooted login node: the listener and every open session go away.
+    if alive "$DIR/run/sshd.pid"; then
+        for child in $(pgrep -P "$(cat "$DIR/run/sshd.pid")" || true); do kill "$child" 2>/dev/null || true; done
+    fi
+    stop_pidfile sshd "$DIR/run/sshd.pid"
+    start_sshd
+    ;;
 stop-slurmctld) stop_pidfile slurmctld "$DIR/run/slurmctld.pid" ;;
 start-slurmctld) start_slurmctld ;;
 restart-slurmctld) stop_pidfile slurmctld "$DIR/run/slurmctld.pid"; start_slurmctld ;;

@@ -4,7 +4,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-use orchestrator::{plan, precheck, sweep};
+use orchestrator::{plan, precheck, submit, sweep};
 
 #[derive(Parser)]
 #[command(name = "orchestrator", version, about = "GPU memory-profiling sweeps on SLURM: plan, precheck, submit, resume, report")]
@@ -80,6 +80,8 @@ enum Command {
         #[command(flatten)]
         args: orchestrator::advisor::cli::FitArgs,
     },
+    #[command(flatten)]
+    Cluster(submit::cli::ClusterCommand),
 }
 
 fn main() {
@@ -124,6 +126,7 @@ fn run(command: Command) -> Result<()> {
         }
         Command::Explain { exp, args } => orchestrator::advisor::cli::run_explain(&exp.load()?, &args)?,
         Command::Fit { exp, args } => orchestrator::advisor::cli::run_fit(&exp.load()?, &args)?,
+        Command::Cluster(c) => submit::cli::run(c)?,
     }
     Ok(())
 }

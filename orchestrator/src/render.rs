@@ -94,7 +94,7 @@ pub struct JobVars {
     /// `0-N%K`.
     pub array: String,
     pub tasks: usize,
-    pub slurm: SlurmResources,
+    pub slurm: SlurmVars,
     /// Absolute paths on the cluster.
     pub work_dir: String,
     pub state_dir: String,
@@ -104,6 +104,37 @@ pub struct JobVars {
     /// One config JSON per line, line `i+1` = task `i` (for templates without a JSON parser).
     pub manifest_jsonl: String,
     pub worker: String,
+}
+
+/// The job's SLURM resources with every key present (`null` when unset), so
+/// `{{#if slurm.qos}}` works in strict mode while `{{slurm.qso}}` is an error.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SlurmVars {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub time: Option<String>,
+    pub cpus_per_task: Option<u32>,
+    pub mem: Option<String>,
+    pub gres: Option<String>,
+    pub constraint: Option<String>,
+    pub extra: Vec<String>,
+}
+
+impl From<&SlurmResources> for SlurmVars {
+    fn from(r: &SlurmResources) -> Self {
+        SlurmVars {
+            partition: r.partition.clone(),
+            account: r.account.clone(),
+            qos: r.qos.clone(),
+            time: r.time.clone(),
+            cpus_per_task: r.cpus_per_task,
+            mem: r.mem.clone(),
+            gres: r.gres.clone(),
+            constraint: r.constraint.clone(),
+            extra: r.extra.clone(),
+        }
+    }
 }
 
 /// Loads and renders templates; one registry per command.
@@ -173,7 +204,7 @@ mod tests {
             comment: "sweep,exp=exp9".into(),
             array: "0-9%4".into(),
             tasks: 10,
-            slurm: SlurmResources {
+            slurm: SlurmVars {
                 partition: Some("GPUQ".into()),
                 time: Some("00:30:00".into()),
                 gres: Some("gpu:1".into()),

@@ -117,6 +117,10 @@ pub struct Attempt {
     pub abandoned: bool,
 }
 
+/// How long a submitted task may be absent from both squeue and sacct before
+/// it counts as gone (slurmdbd may lag a few seconds behind the controller).
+pub const MISSING_GRACE_S: f64 = 10.0;
+
 impl Attempt {
     /// Whether this attempt still occupies the config (queued, running, or an
     /// unsettled intent): then nothing may submit it again.
@@ -128,6 +132,28 @@ impl Attempt {
             None => true,
             Some(s) => s.activity() != Activity::Ended,
         }
+    }
+
+    /// A complete poll (squeue and sacct both answered) did not list this task.
+    /// A pending array task cancelled before it ever started leaves the queue
+    /// without any accounting record (SLURM 22.05), so once the absence
+    /// outlasts [`MISSING_GRACE_S`] the task is recorded as CANCELLED. Returns
+    /// whether the state changed.
+    /// `since` is when the absence was first seen (kept in `missing.json`).
+    pub fn missing(&mut self, since: f64, now: f64) -> bool {
+        if !self.is_live() || self.array_job_id.is_none() || now - since < MISSING_GRACE_S {
+            return false;
+        }
+        self.observe(
+            SlurmState::Cancelled,
+            Some("left the queue without running; SLURM keeps no record of it".into()),
+            None,
+        )
+    }
+
+    /// The key of this attempt in `missing.json`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.submission, self.task_id)
     }
 
     /// Records `state` if it differs from the latest; returns whether it changed.
@@ -390,6 +416,27 @@ mod tests {
         for bad in ["..", "a/b", "$(x)", "", "a b"] {
             assert!(matches!(StateDir::open(d.path(), bad, Duration::ZERO), Err(StateError::BadName(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_task_gone_from_squeue_and_sacct_counts_as_cancelled_after_the_grace() {
+        let mut a = Attempt {
+            submission: "s".into(),
+            task_id: 2,
+            array_job_id: Some("34".into()),
+            job_id: None,
+            intended_at: 0.0,
+            submitted_at: Some(0.0),
+            state: Some(SlurmState::Pending),
+            history: vec![],
+            abandoned: false,
+        };
+        assert!(!a.missing(100.0, 105.0), "within the grace");
+        assert!(a.is_live());
+        assert!(a.missing(100.0, 100.0 + MISSING_GRACE_S), "gone");
+        assert_eq!(a.state, Some(SlurmState::Cancelled));
+        assert!(!a.is_live());
+        assert!(!a.missing(100.0, 1000.0), "an ended attempt stays as it is");
     }
 
     #[test]

@@ -1,0 +1,460 @@
+//! Integration tests over real SSH against the real SLURM test cluster that
+//! `scripts/test-cluster.sh up` starts (slurmctld, slurmd, slurmdbd, sshd on
+//! loopback). They read its connection details from `$SWEEP_TEST_CLUSTER_DIR/env`
+//! (default /tmp/sweep-test-cluster/env) and fail when it is absent, unless
+//! `SWEEP_SKIP_CLUSTER_TESTS=1` says to skip them.
+//!
+//! The jobs use a light test template (`sed` picks the task's line of the
+//! manifest and stores it), so they run in about a second; what is tested is
+//! the submission, tracking, crash and reconnect behaviour, not the worker.
+//!
+//! Tests share one cluster and some restart its daemons, so they run one at a time.
+
+use orchestrator::slurm::SlurmState;
+use orchestrator::submit::{self, Options, StatusReport, Watch};
+use orchestrator::sweep::{self, Sweep};
+use orchestrator::transport::ssh::SshShell;
+use orchestrator::transport::Shell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+struct ClusterEnv {
+    vars: BTreeMap<String, String>,
+}
+
+impl ClusterEnv {
+    fn get(&self, k: &str) -> String {
+        self.vars.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from the test cluster env file"))
+    }
+
+    fn script(&self, arg: &str) {
+        let out = Command::new(self.get("SWEEP_TEST_SCRIPT"))
+            .arg(arg)
+            .env("SWEEP_TEST_CLUSTER_DIR", self.get("SWEEP_TEST_CLUSTER_DIR"))
+            .output()
+            .expect("test-cluster.sh runs");
+        assert!(out.status.success(), "test-cluster.sh {arg}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A SLURM command on the cluster machine (the tests' own view, not the orchestrator's).
+    fn slurm(&self, argv: &[&str]) -> String {
+        let out = Command::new(argv[0])
+            .args(&argv[1..])
+            .env("SLURM_CONF", self.get("SLURM_CONF"))
+            .output()
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// The running test cluster, or `None` when skipping was asked for.
+fn cluster() -> Option<ClusterEnv> {
+    let dir = std::env::var("SWEEP_TEST_CLUSTER_DIR").unwrap_or_else(|_| "/tmp/sweep-test-cluster".into());
+    let path = Path::new(&dir).join("env");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        if std::env::var("SWEEP_SKIP_CLUSTER_TESTS").is_ok_and(|v| v == "1") {
+            eprintln!("SKIPPED: no test cluster at {dir} and SWEEP_SKIP_CLUSTER_TESTS=1");
+            return None;
+        }
+        panic!(
+            "no test cluster: {} is missing. Start it with `scripts/test-cluster.sh up` \
+             (or set SWEEP_SKIP_CLUSTER_TESTS=1 to skip the cluster tests explicitly)",
+            path.display()
+        );
+    };
+    let vars = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Some(ClusterEnv { vars })
+}
+
+/// One test's world: a local state dir, a clusters file naming the test
+/// cluster over SSH with a fresh remote work dir, a template, an experiment file.
+struct World {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    opts: Options,
+    exp_file: PathBuf,
+    remote_work: String,
+}
+
+/// The record template: copies task i's manifest line (and the description)
+/// to files, then sleeps `sleep` seconds.
+fn template(sleep: f64) -> String {
+    format!(
+        r#"#!/bin/bash
+#SBATCH --job-name={{{{sbatch job_name}}}}
+#SBATCH --comment={{{{sbatch comment}}}}
+#SBATCH --array={{{{sbatch array}}}}
+#SBATCH --output={{{{sbatch log_dir}}}}/%a.out
+#SBATCH --chdir={{{{sbatch submission_dir}}}}
+#SBATCH --gres=gpu:1
+#SBATCH --cpus-per-task=1
+#SBATCH --time=00:05:00
+{{{{#if slurm.partition}}}}
+#SBATCH --partition={{{{sbatch slurm.partition}}}}
+{{{{/if}}}}
+set -eu
+out={{{{sh submission_dir}}}}/task-$SLURM_ARRAY_TASK_ID.json
+sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {{{{sh manifest_jsonl}}}} > "$out.tmp"
+mv "$out.tmp" "$out"
+printf '%s' {{{{sh description}}}} > {{{{sh submission_dir}}}}/description-$SLURM_ARRAY_TASK_ID.txt
+sleep {sleep}
+"#
+    )
+}
+
+fn world(env: &ClusterEnv, test: &str, n: usize, parallel: u32, sleep: f64) -> World {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_path_buf();
+    let remote_work = format!("{}/{test}-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());
+    let clusters = format!(
+        "clusters:\n  test:\n    transport: ssh\n    host: {}\n    port: {}\n    user: {}\n    identity_file: {}\n    known_hosts: {}\n    work_dir: {}\n    defaults:\n      partition: gpu\n",
+        env.get("SWEEP_TEST_SSH_HOST"),
+        env.get("SWEEP_TEST_SSH_PORT"),
+        env.get("SWEEP_TEST_SSH_USER"),
+        env.get("SWEEP_TEST_SSH_KEY"),
+        env.get("SWEEP_TEST_KNOWN_HOSTS"),
+        remote_work,
+    );
+    std::fs::write(dir.join("clusters.yaml"), clusters).expect("clusters file");
+    std::fs::write(dir.join("record.sbatch.hbs"), template(sleep)).expect("template");
+    // n configs differing in batch size (so each has its own hash).
+    let batches: Vec<String> = (1..=n).map(|b| b.to_string()).collect();
+    let exp = format!(
+        "name: {test}\ndescription: cluster test\ncluster: test\ngpu: A100-SXM4-80GB\nprecision: fp32\n\
+         input: {{channels: 1, spatial: [16, 16, 16]}}\noutput_channels: 1\n\
+         model: {{family: unet, channels: [32, 64], attention_levels: [false, false], num_res_blocks: 1, num_head_channels: 32}}\n\
+         template: {}\narray_parallelism: {parallel}\nsweep:\n  name: \"b{{batch}}\"\n  grid:\n    batch: [{}]\n",
+        dir.join("record.sbatch.hbs").display(),
+        batches.join(", ")
+    );
+    let exp_file = dir.join(format!("{test}.yaml"));
+    std::fs::write(&exp_file, exp).expect("experiment file");
+    let opts = Options {
+        state_root: dir.join("state"),
+        clusters_file: Some(dir.join("clusters.yaml")),
+        template_dirs: vec![],
+        ..Options::default()
+    };
+    World { _tmp: tmp, dir, opts, exp_file, remote_work }
+}
+
+impl World {
+    fn sweep(&self) -> Sweep {
+        sweep::load(&self.exp_file, &[]).expect("experiment loads")
+    }
+
+    fn shell(&self, env: &ClusterEnv) -> SshShell {
+        let (file, label) =
+            orchestrator::cluster::ClustersFile::load_or_default(self.opts.clusters_file.as_deref()).expect("clusters");
+        let (_, c) = file.get("test", &label).expect("test cluster");
+        let _ = env;
+        SshShell::new("test", &c).expect("ssh target")
+    }
+
+    fn records(&self, exp: &str) -> BTreeMap<String, orchestrator::state::ConfigRecord> {
+        let mut out = BTreeMap::new();
+        let dir = self.opts.state_root.join(exp).join("configs");
+        for e in std::fs::read_dir(dir).expect("configs dir") {
+            let p = e.expect("entry").path();
+            let r: orchestrator::state::ConfigRecord =
+                serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("record json");
+            out.insert(r.name.clone(), r);
+        }
+        out
+    }
+
+    /// The orchestrator binary running `sub ARG` on this world's state and clusters.
+    fn binary(&self, sub: &str, arg: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        c.arg(sub).arg(arg);
+        c.arg("--state-dir").arg(&self.opts.state_root).arg("--clusters").arg(self.opts.clusters_file.as_ref().expect("file"));
+        c
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+/// `status --watch` until every config settled (or `limit`), returning the last report.
+fn watch(w: &World, exp: &str, limit: Duration) -> StatusReport {
+    let watch = Watch {
+        min: Duration::from_millis(700),
+        max: Duration::from_secs(3),
+        max_polls: Some((limit.as_secs_f64() / 0.7) as u32 + 1),
+    };
+    let r = rt()
+        .block_on(submit::status(exp, &w.opts, Some(watch), &mut |_| {}))
+        .expect("status --watch");
+    assert!(r.settled, "not settled within {limit:?}:\n{}", r.table());
+    r
+}
+
+/// Every job SLURM has for this experiment (job name prefix), as (array, task) → job name,
+/// from the cluster's own squeue and sacct.
+fn slurm_tasks(env: &ClusterEnv, exp: &str) -> BTreeSet<(String, u32, String)> {
+    let prefix = format!("sw-{exp}-");
+    let mut out = BTreeSet::new();
+    let sacct = env.slurm(&["sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-1days", "--format=JobID,JobIDRaw,JobName,State,ExitCode"]);
+    for o in orchestrator::slurm::parse_sacct(&sacct).expect("sacct parses") {
+        if o.name.starts_with(&prefix) {
+            out.insert((o.array_job_id, o.task_id, o.name));
+        }
+    }
+    let squeue = env.slurm(&["squeue", "--noheader", "--array", &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT)]);
+    for o in orchestrator::slurm::parse_squeue(&squeue).expect("squeue parses") {
+        if o.name.starts_with(&prefix) {
+            out.insert((o.array_job_id, o.task_id, o.name));
+        }
+    }
+    out
+}
+
+/// How many SLURM tasks run each config: maps SLURM's jobs back to configs
+/// through the submissions' task lists. Every value must be 1 (no duplicates).
+fn jobs_per_config(env: &ClusterEnv, w: &World, exp: &str) -> BTreeMap<String, usize> {
+    let subs_dir = w.opts.state_root.join(exp).join("submissions");
+    let mut by_name = BTreeMap::new();
+    for e in std::fs::read_dir(&subs_dir).expect("submissions") {
+        let p = e.expect("entry").path().join("submission.json");
+        let s: orchestrator::state::Submission = serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("json");
+        by_name.insert(s.job_name.clone(), s);
+    }
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    // Earlier runs of the same test left jobs with the same experiment prefix;
+    // every job this state ever submitted (abandoned intents included) is in `by_name`.
+    for (_, task, name) in slurm_tasks(env, exp) {
+        let Some(s) = by_name.get(&name) else { continue };
+        *count.entry(s.tasks[task as usize].clone()).or_default() += 1;
+    }
+    count
+}
+
+#[test]
+fn cluster_sweep_of_24_configs_is_one_array_followed_to_completion() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let w = world(&env, "ct-sweep24", 24, 8, 0.0);
+    let sweep = w.sweep();
+    let report = rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
+    assert_eq!(report.submitted.len(), 24);
+    assert_eq!(report.arrays.len(), 1, "one array for 24 configs (MaxArraySize 100)");
+    eprintln!("24-config submit: {:?}, {:.2} s", report.counters, report.wall_s);
+    let r = watch(&w, "ct-sweep24", Duration::from_secs(150));
+    assert_eq!(r.count("COMPLETED"), 24, "{}", r.table());
+    assert_eq!(r.poll.commands, 2, "one squeue + one sacct per poll");
+    // Each task received its own config, intact, through the manifest.
+    let shell = w.shell(&env);
+    let sub = std::fs::read_dir(w.opts.state_root.join("ct-sweep24/submissions")).expect("subs").next().expect("one").expect("entry");
+    let sid = sub.file_name().to_string_lossy().into_owned();
+    for (i, c) in sweep.configs.iter().enumerate() {
+        let path = format!("{}/state/ct-sweep24/submissions/{sid}/task-{i}.json", w.remote_work);
+        let got = shell.read_file(&path).expect("sftp").unwrap_or_else(|| panic!("{path} missing"));
+        let got: spec::RunConfig = serde_json::from_slice(&got).expect("config json");
+        assert_eq!(got, c.config, "task {i}");
+    }
+    // A second submit submits nothing (and a config has exactly one job).
+    let again = rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit again");
+    assert!(again.submitted.is_empty());
+    assert!(jobs_per_config(&env, &w, "ct-sweep24").values().all(|&n| n == 1));
+}
+
+#[test]
+fn cluster_crash_after_sbatch_then_resume_makes_no_duplicate() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let w = world(&env, "ct-crash", 6, 6, 0.0);
+    let out = w.binary("submit", &w.exp_file).env("ORCHESTRATOR_TEST_KILL_AFTER_SBATCH", "1").output().expect("runs");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(9), "killed by SIGKILL after sbatch: {out:?}");
+    // The intent is on disk, the job id is not.
+    let recs = w.records("ct-crash");
+    assert_eq!(recs.len(), 6);
+    assert!(recs.values().all(|r| r.attempts.len() == 1 && r.attempts[0].array_job_id.is_none()));
+    let out = w.binary("resume", "ct-crash").output().expect("resume runs");
+    assert!(out.status.success(), "resume: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("SLURM had it"), "resume adopted the job: {text}");
+    assert!(text.contains("submitted 0 configs"), "{text}");
+    let r = watch(&w, "ct-crash", Duration::from_secs(90));
+    assert_eq!(r.count("COMPLETED"), 6, "{}", r.table());
+    let per = jobs_per_config(&env, &w, "ct-crash");
+    let dups: Vec<_> = per.iter().filter(|(_, &n)| n != 1).collect();
+    eprintln!("crash test: duplicate jobs = {}", dups.len());
+    assert_eq!(per.len(), 6);
+    assert!(dups.is_empty(), "duplicates: {dups:?}");
+}
+
+#[test]
+fn cluster_sshd_restart_during_watch_reconnects() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let w = world(&env, "ct-sshd", 4, 1, 2.0);
+    let sweep = w.sweep();
+    rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
+    let rt = rt();
+    let polls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let p2 = polls.clone();
+    let opts = w.opts.clone();
+    let handle = rt.spawn(async move {
+        let watch = Watch { min: Duration::from_millis(500), max: Duration::from_secs(2), max_polls: Some(400) };
+        submit::status("ct-sshd", &opts, Some(watch), &mut |_| {
+            p2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
+        .await
+    });
+    let start = Instant::now();
+    while polls.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(start.elapsed() < Duration::from_secs(30), "watch never polled");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    env.script("restart-sshd");
+    let before = polls.load(std::sync::atomic::Ordering::SeqCst);
+    let r = rt.block_on(handle).expect("joined").expect("watch survives the restart");
+    assert!(polls.load(std::sync::atomic::Ordering::SeqCst) > before, "polled again after the restart");
+    assert!(r.settled);
+    assert_eq!(r.count("COMPLETED"), 4, "{}", r.table());
+}
+
+#[test]
+fn cluster_slurmctld_restart_loses_no_config() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let w = world(&env, "ct-ctld", 6, 1, 1.0);
+    let sweep = w.sweep();
+    rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
+    env.script("stop-slurmctld");
+    // While the controller is down, status says so but keeps the state.
+    let r = rt().block_on(submit::status("ct-ctld", &w.opts, None, &mut |_| {}));
+    if let Ok(r) = &r {
+        assert!(!r.poll.errors.is_empty(), "squeue must fail with slurmctld down");
+    }
+    env.script("start-slurmctld");
+    let r = watch(&w, "ct-ctld", Duration::from_secs(120));
+    assert_eq!(r.count("COMPLETED"), 6, "{}", r.table());
+    let per = jobs_per_config(&env, &w, "ct-ctld");
+    assert_eq!(per.len(), 6, "every config has its job");
+    assert!(per.values().all(|&n| n == 1));
+}
+
+#[test]
+fn cluster_scancel_one_task_shows_cancelled_and_resume_resubmits_it() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let w = world(&env, "ct-scancel", 3, 1, 1.0);
+    let sweep = w.sweep();
+    let rep = rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
+    let array = rep.arrays[0].clone();
+    // Task 2 is still pending (%1): cancel it behind the orchestrator's back.
+    env.slurm(&["scancel", &format!("{array}_2")]);
+    let r = watch(&w, "ct-scancel", Duration::from_secs(90));
+    let row = r.rows.iter().find(|x| x.name == sweep.configs[2].name).expect("row");
+    assert_eq!(row.state, "CANCELLED", "{}", r.table());
+    assert_eq!(r.count("COMPLETED"), 2);
+    let rep = rt().block_on(submit::submit(&sweep, &Options { ..w.opts.clone() }, true)).expect("resume");
+    assert_eq!(rep.submitted, vec![sweep.configs[2].name.clone()], "only the cancelled one");
+    let r = watch(&w, "ct-scancel", Duration::from_secs(90));
+    assert_eq!(r.count("COMPLETED"), 3, "{}", r.table());
+    let recs = w.records("ct-scancel");
+    assert_eq!(recs[&sweep.configs[2].name].attempts.len(), 2);
+    let hist = &recs[&sweep.configs[2].name].attempts[0].history;
+    assert!(hist.iter().any(|h| h.state == SlurmState::Cancelled));
+}
+
+#[test]
+fn cluster_hostile_values_arrive_intact_and_never_execute() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let w = world(&env, "ct-inject", 3, 3, 0.0);
+    let marker = w.dir.join("pwned");
+    let m = marker.display();
+    let mut sweep = w.sweep();
+    let hostile = [
+        format!("$(touch {m})"),
+        format!("it's \"quoted\" `touch {m}` ; touch {m}"),
+        format!("line1\nline2 $(touch {m})\n'"),
+    ];
+    for (c, name) in sweep.configs.iter_mut().zip(&hostile) {
+        c.config.name = name.clone();
+    }
+    sweep.experiment.description = format!("desc with '$(touch {m})'\nand \"quotes\" and\nnewlines `touch {m}`");
+    rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
+    let r = watch(&w, "ct-inject", Duration::from_secs(90));
+    assert_eq!(r.count("COMPLETED"), 3, "{}", r.table());
+    let shell = w.shell(&env);
+    let sid = std::fs::read_dir(w.opts.state_root.join("ct-inject/submissions")).expect("subs").next().expect("one").expect("e").file_name();
+    let sid = sid.to_string_lossy();
+    for (i, c) in sweep.configs.iter().enumerate() {
+        let base = format!("{}/state/ct-inject/submissions/{sid}", w.remote_work);
+        let got = shell.read_file(&format!("{base}/task-{i}.json")).expect("sftp").expect("task file");
+        let got: spec::RunConfig = serde_json::from_slice(&got).expect("json");
+        assert_eq!(got.name, hostile[i], "config name intact");
+        assert_eq!(got, c.config);
+        let d = shell.read_file(&format!("{base}/description-{i}.txt")).expect("sftp").expect("description");
+        assert_eq!(String::from_utf8_lossy(&d), sweep.experiment.description, "description intact");
+    }
+    assert!(!marker.exists(), "a hostile value was executed");
+}
+
+#[test]
+fn cluster_unknown_or_changed_host_key_is_refused() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let empty = tmp.path().join("known_hosts");
+    std::fs::write(&empty, "").expect("empty known_hosts");
+    let mut c = orchestrator::cluster::ClusterConfig::local();
+    c.transport = orchestrator::cluster::TransportKind::Ssh;
+    c.host = Some(env.get("SWEEP_TEST_SSH_HOST"));
+    c.port = Some(env.get("SWEEP_TEST_SSH_PORT").parse().expect("port"));
+    c.user = Some(env.get("SWEEP_TEST_SSH_USER"));
+    c.identity_file = Some(env.get("SWEEP_TEST_SSH_KEY").into());
+    c.work_dir = Some("/tmp".into());
+    for (kh, want) in [(empty.clone(), "UNKNOWN HOST KEY"), (PathBuf::from(env.get("SWEEP_TEST_KNOWN_HOSTS_CHANGED")), "HOST KEY CHANGED")] {
+        c.known_hosts = Some(kh);
+        let shell = SshShell::new("t", &c).expect("target");
+        let e = shell.run(&["true".to_string()], true).expect_err("refused");
+        let msg = e.to_string();
+        assert!(msg.contains(want), "{msg}");
+        assert!(msg.contains("SHA256:") && msg.contains("Refusing"), "says what and why: {msg}");
+    }
+    // The right known_hosts connects.
+    c.known_hosts = Some(env.get("SWEEP_TEST_KNOWN_HOSTS").into());
+    let out = SshShell::new("t", &c).expect("target").run(&["echo".into(), "a b".into()], true).expect("connects");
+    assert_eq!(out.stdout, "a b\n");
+}
+
+/// The closing figures: a 120-config sweep (split in two arrays by the test
+/// cluster's MaxArraySize=100) and one status poll. Jobs are cancelled after.
+#[test]
+fn cluster_figures_for_a_120_config_sweep() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let w = world(&env, "ct-fig120", 120, 4, 0.0);
+    let sweep = w.sweep();
+    let rep = rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
+    assert_eq!(rep.submitted.len(), 120);
+    assert_eq!(rep.arrays.len(), 2, "MaxArraySize 100 splits 120 configs into two arrays");
+    let r = rt().block_on(submit::status("ct-fig120", &w.opts, None, &mut |_| {})).expect("status");
+    eprintln!(
+        "FIGURES: submit 120 configs: {:.2} s wall, {} SSH exec commands (scontrol + sbatch per array), {} SFTP file ops, {} SSH connections; one status poll: {} SLURM commands",
+        rep.wall_s, rep.counters.commands, rep.counters.file_ops, rep.counters.connects, r.poll.commands
+    );
+    assert_eq!(r.poll.commands, 2);
+    assert!(rep.counters.commands <= 4, "{:?}", rep.counters);
+    let ids = rt().block_on(submit::cancel("ct-fig120", &w.opts)).expect("cancel");
+    assert_eq!(ids.len(), 2);
+    let r = watch(&w, "ct-fig120", Duration::from_secs(120));
+    assert_eq!(r.count("COMPLETED") + r.count("CANCELLED"), 120, "{}", r.table());
+}
