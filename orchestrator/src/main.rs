@@ -82,6 +82,8 @@ enum Command {
     },
     #[command(flatten)]
     Cluster(submit::cli::ClusterCommand),
+    /// Markdown (and JSON) report of a sweep from its state, or of measurement records, with plots.
+    Report(orchestrator::report::cli::ReportArgs),
 }
 
 fn main() {
@@ -127,6 +129,7 @@ fn run(command: Command) -> Result<()> {
         Command::Explain { exp, args } => orchestrator::advisor::cli::run_explain(&exp.load()?, &args)?,
         Command::Fit { exp, args } => orchestrator::advisor::cli::run_fit(&exp.load()?, &args)?,
         Command::Cluster(c) => submit::cli::run(c)?,
+        Command::Report(args) => orchestrator::report::cli::run(&args)?,
     }
     Ok(())
 }
