@@ -9,6 +9,7 @@ pub mod precheck;
 pub mod sweep;
 // Cluster side: templates, transports, SLURM, state directory, commands.
 pub mod cluster;
+pub mod install;
 pub mod render;
 pub mod slurm;
 pub mod state;

@@ -203,6 +203,7 @@ mod tests {
                 state,
                 history: history.into_iter().map(|(t, state)| StateChange { t, state, detail: None }).collect(),
                 abandoned: false,
+                worker: None,
             }],
             result: wall.map(|w| serde_json::json!({"event": "result", "status": "ok", "wall_s": w})),
         }

@@ -104,6 +104,9 @@ pub struct JobVars {
     /// One config JSON per line, line `i+1` = task `i` (for templates without a JSON parser).
     pub manifest_jsonl: String,
     pub worker: String,
+    /// Extra `worker run` arguments from the experiment's `worker:` block
+    /// (`--memory-limit`, `--backend`), one word each: `{{#each worker_args}} {{sh this}}{{/each}}`.
+    pub worker_args: Vec<String>,
 }
 
 /// The job's SLURM resources with every key present (`null` when unset), so
@@ -218,6 +221,7 @@ mod tests {
             manifest: "/w/state/exp9/submissions/s001-abcd/manifest.json".into(),
             manifest_jsonl: "/w/state/exp9/submissions/s001-abcd/manifest.jsonl".into(),
             worker: "/w/bin/worker".into(),
+            worker_args: vec![],
         }
     }
 
@@ -251,7 +255,23 @@ mod tests {
         assert!(s.contains("#SBATCH --partition=GPUQ"));
         assert!(s.contains("#SBATCH --mail-type=END"));
         assert!(!s.contains("--account"), "absent settings leave no directive");
-        assert!(s.contains("/w/bin/worker run --manifest /w/state/exp9/submissions/s001-abcd/manifest.json --state-dir /w/state"));
+        assert!(s.contains("/w/bin/worker run --manifest /w/state/exp9/submissions/s001-abcd/manifest.json --state-dir /w/state\n"));
+    }
+
+    #[test]
+    fn worker_options_become_quoted_worker_arguments() {
+        let mut v = vars();
+        let opts = crate::experiment::WorkerOptions {
+            backend: Some(crate::experiment::WorkerBackend::Flex),
+            memory_limit: Some(512 << 20),
+        };
+        v.worker_args = opts.args();
+        v.worker_args.push("it's $(x)".into());
+        let s = Renderer::new(vec![]).render("profile", &v).expect("renders");
+        assert!(
+            s.contains("--state-dir /w/state --backend flex --memory-limit 536870912 'it'\\''s $(x)'\n"),
+            "{s}"
+        );
     }
 
     #[test]

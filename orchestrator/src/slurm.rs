@@ -150,8 +150,8 @@ impl<'de> Deserialize<'de> for SlurmState {
 }
 
 /// Which ended jobs `resume` submits again. A config that completed, ran out of
-/// GPU memory in the worker's own measurement, or is still queued/running is
-/// never resubmitted, whatever the policy.
+/// memory in the worker's own measurement, or is still queued/running is
+/// never resubmitted, whatever the policy. [`RetryPolicy::refusal`] is the rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryPolicy {
     /// TIMEOUT: retried by default, since the usual fix is a longer `slurm.time`
@@ -160,22 +160,48 @@ pub struct RetryPolicy {
     /// CANCELLED (by `scancel`, `orchestrator cancel`, or an admin): retried by
     /// default, since `resume` after a cancel means "carry on".
     pub cancelled: bool,
-    /// FAILED (the job script exited non-zero): not by default; a crash usually recurs.
+    /// A real error: the worker recorded `failed`, or the job script FAILED
+    /// before the worker started (missing binary, unreadable manifest). Not by
+    /// default; such a crash recurs.
     pub failed: bool,
+    /// The worker was killed from outside before it could write a result
+    /// (SIGKILL, the host's OOM killer: FAILED or OUT_OF_MEMORY without a
+    /// `result` line). Retried by default: nothing was measured, and the
+    /// cause is usually the node, not the config.
+    #[serde(default = "yes")]
+    pub killed: bool,
     /// Attempts per config, the first included.
     pub max_attempts: u32,
 }
 
+fn yes() -> bool {
+    true
+}
+
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy { timeout: true, cancelled: true, failed: false, max_attempts: 3 }
+        RetryPolicy { timeout: true, cancelled: true, failed: false, killed: true, max_attempts: 3 }
     }
 }
 
+/// What the worker's own event stream says about one attempt; SLURM's state
+/// alone cannot tell a measured OOM (exit 3, FAILED) from a crash or a kill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerOutcome {
+    /// No `start` line of this attempt: the worker never ran (or its events
+    /// could not be read).
+    NotStarted,
+    /// A `start` line but no `result`: the worker was killed from outside.
+    NoResult,
+    /// The worker's own final word.
+    Result(spec::event::RunStatus),
+}
+
 impl RetryPolicy {
-    /// Whether a job that ended in `state` may run again. NODE_FAIL, PREEMPTED
-    /// and BOOT_FAIL are the cluster's fault: always retryable. OUT_OF_MEMORY
-    /// (host RAM, cgroup) and DEADLINE would recur: never.
+    /// Whether a job that ended in `state` may run again, by SLURM's state
+    /// alone. NODE_FAIL, PREEMPTED and BOOT_FAIL are the cluster's fault:
+    /// always retryable. OUT_OF_MEMORY (host RAM, cgroup) and DEADLINE would
+    /// recur: never.
     pub fn retryable(&self, state: &SlurmState) -> bool {
         match state {
             SlurmState::NodeFail | SlurmState::Preempted | SlurmState::BootFail => true,
@@ -185,6 +211,48 @@ impl RetryPolicy {
             SlurmState::Completed | SlurmState::OutOfMemory | SlurmState::Deadline => false,
             SlurmState::Other(_) => false,
             SlurmState::Pending | SlurmState::Running | SlurmState::Requeued | SlurmState::Suspended => false,
+        }
+    }
+
+    /// Why an attempt that ended in `state` must not run again, or `None` when
+    /// it may. The one place SLURM's state and the worker's result meet; the
+    /// worker's result wins because it knows what happened inside the job:
+    ///
+    /// | worker says | SLURM state | resubmitted |
+    /// |---|---|---|
+    /// | `ok` | any | never (completed) |
+    /// | `oom` | any (FAILED: exit 3) | never (measured OOM) |
+    /// | `failed` | any | with `--retry-failed` |
+    /// | `cancelled` | TIMEOUT / other | per `timeout` / `cancelled` |
+    /// | started, no result | FAILED, OUT_OF_MEMORY | yes, unless `--no-retry-killed` (killed) |
+    /// | not started | OUT_OF_MEMORY | yes, unless `--no-retry-killed` (killed) |
+    /// | no result | any other | by the state ([`Self::retryable`]) |
+    pub fn refusal(&self, state: &SlurmState, worker: WorkerOutcome) -> Option<String> {
+        use spec::event::RunStatus;
+        let killed = match (worker, state) {
+            (WorkerOutcome::NoResult, SlurmState::Failed | SlurmState::OutOfMemory) => true,
+            (WorkerOutcome::NotStarted, SlurmState::OutOfMemory) => true,
+            _ => false,
+        };
+        match worker {
+            WorkerOutcome::Result(RunStatus::Ok) => Some("completed".into()),
+            WorkerOutcome::Result(RunStatus::Oom) => Some("measured oom".into()),
+            WorkerOutcome::Result(RunStatus::Failed) => {
+                (!self.failed).then(|| format!("worker failed, job {state} (use --retry-failed)"))
+            }
+            WorkerOutcome::Result(RunStatus::Cancelled) => {
+                let (allowed, flag) = match state {
+                    SlurmState::Timeout => (self.timeout, "--no-retry-timeout"),
+                    _ => (self.cancelled, "--no-retry-cancelled"),
+                };
+                (!allowed).then(|| format!("worker cancelled, job {state} ({flag})"))
+            }
+            _ if killed => (!self.killed).then(|| format!("worker killed, job {state} (--no-retry-killed)")),
+            _ if self.retryable(state) => None,
+            WorkerOutcome::NotStarted if *state == SlurmState::Failed => {
+                Some(format!("ended {state} before the worker started (use --retry-failed)"))
+            }
+            _ => Some(format!("ended {state}")),
         }
     }
 }
@@ -525,6 +593,40 @@ mod tests {
         }
         let strict = RetryPolicy { timeout: false, ..p };
         assert!(!strict.retryable(&SlurmState::Timeout));
+    }
+
+    #[test]
+    fn the_worker_result_decides_over_the_slurm_state() {
+        use spec::event::RunStatus;
+        use WorkerOutcome::*;
+        let p = RetryPolicy::default();
+        let failed = SlurmState::Failed;
+        // A measured OOM is a result: never again, although SLURM says FAILED (exit 3).
+        assert_eq!(p.refusal(&failed, Result(RunStatus::Oom)).as_deref(), Some("measured oom"));
+        assert!(p.refusal(&SlurmState::NodeFail, Result(RunStatus::Oom)).is_some());
+        assert!(p.refusal(&SlurmState::Completed, Result(RunStatus::Ok)).is_some());
+        // Killed from outside (SIGKILL, host OOM killer): nothing measured, retried.
+        assert_eq!(p.refusal(&failed, NoResult), None);
+        assert_eq!(p.refusal(&SlurmState::OutOfMemory, NoResult), None);
+        assert_eq!(p.refusal(&SlurmState::OutOfMemory, NotStarted), None);
+        assert_eq!(p.refusal(&SlurmState::NodeFail, NoResult), None);
+        assert_eq!(p.refusal(&SlurmState::NodeFail, NotStarted), None);
+        let no_killed = RetryPolicy { killed: false, ..p };
+        assert!(no_killed.refusal(&failed, NoResult).unwrap().contains("--no-retry-killed"));
+        assert_eq!(no_killed.refusal(&SlurmState::NodeFail, NoResult), None, "node failures always");
+        // A real error stays down unless asked.
+        assert!(p.refusal(&failed, Result(RunStatus::Failed)).unwrap().contains("--retry-failed"));
+        assert!(p.refusal(&failed, NotStarted).unwrap().contains("before the worker started"));
+        let retry_failed = RetryPolicy { failed: true, ..p };
+        assert_eq!(retry_failed.refusal(&failed, Result(RunStatus::Failed)), None);
+        assert_eq!(retry_failed.refusal(&failed, NotStarted), None);
+        // Cancelled by the worker's SIGTERM handler: the time limit or a cancel.
+        assert_eq!(p.refusal(&SlurmState::Timeout, Result(RunStatus::Cancelled)), None);
+        assert_eq!(p.refusal(&SlurmState::Cancelled, Result(RunStatus::Cancelled)), None);
+        let strict = RetryPolicy { timeout: false, cancelled: false, ..p };
+        assert!(strict.refusal(&SlurmState::Timeout, Result(RunStatus::Cancelled)).is_some());
+        assert!(strict.refusal(&SlurmState::Cancelled, NoResult).is_some());
+        assert!(p.refusal(&SlurmState::Deadline, NoResult).is_some());
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::slurm::{Activity, SlurmState};
+use crate::slurm::{Activity, SlurmState, WorkerOutcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -115,6 +115,11 @@ pub struct Attempt {
     /// The sbatch never happened (settled by `resume`: SLURM has no such job).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub abandoned: bool,
+    /// What this attempt's worker wrote in its events (matched by SLURM job
+    /// id): `started` once its `start` line is seen, then its result status
+    /// (`ok`, `oom`, `failed`, `cancelled`). `None`: not seen (yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
 }
 
 /// How long a submitted task may be absent from both squeue and sacct before
@@ -149,6 +154,19 @@ impl Attempt {
             Some("left the queue without running; SLURM keeps no record of it".into()),
             None,
         )
+    }
+
+    /// The worker's side of this attempt, for [`crate::slurm::RetryPolicy::refusal`].
+    pub fn worker_outcome(&self) -> WorkerOutcome {
+        use spec::event::RunStatus;
+        match self.worker.as_deref() {
+            None => WorkerOutcome::NotStarted,
+            Some("ok") => WorkerOutcome::Result(RunStatus::Ok),
+            Some("oom") => WorkerOutcome::Result(RunStatus::Oom),
+            Some("failed") => WorkerOutcome::Result(RunStatus::Failed),
+            Some("cancelled") => WorkerOutcome::Result(RunStatus::Cancelled),
+            Some(_) => WorkerOutcome::NoResult,
+        }
     }
 
     /// The key of this attempt in `missing.json`.
@@ -362,6 +380,7 @@ impl StateDir {
                         state: None,
                         history: vec![],
                         abandoned: s.abandoned,
+                        worker: None,
                     }),
                 }
                 if *r != before {
@@ -430,6 +449,7 @@ mod tests {
             state: Some(SlurmState::Pending),
             history: vec![],
             abandoned: false,
+            worker: None,
         };
         assert!(!a.missing(100.0, 105.0), "within the grace");
         assert!(a.is_live());

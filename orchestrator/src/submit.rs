@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::cluster::{merge_resources, ClusterConfig, ClusterError, ClustersFile};
 use crate::precheck::Predictor;
 use crate::render::{JobVars, RenderFailure, Renderer};
-use crate::slurm::{self, Activity, RetryPolicy, SlurmState};
+use crate::slurm::{self, Activity, RetryPolicy, SlurmState, WorkerOutcome};
 use crate::state::{self, Attempt, ConfigRecord, StateDir, StateError, Submission};
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport::{self, CounterSnapshot, Poll, Transport, TransportError};
@@ -78,7 +78,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, std::io::Erro
 }
 
 /// Runs a blocking transport call off the async runtime's worker threads.
-async fn blocking<T, F>(t: &Arc<dyn Transport>, f: F) -> Result<T, TransportError>
+pub(crate) async fn blocking<T, F>(t: &Arc<dyn Transport>, f: F) -> Result<T, TransportError>
 where
     T: Send + 'static,
     F: FnOnce(&dyn Transport) -> Result<T, TransportError> + Send + 'static,
@@ -108,7 +108,7 @@ pub struct Target {
     pub transport: Arc<dyn Transport>,
 }
 
-fn open_target(opts: &Options, name: &str) -> Result<Target, CommandError> {
+pub(crate) fn open_target(opts: &Options, name: &str) -> Result<Target, CommandError> {
     let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
     let (name, config) = file.get(name, &label)?;
     let transport = transport::open(&name, &config, &opts.state_root)?;
@@ -270,6 +270,7 @@ fn prepare_arrays(
             manifest: format!("{sub_dir}/manifest.json"),
             manifest_jsonl: format!("{sub_dir}/manifest.jsonl"),
             worker: worker.to_string(),
+            worker_args: exp.worker.args(),
         };
         let script = renderer.render(&template, &vars)?;
         let manifest = spec::run::Manifest {
@@ -355,6 +356,7 @@ async fn send(
                     state: None,
                     history: vec![],
                     abandoned: false,
+                    worker: None,
                 });
                 st.save_record(r)?;
             }
@@ -484,24 +486,33 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
     if r.live() {
         return Some("queued or running".into());
     }
-    match r.result_status() {
-        Some("oom") => return Some("measured oom".into()),
-        Some("ok") => return Some("completed".into()),
-        _ => {}
-    }
     let tried: Vec<&Attempt> = r.attempts.iter().filter(|a| !a.abandoned).collect();
     let Some(last) = tried.last() else { return None };
     let state = last.state.clone().unwrap_or(SlurmState::Pending);
+    let worker = if r.attempts.iter().all(|a| a.worker.is_none()) {
+        // Records written before attempts carried the worker's outcome keep it only here.
+        legacy_outcome(r)
+    } else {
+        last.worker_outcome()
+    };
+    if let Some(why) = opts.retry.refusal(&state, worker) {
+        return Some(why);
+    }
     if !resubmit_retryable {
         return Some(format!("already submitted ({state}; `resume` retries)"));
-    }
-    if !opts.retry.retryable(&state) {
-        return Some(format!("ended {state}"));
     }
     if tried.len() as u32 >= opts.retry.max_attempts {
         return Some(format!("ended {state} after {} attempts", tried.len()));
     }
     None
+}
+
+/// The worker outcome a record's `result` gives when its attempts do not say.
+fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
+    match r.result_status().and_then(|s| serde_json::from_value(serde_json::Value::String(s.into())).ok()) {
+        Some(status) => WorkerOutcome::Result(status),
+        None => WorkerOutcome::NotStarted,
+    }
 }
 
 /// Loads the stored sweep of an experiment by name.
@@ -530,7 +541,7 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     report.adopted = adopted;
     report.abandoned = abandoned;
     if resume {
-        let _ = update(&st, &target, &mut records, sweep).await?;
+        let _ = update(&st, &target, &mut records, sweep, true).await?;
     }
 
     let mut todo: Vec<&SweepConfig> = Vec::new();
@@ -622,12 +633,15 @@ fn apply(st: &StateDir, records: &mut BTreeMap<String, ConfigRecord>, poll: &Pol
 }
 
 /// One poll (one squeue + one sacct for the whole sweep), applied; then the
-/// worker's event files of configs that ran are pulled.
+/// worker's event files of configs that ran are pulled. `settle` (resume) also
+/// re-reads the events of ended attempts whose worker result is not known yet,
+/// since the retry decision depends on it.
 async fn update(
     st: &StateDir,
     target: &Target,
     records: &mut BTreeMap<String, ConfigRecord>,
     sweep: &Sweep,
+    settle: bool,
 ) -> Result<PollSummary, CommandError> {
     let subs = st.load_submissions()?;
     let names: Vec<String> = subs.iter().filter(|s| !s.abandoned).map(|s| s.job_name.clone()).collect();
@@ -635,7 +649,11 @@ async fn update(
     let since = if since.is_finite() { since } else { state::now() };
     let poll = blocking(&target.transport, move |t| t.poll(&names, since)).await?;
     let changed = apply(st, records, &poll)?;
-    pull_events(st, target, records, sweep, &changed).await;
+    if pull_events(st, target, records, sweep, &changed, settle).await {
+        if let Err(e) = write_measurements(st, records, sweep) {
+            tracing::warn!("{e}");
+        }
+    }
     Ok(PollSummary { commands: poll.commands, errors: poll.errors, changed: changed.len() })
 }
 
@@ -648,20 +666,30 @@ pub struct PollSummary {
 }
 
 /// Copies `runs/<config>/events.jsonl` of configs that are running or just
-/// changed, and keeps the final `result` event in the record. Failures only warn:
-/// the job states are what status must not lose.
+/// changed (with `settle`, also of ended ones whose worker result is unknown),
+/// and records what the worker wrote for the latest attempt: its outcome in
+/// the attempt, its final `result` event in the record. Failures only warn:
+/// the job states are what status must not lose. Returns whether a result changed.
 async fn pull_events(
     st: &StateDir,
     target: &Target,
     records: &mut BTreeMap<String, ConfigRecord>,
     sweep: &Sweep,
     changed: &[String],
-) {
-    let Ok(remote_state) = blocking(&target.transport, |t| t.remote_state_root()).await else { return };
+    settle: bool,
+) -> bool {
+    let Ok(remote_state) = blocking(&target.transport, |t| t.remote_state_root()).await else { return false };
     let names: BTreeMap<&str, &str> = sweep.configs.iter().map(|c| (c.hash.0.as_str(), c.name.as_str())).collect();
+    let mut results_changed = false;
     for r in records.values_mut() {
-        let running = r.latest().and_then(|a| a.state.as_ref()).is_some_and(|s| s.activity() == Activity::Running);
-        if !(running || changed.contains(&r.hash)) {
+        let Some(latest) = r.latest() else { continue };
+        let activity = latest.state.as_ref().map(SlurmState::activity);
+        let running = activity == Some(Activity::Running);
+        let unsettled = settle
+            && activity == Some(Activity::Ended)
+            && latest.job_id.is_some()
+            && !matches!(latest.worker_outcome(), WorkerOutcome::Result(_));
+        if !(running || unsettled || changed.contains(&r.hash)) {
             continue;
         }
         let Some(name) = names.get(r.hash.as_str()) else { continue };
@@ -688,17 +716,58 @@ async fn pull_events(
                 tracing::warn!("{e}");
             }
         }
-        let result = last_result(&String::from_utf8_lossy(&data));
-        if result.is_some() && r.result != result {
-            r.result = result;
+        let job_id = latest.job_id.clone();
+        let (started, result) = attempt_events(&String::from_utf8_lossy(&data), job_id.as_deref());
+        let worker = match (&result, started) {
+            (Some(v), _) => v.get("status").and_then(|s| s.as_str()).map(str::to_string),
+            (None, true) => Some("started".to_string()),
+            (None, false) => None,
+        };
+        let before = r.clone();
+        if let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) {
+            a.worker = worker;
+        }
+        results_changed |= r.result != result;
+        r.result = result;
+        if *r != before {
             if let Err(e) = st.save_record(r) {
                 tracing::warn!("{e}");
             }
         }
     }
+    results_changed
 }
 
-/// The `result` event of the last attempt in an events file (a torn last line is skipped).
+/// What an events file says about the attempt that ran as SLURM job `job_id`:
+/// whether its worker wrote `start`, and its `result` event. The worker puts
+/// `SLURM_JOB_ID` in its `start` line, so the lines of earlier attempts (a
+/// retry appends to the same file) are told apart from this one's; a start
+/// without a job id (a worker run by hand) counts as the latest attempt's.
+/// A torn last line is skipped.
+pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<serde_json::Value>) {
+    let (mut started, mut result, mut mine) = (false, None, false);
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        match v.get("event").and_then(|e| e.as_str()) {
+            Some("start") => {
+                mine = match v.pointer("/env/slurm_job_id").and_then(|j| j.as_str()) {
+                    Some(j) => Some(j) == job_id,
+                    None => true,
+                };
+                if mine {
+                    started = true;
+                    result = None;
+                }
+            }
+            Some("result") if mine => result = Some(v),
+            _ => {}
+        }
+    }
+    (started, result)
+}
+
+/// The `result` event of the last attempt in an events file, whichever job
+/// ran it (a torn last line is skipped).
 pub fn last_result(text: &str) -> Option<serde_json::Value> {
     let mut result = None;
     for line in text.lines() {
@@ -710,6 +779,33 @@ pub fn last_result(text: &str) -> Option<serde_json::Value> {
         }
     }
     result
+}
+
+/// Rewrites `measurements.jsonl`: every finished run of the sweep that measured
+/// something (`ok`, over budget, `oom`) as a measurement record in the shared
+/// format (framework `burn-<backend>`), so `orchestrator calibrate --records
+/// state/<experiment>/measurements.jsonl` learns from the sweep.
+fn write_measurements(st: &StateDir, records: &BTreeMap<String, ConfigRecord>, sweep: &Sweep) -> Result<usize, StateError> {
+    let mut out = Vec::new();
+    let mut n = 0;
+    let mut seen = BTreeSet::new();
+    for c in &sweep.configs {
+        if !seen.insert(&c.hash.0) || !state::valid_experiment_name(&c.name) {
+            continue;
+        }
+        if records.get(&c.hash.0).and_then(|r| r.result.as_ref()).is_none() {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(st.path(&format!("runs/{}/events.jsonl", c.name))) else { continue };
+        let Some(rec) = crate::collect::to_record(&c.config, &crate::collect::parse_events(&bytes)) else { continue };
+        if let Ok(line) = serde_json::to_vec(&rec) {
+            out.extend(line);
+            out.push(b'\n');
+            n += 1;
+        }
+    }
+    state::write_atomic(&st.path("measurements.jsonl"), &out)?;
+    Ok(n)
 }
 
 /// One line of `status`.
@@ -842,7 +938,7 @@ pub async fn status(
             let st = StateDir::open(&opts.state_root, experiment, opts.lock_wait)?;
             let mut records = st.repair()?;
             reconcile(&st, &target, &mut records).await?;
-            let poll = update(&st, &target, &mut records, &stored.sweep).await?;
+            let poll = update(&st, &target, &mut records, &stored.sweep, false).await?;
             let rows = rows(&stored.sweep, &records);
             let settled = !records.values().any(ConfigRecord::live);
             Ok(StatusReport { rows, poll, settled })
@@ -979,6 +1075,9 @@ pub mod cli {
         /// Do not resubmit cancelled configs.
         #[arg(long)]
         pub no_retry_cancelled: bool,
+        /// Do not resubmit configs whose worker was killed before writing a result (SIGKILL, host OOM killer).
+        #[arg(long)]
+        pub no_retry_killed: bool,
         /// Attempts per config, the first included.
         #[arg(long, default_value_t = 3)]
         pub max_attempts: u32,
@@ -1035,6 +1134,14 @@ pub mod cli {
             #[command(flatten)]
             common: Common,
         },
+        /// Upload the worker binary to a SLURM cluster's `<work_dir>/bin/worker` (skipped when identical).
+        Install {
+            /// The worker binary (default: `worker` beside this orchestrator executable).
+            #[arg(long)]
+            worker: Option<PathBuf>,
+            #[command(flatten)]
+            common: Common,
+        },
         /// Print the sbatch scripts `submit` would send, without submitting (kept in state/<exp>/render/).
         Render {
             file: PathBuf,
@@ -1056,7 +1163,7 @@ pub mod cli {
             o.force = s.force;
         }
         if let Some(r) = retry {
-            o.retry = RetryPolicy { timeout: !r.no_retry_timeout, cancelled: !r.no_retry_cancelled, failed: r.retry_failed, max_attempts: r.max_attempts.max(1) };
+            o.retry = RetryPolicy { timeout: !r.no_retry_timeout, cancelled: !r.no_retry_cancelled, failed: r.retry_failed, killed: !r.no_retry_killed, max_attempts: r.max_attempts.max(1) };
         }
         o
     }
@@ -1156,6 +1263,26 @@ pub mod cli {
                 let ids = block_on(cancel(&name, &opts))?.context("cancel")?;
                 println!("cancelled {} job array(s): {}", ids.len(), ids.join(" "));
             }
+            ClusterCommand::Install { worker, common } => {
+                let opts = options(&common, None, None);
+                let Some(cluster) = common.cluster.as_deref() else {
+                    anyhow::bail!("install needs --cluster NAME (a cluster of the clusters file)");
+                };
+                let worker = match worker.or_else(crate::install::default_worker) {
+                    Some(w) => w,
+                    None => anyhow::bail!("cannot locate this executable's directory; pass --worker PATH"),
+                };
+                let r = block_on(crate::install::install(&opts, cluster, &worker))?.context("install")?;
+                println!(
+                    "{} {} ({:.1} MiB, sha256 {}) on {}: {:.1} s",
+                    if r.uploaded { "installed" } else { "up to date:" },
+                    r.path,
+                    r.bytes as f64 / (1u64 << 20) as f64,
+                    &r.sha256[..12],
+                    r.cluster,
+                    r.wall_s
+                );
+            }
             ClusterCommand::Render { file, overrides, select, common } => {
                 let opts = options(&common, Some(&select), None);
                 let sweep = crate::sweep::load(&file, &overrides)?;
@@ -1195,6 +1322,7 @@ mod tests {
             state: Some(state),
             history: vec![],
             abandoned: false,
+            worker: None,
         }
     }
 
@@ -1225,6 +1353,53 @@ mod tests {
         assert_eq!(blocker(&rec("oom", vec![], None), &Options { force: true, ..o.clone() }, true), None);
         assert!(blocker(&rec("risky", vec![], None), &o, true).is_some());
         assert_eq!(blocker(&rec("risky", vec![], None), &Options { include_risky: true, ..o }, true), None);
+    }
+
+    fn with_worker(mut a: Attempt, worker: &str) -> Attempt {
+        a.worker = Some(worker.into());
+        a
+    }
+
+    #[test]
+    fn resume_retries_a_killed_worker_but_not_a_measured_oom_or_a_real_error() {
+        let o = Options::default();
+        let failed = || ended(SlurmState::Failed);
+        // Exit 3 makes SLURM say FAILED; the worker's `oom` result wins.
+        let oom = rec("fits", vec![with_worker(failed(), "oom")], Some("oom"));
+        assert_eq!(blocker(&oom, &o, true).as_deref(), Some("measured oom"));
+        // Started, no result, FAILED (SIGKILL) or OUT_OF_MEMORY (host OOM killer): retried.
+        assert_eq!(blocker(&rec("fits", vec![with_worker(failed(), "started")], None), &o, true), None);
+        let host_oom = with_worker(ended(SlurmState::OutOfMemory), "started");
+        assert_eq!(blocker(&rec("fits", vec![host_oom], None), &o, true), None);
+        // A real error: only with --retry-failed.
+        let err = rec("fits", vec![with_worker(failed(), "failed")], Some("failed"));
+        assert!(blocker(&err, &o, true).is_some_and(|w| w.contains("--retry-failed")));
+        let retry_failed = Options { retry: RetryPolicy { failed: true, ..o.retry }, ..o.clone() };
+        assert_eq!(blocker(&err, &retry_failed, true), None);
+        // The latest attempt decides: a first attempt's failure does not stick to a killed retry.
+        let r = rec("fits", vec![with_worker(failed(), "failed"), with_worker(failed(), "started")], None);
+        assert_eq!(blocker(&r, &o, true), None);
+        // The job script failed before the worker started (missing binary): a real error.
+        assert!(blocker(&rec("fits", vec![failed()], None), &o, true).is_some());
+    }
+
+    #[test]
+    fn events_are_matched_to_the_attempt_by_slurm_job_id() {
+        let text = concat!(
+            "{\"event\":\"start\",\"env\":{\"slurm_job_id\":\"11\"}}\n",
+            "{\"event\":\"result\",\"status\":\"failed\"}\n",
+            "{\"event\":\"start\",\"env\":{\"slurm_job_id\":\"12\"}}\n",
+            "{\"event\":\"heartbeat\"}\n",
+            "{\"event\":\"resu"
+        );
+        let (started, result) = attempt_events(text, Some("11"));
+        assert!(started);
+        assert_eq!(result.and_then(|v| v["status"].as_str().map(str::to_string)).as_deref(), Some("failed"));
+        assert_eq!(attempt_events(text, Some("12")), (true, None), "killed: started, no result");
+        assert_eq!(attempt_events(text, Some("13")), (false, None), "never started");
+        assert_eq!(attempt_events(text, None), (false, None));
+        let by_hand = "{\"event\":\"start\",\"env\":{}}\n{\"event\":\"result\",\"status\":\"ok\"}\n";
+        assert!(attempt_events(by_hand, Some("5")).1.is_some(), "a start without a job id is the latest attempt's");
     }
 
     #[test]

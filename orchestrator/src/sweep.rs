@@ -576,6 +576,28 @@ sweep:
     }
 
     #[test]
+    fn worker_block_parses_sizes_and_names_the_bad_key() {
+        let s = plan(&format!("{BASE}worker: {{backend: flex, memory_limit: 512MiB}}\n"), &[]).unwrap();
+        assert_eq!(s.experiment.worker.memory_limit, Some(512 << 20));
+        assert_eq!(s.experiment.worker.args(), ["--backend", "flex", "--memory-limit", "536870912"]);
+        let s = plan(&format!("{BASE}worker:\n  memory_limit: 2000000\n"), &[]).unwrap();
+        assert_eq!(s.experiment.worker.memory_limit, Some(2_000_000));
+        assert_eq!(plan(BASE, &[]).unwrap().experiment.worker.args(), Vec::<String>::new());
+        for (bad, want) in [
+            ("worker: {memory_limit: 2 lots}", "worker.memory_limit: invalid size \"2 lots\""),
+            ("worker: {memory_limit: 0}", "worker.memory_limit: a memory limit of 0 bytes"),
+            ("worker: {backend: cuda}", "worker.backend: unknown variant `cuda`"),
+            ("worker: {memry_limit: 1G}", "worker.memry_limit: unknown field `memry_limit`"),
+        ] {
+            let e = plan(&format!("{BASE}{bad}\n"), &[]).unwrap_err();
+            assert!(e.starts_with("exp.yaml:12:") && e.contains(want), "{bad}: {e}");
+        }
+        for (text, bytes) in [("1.5GiB", 3 << 29), ("64G", 64 << 30), ("1GB", 1_000_000_000), ("100 kib", 102_400)] {
+            assert_eq!(crate::experiment::size::parse(text), Ok(bytes), "{text}");
+        }
+    }
+
+    #[test]
     fn experiment_level_keys_cannot_be_swept() {
         let text = format!("{BASE}sweep:\n  grid:\n    slurm.time: [\"1:00:00\"]\n");
         let e = plan(&text, &[]).unwrap_err();

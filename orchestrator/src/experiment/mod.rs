@@ -46,6 +46,109 @@ pub struct SlurmResources {
     pub extra: Vec<String>,
 }
 
+/// How the worker runs every config of the experiment (`worker:` in the file),
+/// passed to `worker run` as extra arguments by the template (`worker_args`).
+/// Experiment-level because one job array shares one script.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerOptions {
+    /// Burn backend; absent: the worker's default (its first GPU backend, else `flex`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<WorkerBackend>,
+    /// Live bytes above which the worker refuses allocations and records `oom`
+    /// (`512MiB`, `2GiB`, `64G` or a number of bytes). This is how an
+    /// out-of-memory result is produced on purpose, e.g. on a CPU-only test cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "size::optional")]
+    pub memory_limit: Option<u64>,
+}
+
+/// The backends a worker may be built with (see worker/README.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerBackend {
+    Flex,
+    Wgpu,
+    Vulkan,
+}
+
+impl WorkerBackend {
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkerBackend::Flex => "flex",
+            WorkerBackend::Wgpu => "wgpu",
+            WorkerBackend::Vulkan => "vulkan",
+        }
+    }
+}
+
+impl WorkerOptions {
+    pub fn is_default(&self) -> bool {
+        *self == WorkerOptions::default()
+    }
+
+    /// The `worker run` arguments these options add, one word each.
+    pub fn args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(b) = self.backend {
+            v.extend(["--backend".to_string(), b.name().to_string()]);
+        }
+        if let Some(m) = self.memory_limit {
+            v.extend(["--memory-limit".to_string(), m.to_string()]);
+        }
+        v
+    }
+}
+
+/// Byte sizes as people write them: `512MiB`, `2GiB`, `1.5GB`, `64G`, `1000000`.
+pub mod size {
+    use serde::{Deserialize, Deserializer};
+
+    /// Bytes of `s`. Binary units (`KiB`…`TiB`, and SLURM-style `K`/`M`/`G`/`T`)
+    /// are powers of 1024, `kB`/`MB`/`GB`/`TB` powers of 1000; case is ignored.
+    pub fn parse(s: &str) -> Result<u64, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let (num, unit) = (&t[..split], t[split..].trim());
+        let bad = || format!("invalid size {s:?}, expected e.g. 512MiB, 2GiB or a number of bytes");
+        let n: f64 = num.parse().map_err(|_| bad())?;
+        let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+            "" | "b" => 1.0,
+            "k" | "kib" => 1024.0,
+            "m" | "mib" => 1024f64.powi(2),
+            "g" | "gib" => 1024f64.powi(3),
+            "t" | "tib" => 1024f64.powi(4),
+            "kb" => 1e3,
+            "mb" => 1e6,
+            "gb" => 1e9,
+            "tb" => 1e12,
+            _ => return Err(bad()),
+        };
+        let bytes = (n * mult).round();
+        if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
+            return Err(format!("invalid size {s:?}: must be at least one byte"));
+        }
+        Ok(bytes as u64)
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bytes(u64),
+        Text(String),
+    }
+
+    pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        match Option::<Raw>::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("expected a size like 512MiB, 2GiB or a number of bytes")
+        })? {
+            None => Ok(None),
+            Some(Raw::Bytes(0)) => Err(serde::de::Error::custom("a memory limit of 0 bytes refuses every allocation")),
+            Some(Raw::Bytes(n)) => Ok(Some(n)),
+            Some(Raw::Text(s)) => parse(&s).map(Some).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 /// The experiment-level settings (everything but the per-config run fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Experiment {
@@ -61,6 +164,9 @@ pub struct Experiment {
     pub template: Option<String>,
     /// At most this many array tasks run at once (`--array=0-N%K`).
     pub array_parallelism: Option<u32>,
+    /// Extra worker settings (absent in sweeps stored before it existed).
+    #[serde(default, skip_serializing_if = "WorkerOptions::is_default")]
+    pub worker: WorkerOptions,
 }
 
 /// The file as written. Per-config fields sit beside experiment-level ones, so
@@ -96,6 +202,8 @@ pub(crate) struct RawExperiment {
     pub template: Option<String>,
     #[serde(default)]
     pub array_parallelism: Option<u32>,
+    #[serde(default)]
+    pub worker: WorkerOptions,
     /// Expanded by [`crate::sweep`].
     #[serde(default)]
     pub sweep: Option<Value>,
@@ -123,6 +231,7 @@ impl RawExperiment {
             slurm: self.slurm.clone(),
             template: self.template.clone(),
             array_parallelism: self.array_parallelism,
+            worker: self.worker.clone(),
         }
     }
 }

@@ -47,6 +47,7 @@ fn attempt(task: u32, state: Option<SlurmState>) -> Attempt {
         history: state.iter().map(|s| StateChange { t: 1795215790.0, state: s.clone(), detail: None }).collect(),
         state,
         abandoned: false,
+        worker: None,
     }
 }
 

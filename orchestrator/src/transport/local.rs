@@ -214,6 +214,15 @@ impl Transport for LocalTransport {
         }
     }
 
+    fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
+        use sha2::{Digest, Sha256};
+        match std::fs::read(path) {
+            Ok(b) => Ok(Some((b.len() as u64, hex::encode(Sha256::digest(&b))))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(ferr(Path::new(path), e)),
+        }
+    }
+
     fn max_array_size(&self) -> Result<u32, TransportError> {
         Ok(100_000)
     }

@@ -131,6 +131,10 @@ pub trait Transport: Send + Sync {
     fn worker_path(&self) -> Result<String, TransportError>;
     fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError>;
     fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError>;
+    /// Size and SHA-256 (hex) of a file on the cluster, computed there (so
+    /// `install` skips an upload of a binary that is already in place);
+    /// `None` when there is no such file.
+    fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError>;
     /// Array task ids must stay below this (`MaxArraySize`).
     fn max_array_size(&self) -> Result<u32, TransportError>;
     /// Submits a job array script; returns the array's job id. Never retried:
@@ -229,6 +233,27 @@ impl Transport for SlurmTransport {
         self.shell.read_file(path)
     }
 
+    fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
+        // The path is `$1`, never part of the script text; exit 2 means absent.
+        const SCRIPT: &str = r#"[ -e "$1" ] || exit 2; stat -L -c %s "$1" && sha256sum < "$1""#;
+        let argv: Vec<String> = ["sh", "-c", SCRIPT, "sh", path].iter().map(|s| s.to_string()).collect();
+        let out = self.shell.run(&argv, true)?;
+        match out.status {
+            0 => {}
+            2 => return Ok(None),
+            status => {
+                return Err(TransportError::Command {
+                    command: format!("sha256sum {path}"),
+                    status,
+                    stderr: out.stderr.trim().to_string(),
+                })
+            }
+        }
+        parse_digest(&out.stdout)
+            .map(Some)
+            .ok_or_else(|| TransportError::Other(format!("unexpected `stat`/`sha256sum` output for {path}: {:?}", out.stdout)))
+    }
+
     fn max_array_size(&self) -> Result<u32, TransportError> {
         let out = self.checked(slurm::scontrol_config_argv(), true)?;
         Ok(slurm::parse_max_array_size(&out.stdout))
@@ -292,6 +317,14 @@ impl Transport for SlurmTransport {
     }
 }
 
+/// `stat -c %s` then `sha256sum` of stdin: `"<size>\n<64 hex>  -\n"`.
+fn parse_digest(out: &str) -> Option<(u64, String)> {
+    let mut lines = out.lines();
+    let size = lines.next()?.trim().parse().ok()?;
+    let hash = lines.next()?.split_whitespace().next()?.to_ascii_lowercase();
+    (hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())).then_some((size, hash))
+}
+
 /// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds; SLURM's time syntax.
 pub fn utc_timestamp(secs: f64) -> String {
     let secs = secs.max(0.0) as i64;
@@ -312,6 +345,14 @@ pub fn utc_timestamp(secs: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digest_output_is_parsed() {
+        let h = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        assert_eq!(parse_digest(&format!("0\n{h}  -\n")), Some((0, h.to_string())));
+        assert_eq!(parse_digest("12\nnot-a-hash  -\n"), None);
+        assert_eq!(parse_digest(""), None);
+    }
 
     #[test]
     fn utc_timestamps() {
