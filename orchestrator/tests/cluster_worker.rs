@@ -1,0 +1,409 @@
+//! The Burn worker end to end through the real SLURM test cluster over SSH
+//! (`scripts/test-cluster.sh up`; connection details in
+//! `$SWEEP_TEST_CLUSTER_DIR/env`, default /tmp/sweep-test-cluster/env). Fails
+//! when the cluster is absent unless `SWEEP_SKIP_CLUSTER_TESTS=1`.
+//!
+//! `orchestrator install` uploads the worker built in this test's own target
+//! directory (`cargo build -p worker`; scripts/test.sh builds the workspace
+//! first) into the remote work dir, then real sweeps run it as SLURM jobs:
+//! measured results land in the local state directory, a memory-limited run
+//! is recorded `oom` and never resubmitted, a SIGKILLed worker is recorded
+//! without a result and resubmitted.
+//!
+//! Tests share the cluster and one remote work dir, so they run one at a time.
+
+use orchestrator::submit::{self, Options, StatusReport, Watch};
+use orchestrator::sweep::{self, Sweep};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The test cluster's `env` file, or `None` when skipping was asked for.
+fn cluster() -> Option<BTreeMap<String, String>> {
+    let dir = std::env::var("SWEEP_TEST_CLUSTER_DIR").unwrap_or_else(|_| "/tmp/sweep-test-cluster".into());
+    let path = Path::new(&dir).join("env");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        if std::env::var("SWEEP_SKIP_CLUSTER_TESTS").is_ok_and(|v| v == "1") {
+            eprintln!("SKIPPED: no test cluster at {dir} and SWEEP_SKIP_CLUSTER_TESTS=1");
+            return None;
+        }
+        panic!(
+            "no test cluster: {} is missing. Start it with `scripts/test-cluster.sh up` \
+             (or set SWEEP_SKIP_CLUSTER_TESTS=1 to skip the cluster tests explicitly)",
+            path.display()
+        );
+    };
+    Some(
+        text.lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+fn get(env: &BTreeMap<String, String>, k: &str) -> String {
+    env.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from the test cluster env file"))
+}
+
+/// The worker binary of this build: tests run from `target/<profile>/deps/`,
+/// binaries sit in `target/<profile>/`.
+fn worker_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
+    let w = profile_dir.join("worker");
+    assert!(
+        w.is_file(),
+        "no worker binary at {}: build the worker first: cargo build -p worker \
+         (scripts/test.sh builds the whole workspace before testing)",
+        w.display()
+    );
+    w
+}
+
+/// The connection and the remote work dir every test of this file shares
+/// (one install per test run).
+struct Shared {
+    dir: PathBuf,
+    clusters: PathBuf,
+    remote_work: String,
+    /// The first install's report (uploaded) and the second's (skipped).
+    installs: (String, String),
+    install_s: f64,
+}
+
+fn shared(env: &BTreeMap<String, String>) -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("sweep-cluster-worker-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("test dir");
+        let work_root = get(env, "SWEEP_TEST_WORK_DIR");
+        remove_stale_work_dirs(Path::new(&work_root));
+        let remote_work = format!("{work_root}/cw-{}", std::process::id());
+        let clusters = dir.join("clusters.yaml");
+        let text = format!(
+            "clusters:\n  test:\n    transport: ssh\n    host: {}\n    port: {}\n    user: {}\n    identity_file: {}\n    known_hosts: {}\n    work_dir: {}\n    defaults:\n      partition: gpu\n      time: \"00:10:00\"\n      cpus_per_task: 1\n",
+            get(env, "SWEEP_TEST_SSH_HOST"),
+            get(env, "SWEEP_TEST_SSH_PORT"),
+            get(env, "SWEEP_TEST_SSH_USER"),
+            get(env, "SWEEP_TEST_SSH_KEY"),
+            get(env, "SWEEP_TEST_KNOWN_HOSTS"),
+            remote_work,
+        );
+        std::fs::write(&clusters, text).expect("clusters file");
+        let worker = worker_binary();
+        let install = || {
+            let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+                .args(["install", "--cluster", "test", "--clusters"])
+                .arg(&clusters)
+                .arg("--worker")
+                .arg(&worker)
+                .output()
+                .expect("orchestrator runs");
+            assert!(out.status.success(), "install: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let t0 = Instant::now();
+        let first = install();
+        let install_s = t0.elapsed().as_secs_f64();
+        let second = install();
+        Shared { dir, clusters, remote_work, installs: (first, second), install_s }
+    })
+}
+
+/// Each run installs a full debug worker (hundreds of MiB) into its own
+/// `cw-<pid>` work dir; those of earlier runs (their pid gone) are removed.
+/// The test cluster runs on this machine, so its work dir is a local path.
+fn remove_stale_work_dirs(root: &Path) {
+    let Ok(rd) = std::fs::read_dir(root) else { return };
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("cw-").and_then(|p| p.parse::<i32>().ok()) else { continue };
+        // SAFETY: signal 0 only checks whether the process exists.
+        if pid != std::process::id() as i32 && unsafe { libc::kill(pid, 0) } != 0 {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+/// One experiment of a test: its file and a local state dir of its own.
+struct Exp {
+    name: String,
+    file: PathBuf,
+    opts: Options,
+}
+
+fn experiment(sh: &Shared, name: &str, body: &str) -> Exp {
+    let file = sh.dir.join(format!("{name}.yaml"));
+    let text = format!(
+        "name: {name}\ndescription: worker end to end\ncluster: test\ngpu: A100-SXM4-80GB\nprecision: fp32\nbatch: 1\n\
+         input: {{channels: 1, spatial: [8, 8, 8]}}\noutput_channels: 1\narray_parallelism: 2\n{body}"
+    );
+    std::fs::write(&file, text).expect("experiment file");
+    let opts = Options {
+        state_root: sh.dir.join(format!("state-{name}")),
+        clusters_file: Some(sh.clusters.clone()),
+        template_dirs: vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../templates")],
+        ..Options::default()
+    };
+    Exp { name: name.into(), file, opts }
+}
+
+impl Exp {
+    fn sweep(&self) -> Sweep {
+        sweep::load(&self.file, &[]).expect("experiment loads")
+    }
+
+    fn records(&self) -> BTreeMap<String, orchestrator::state::ConfigRecord> {
+        let mut out = BTreeMap::new();
+        for e in std::fs::read_dir(self.opts.state_root.join(&self.name).join("configs")).expect("configs dir") {
+            let p = e.expect("entry").path();
+            let r: orchestrator::state::ConfigRecord =
+                serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("record json");
+            out.insert(r.name.clone(), r);
+        }
+        out
+    }
+
+    /// `status --watch` until every config settled (or `limit`).
+    fn watch(&self, limit: Duration) -> StatusReport {
+        let watch = Watch { min: Duration::from_millis(700), max: Duration::from_secs(2), max_polls: Some((limit.as_secs_f64() / 0.7) as u32 + 1) };
+        let r = rt().block_on(submit::status(&self.name, &self.opts, Some(watch), &mut |_| {})).expect("status --watch");
+        assert!(r.settled, "not settled within {limit:?}:\n{}", r.table());
+        r
+    }
+
+    fn status(&self) -> StatusReport {
+        rt().block_on(submit::status(&self.name, &self.opts, None, &mut |_| {})).expect("status")
+    }
+
+    /// `orchestrator <sub> <experiment>` on this experiment's state.
+    fn cli(&self, sub: &str) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+            .arg(sub)
+            .arg(&self.name)
+            .arg("--state-dir")
+            .arg(&self.opts.state_root)
+            .arg("--clusters")
+            .arg(self.opts.clusters_file.as_ref().expect("clusters file"))
+            .output()
+            .expect("orchestrator runs");
+        assert!(out.status.success(), "{sub}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+fn status_of(r: &orchestrator::state::ConfigRecord) -> Option<&str> {
+    r.result.as_ref()?.get("status")?.as_str()
+}
+
+fn num(v: &serde_json::Value, k: &str) -> u64 {
+    v.get(k).and_then(|x| x.as_u64()).unwrap_or_else(|| panic!("result without `{k}`: {v}"))
+}
+
+#[test]
+fn cluster_worker_install_uploads_once_then_skips() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let sh = shared(&env);
+    eprintln!("install: {} (first install {:.1} s); again: {}", sh.installs.0.trim(), sh.install_s, sh.installs.1.trim());
+    assert!(sh.installs.0.starts_with("installed "), "{}", sh.installs.0);
+    assert!(sh.installs.1.starts_with("up to date:"), "same size and sha256: no upload: {}", sh.installs.1);
+    let remote = PathBuf::from(format!("{}/bin/worker", sh.remote_work));
+    let local = std::fs::read(worker_binary()).expect("worker");
+    assert_eq!(std::fs::read(&remote).expect("installed worker (the cluster is this machine)"), local);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&remote).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o755, "executable");
+    let leftovers: Vec<_> = std::fs::read_dir(remote.parent().expect("bin"))
+        .expect("bin dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name() != "worker")
+        .collect();
+    assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+}
+
+/// Tiny configs of all four families as one array, followed to completion:
+/// the measured peaks land in the local state (events pulled over SFTP) and
+/// in `measurements.jsonl`, which `orchestrator calibrate` reads.
+#[test]
+fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let sh = shared(&env);
+    let exp = experiment(
+        sh,
+        "cw-sweep",
+        "model: {family: unet, channels: [32, 64], attention_levels: [false, true], num_res_blocks: 1, num_head_channels: 32}\n\
+         sweep:\n  configs:\n\
+         \x20   - {name: unet_2L_16, input.spatial: [16, 16, 16]}\n\
+         \x20   - {name: unet_3L_8, model: {family: unet, channels: [32, 32, 64], attention_levels: [false, false, true], num_res_blocks: [1, 1, 2], num_head_channels: 16}}\n\
+         \x20   - {name: dit_p2_8, model: {family: dit, hidden: 64, heads: 4, depth: 2, patch: 2}}\n\
+         \x20   - {name: dit_p4_16, input.spatial: [16, 16, 16], model: {family: dit, hidden: 64, heads: 4, depth: 2, patch: 4}}\n\
+         \x20   - {name: hdit_p2_16, input.spatial: [16, 16, 16], model: {family: hdit, hidden: 64, heads: 4, patch: 2, level_depths: [1, 2, 1]}}\n\
+         \x20   - {name: uvit_p4_16, input.spatial: [16, 16, 16], model: {family: uvit, hidden: 64, heads: 4, depth: 3, patch: 4}}\n",
+    );
+    let sweep = exp.sweep();
+    let t0 = Instant::now();
+    let rep = rt().block_on(submit::submit(&sweep, &exp.opts, false)).expect("submit");
+    assert_eq!(rep.submitted.len(), 6, "{rep:?}");
+    assert_eq!(rep.arrays.len(), 1, "one array");
+    let r = exp.watch(Duration::from_secs(300));
+    let wall = t0.elapsed().as_secs_f64();
+    assert_eq!(r.count("COMPLETED"), 6, "{}", r.table());
+    eprintln!("{}", r.table());
+    eprintln!("e2e sweep: {} configs, {wall:.1} s from submit to the last result", sweep.configs.len());
+    let recs = exp.records();
+    for c in &sweep.configs {
+        let rec = &recs[&c.name];
+        assert_eq!(status_of(rec), Some("ok"), "{}: {:?}", c.name, rec.result);
+        assert_eq!(rec.attempts.last().and_then(|a| a.worker.as_deref()), Some("ok"));
+        let res = rec.result.as_ref().expect("result");
+        let (params, peak) = (num(res, "params"), num(res, "peak_bytes"));
+        assert_eq!(params, spec::params::count(&c.config.model, &c.config.input, c.config.out_channels).expect("params"));
+        assert!(peak > params * 4, "{}: peak {peak} B must exceed the fp32 weights {} B", c.name, params * 4);
+        // The event stream itself is in the local state.
+        let events = exp.opts.state_root.join(&exp.name).join("runs").join(&c.name).join("events.jsonl");
+        let text = std::fs::read_to_string(&events).unwrap_or_else(|e| panic!("{}: {e}", events.display()));
+        assert!(text.lines().any(|l| l.contains("\"event\":\"start\"") && l.contains("\"backend\":\"flex\"")));
+        let row = r.rows.iter().find(|x| x.name == c.name).expect("row");
+        eprintln!(
+            "MEASURED {:<12} params {:>8}  measured peak {:>8.1} MiB (CPU, flex, fp32)  predicted {:>6.3} GiB (PyTorch-calibrated precheck, {})",
+            c.name,
+            params,
+            peak as f64 / (1u64 << 20) as f64,
+            row.predicted_gib.unwrap_or(f64::NAN),
+            c.config.gpu
+        );
+    }
+    // Measurement records, in the shared format, for calibration.
+    let mpath = exp.opts.state_root.join(&exp.name).join("measurements.jsonl");
+    let text = std::fs::read_to_string(&mpath).expect("measurements.jsonl written");
+    let ms = spec::record::read_jsonl(&text).expect("records parse");
+    assert_eq!(ms.len(), 6);
+    assert!(ms.iter().all(|m| m.framework == "burn-flex" && m.gpu == "cpu" && m.peak_gb.is_some_and(|g| g > 0.0)));
+    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(["calibrate", "--no-loto", "--records"])
+        .arg(&mpath)
+        .output()
+        .expect("calibrate runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "calibrate: {err}");
+    assert!(err.contains("runtime burn-flex/fp32"), "calibrate learnt the worker's runtime: {err}");
+    let cal: serde_json::Value = serde_json::from_slice(&out.stdout).expect("calibration json");
+    assert!(cal.pointer("/runtimes/burn-flex~1fp32").is_some(), "{cal}");
+}
+
+/// A memory limit makes one config run out of memory and the other fit: the
+/// first is recorded `oom` (status shows it) and `resume` leaves it alone.
+#[test]
+fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let sh = shared(&env);
+    let exp = experiment(
+        sh,
+        "cw-oom",
+        // Measured on flex: the small DiT peaks near 5 MiB, the UNet at 16^3 near 85 MiB.
+        "worker: {backend: flex, memory_limit: 32MiB}\n\
+         model: {family: dit, hidden: 64, heads: 4, depth: 2, patch: 4}\n\
+         sweep:\n  configs:\n\
+         \x20   - {name: small}\n\
+         \x20   - {name: big, input.spatial: [16, 16, 16], model: {family: unet, channels: [32, 64], attention_levels: [false, true], num_res_blocks: 1, num_head_channels: 32}}\n",
+    );
+    let sweep = exp.sweep();
+    assert_eq!(sweep.experiment.worker.memory_limit, Some(32 << 20));
+    rt().block_on(submit::submit(&sweep, &exp.opts, false)).expect("submit");
+    let r = exp.watch(Duration::from_secs(240));
+    eprintln!("{}", r.table());
+    let recs = exp.records();
+    assert_eq!(status_of(&recs["small"]), Some("ok"), "{:?}", recs["small"].result);
+    let big = &recs["big"];
+    assert_eq!(status_of(big), Some("oom"), "{:?}", big.result);
+    let row = r.rows.iter().find(|x| x.name == "big").expect("row");
+    assert_eq!(row.result.as_deref(), Some("oom"), "status shows the oom");
+    assert_eq!(row.state, "FAILED", "the worker exits 3 on oom, which SLURM calls FAILED");
+    let msg = big.result.as_ref().and_then(|v| v.get("message")).and_then(|m| m.as_str()).unwrap_or_default();
+    eprintln!("oom result: {msg}");
+    // resume: nothing to do, and the oom config is skipped as measured.
+    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(["resume", &exp.name, "--state-dir"])
+        .arg(&exp.opts.state_root)
+        .arg("--clusters")
+        .arg(&sh.clusters)
+        .output()
+        .expect("resume runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "resume: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("skip   big: measured oom"), "{text}");
+    assert!(text.contains("submitted 0 configs"), "{text}");
+    assert_eq!(exp.records()["big"].attempts.len(), 1, "never resubmitted");
+    // The oom is a measurement too.
+    let ms = std::fs::read_to_string(exp.opts.state_root.join(&exp.name).join("measurements.jsonl")).expect("measurements");
+    let ms = spec::record::read_jsonl(&ms).expect("parse");
+    assert!(ms.iter().any(|m| m.config_name.as_deref() == Some("big") && m.status == spec::record::MeasuredStatus::Oom));
+}
+
+/// A worker killed with SIGKILL writes no result: recorded as such, and
+/// `resume` runs it again as a new job; `cancel` cleans up.
+#[test]
+fn cluster_worker_killed_is_recorded_and_resubmitted() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let sh = shared(&env);
+    let exp = experiment(
+        sh,
+        "cw-kill",
+        "mode: train\nsteps: 1000000\nmodel: {family: dit, hidden: 32, heads: 2, depth: 1, patch: 4}\n",
+    );
+    let sweep = exp.sweep();
+    let rep = rt().block_on(submit::submit(&sweep, &exp.opts, false)).expect("submit");
+    let first_array = rep.arrays[0].clone();
+    // Wait for the worker to run (its start line pulled), then kill it from outside.
+    let name = &sweep.configs[0].name;
+    let manifest_dir = format!("{}/state/{}/submissions/", sh.remote_work, exp.name);
+    let start = Instant::now();
+    let pid = loop {
+        assert!(start.elapsed() < Duration::from_secs(120), "the worker never started:\n{}", exp.status().table());
+        let _ = exp.status();
+        let started = exp.records()[name].attempts.last().and_then(|a| a.worker.clone()).as_deref() == Some("started");
+        let out = Command::new("pgrep").args(["-f", &format!("worker run --manifest {manifest_dir}")]).output().expect("pgrep");
+        let pids: Vec<i32> = String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        if started && pids.len() == 1 {
+            break pids[0];
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    // SAFETY: signalling the worker process this test's job started (found by its unique manifest path).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
+    let r = exp.watch(Duration::from_secs(120));
+    eprintln!("{}", r.table());
+    let rec = &exp.records()[name];
+    let a = rec.attempts.last().expect("attempt");
+    assert_eq!(a.worker.as_deref(), Some("started"), "started, no result");
+    assert!(rec.result.is_none(), "no result line: {:?}", rec.result);
+    let state = a.state.clone().expect("ended");
+    eprintln!("killed worker: SLURM state {state}, history {:?}", a.history);
+    assert_eq!(state, orchestrator::slurm::SlurmState::Failed, "SIGKILL: FAILED, exit 0:9");
+    let rep = rt().block_on(submit::submit(&sweep, &exp.opts, true)).expect("resume");
+    assert_eq!(rep.submitted, vec![name.clone()], "the killed config runs again: {rep:?}");
+    assert_ne!(rep.arrays[0], first_array, "as a new job");
+    // Clean up: the retry runs a million steps.
+    let start = Instant::now();
+    while exp.status().rows[0].state != "RUNNING" && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let out = exp.cli("cancel");
+    assert!(out.contains(&rep.arrays[0]), "{out}");
+    let r = exp.watch(Duration::from_secs(120));
+    assert_eq!(r.rows[0].state, "CANCELLED", "{}", r.table());
+    assert_eq!(exp.records()[name].attempts.len(), 2);
+}
