@@ -229,11 +229,11 @@ impl RetryPolicy {
     /// | no result | any other | by the state ([`Self::retryable`]) |
     pub fn refusal(&self, state: &SlurmState, worker: WorkerOutcome) -> Option<String> {
         use spec::event::RunStatus;
-        let killed = match (worker, state) {
-            (WorkerOutcome::NoResult, SlurmState::Failed | SlurmState::OutOfMemory) => true,
-            (WorkerOutcome::NotStarted, SlurmState::OutOfMemory) => true,
-            _ => false,
-        };
+        let killed = matches!(
+            (worker, state),
+            (WorkerOutcome::NoResult, SlurmState::Failed | SlurmState::OutOfMemory)
+                | (WorkerOutcome::NotStarted, SlurmState::OutOfMemory)
+        );
         match worker {
             WorkerOutcome::Result(RunStatus::Ok) => Some("completed".into()),
             WorkerOutcome::Result(RunStatus::Oom) => Some("measured oom".into()),

@@ -487,7 +487,7 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
         return Some("queued or running".into());
     }
     let tried: Vec<&Attempt> = r.attempts.iter().filter(|a| !a.abandoned).collect();
-    let Some(last) = tried.last() else { return None };
+    let last = tried.last()?;
     let state = last.state.clone().unwrap_or(SlurmState::Pending);
     let worker = if r.attempts.iter().all(|a| a.worker.is_none()) {
         // Records written before attempts carried the worker's outcome keep it only here.
