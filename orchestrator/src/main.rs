@@ -47,7 +47,7 @@ enum Command {
         /// Measurement JSONL file(s) (format: shared/data/README.md).
         #[arg(long, required = true, num_args = 1..)]
         records: Vec<PathBuf>,
-        /// Calibration file (default: the shipped orchestrator/calibration/pytorch.json).
+        /// Calibration file (default: the shipped orchestrator/calibration/runtimes.json).
         #[arg(long)]
         calibration: Option<PathBuf>,
         /// Also flag configs within the uncertainty of (or above) this budget as risky.
@@ -110,7 +110,7 @@ fn run(command: Command) -> Result<()> {
     match command {
         Command::Plan { exp, json } => {
             let sweep = exp.load()?;
-            let predictor = precheck::Predictor::pytorch();
+            let predictor = sweep.predictor()?;
             let rows = plan::rows(&sweep, &predictor);
             if json {
                 for r in &rows {

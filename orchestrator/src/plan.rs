@@ -53,6 +53,16 @@ fn row(c: &SweepConfig, budget_gb: Option<f64>, predictor: &Predictor) -> PlanRo
     }
 }
 
+/// GiB with one decimal (`49.8G`), MiB below one GiB (`85M`) so small configs
+/// do not all read `0.0G`.
+pub fn memory(gib: f64) -> String {
+    if gib >= 1.0 {
+        format!("{gib:.1}G")
+    } else {
+        format!("{:.0}M", gib * 1024.0)
+    }
+}
+
 /// `2664.6M`, as the reports print parameters.
 pub fn millions(n: u64) -> String {
     format!("{:.1}M", n as f64 / 1e6)
@@ -66,7 +76,7 @@ fn per_level(v: &[u64]) -> String {
 /// The plan as an aligned text table with a one-line summary.
 pub fn table(sweep: &Sweep, rows: &[PlanRow]) -> String {
     let header = ["Config", "Family", "Dims", "Voxels|tokens per level", "Params", "Peak", "Train", "Capacity", "Verdict"];
-    let gib = |g: Option<f64>| g.map(|g| format!("{g:.1}G")).unwrap_or_else(|| "-".into());
+    let gib = |g: Option<f64>| g.map(memory).unwrap_or_else(|| "-".into());
     let mut cells: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in rows {
         let verdict = match &r.verdict {

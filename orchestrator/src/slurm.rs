@@ -285,13 +285,17 @@ pub const SQUEUE_FORMAT: &str = "%i|%A|%F|%K|%j|%T|%r";
 pub const SACCT_FORMAT: &str = "JobID,JobIDRaw,JobName,State,ExitCode";
 
 /// `squeue` for every task of the named jobs of this user: one command whatever
-/// the sweep's size. Finished tasks leave squeue; `sacct` has them.
+/// the sweep's size. `--states=all` keeps jobs that ended less than MinJobAge
+/// ago (default 300 s) in the answer: slurmctld itself vouches for a job that
+/// `sacct` may not have yet (slurmdbd records asynchronously), so a job that
+/// finished within seconds of `sbatch` is never mistaken for one never submitted.
 pub fn squeue_argv(names: &[String]) -> Vec<String> {
     vec![
         "squeue".into(),
         "--noheader".into(),
         "--array".into(),
         "--me".into(),
+        "--states=all".into(),
         format!("--name={}", names.join(",")),
         format!("--format={SQUEUE_FORMAT}"),
     ]

@@ -117,7 +117,12 @@ pub(crate) fn open_target(opts: &Options, name: &str) -> Result<Target, CommandE
 
 /// Verdict name and predicted GiB of each config.
 fn verdicts(sweep: &Sweep) -> BTreeMap<String, (String, Option<f64>)> {
-    let p = Predictor::pytorch();
+    // The runtime was checked when the file was loaded; a sweep stored by an
+    // older version may name one no longer shipped.
+    let p = sweep.predictor().unwrap_or_else(|e| {
+        tracing::warn!("{e}; predicting with the pytorch calibration");
+        Predictor::pytorch()
+    });
     sweep
         .configs
         .iter()

@@ -66,6 +66,13 @@ impl Sweep {
     pub fn get(&self, name: &str) -> Option<&SweepConfig> {
         self.configs.iter().find(|c| c.name == name)
     }
+
+    /// The precheck for this experiment's runtime, at its configs' precision
+    /// (coefficients fall back across precisions: the walk counts element sizes).
+    pub fn predictor(&self) -> Result<crate::precheck::Predictor, crate::precheck::PrecheckError> {
+        let precision = self.configs.first().map(|c| c.config.precision).unwrap_or(spec::Precision::Bf16Amp);
+        crate::precheck::Predictor::builtin(&self.experiment.runtime, precision)
+    }
 }
 
 /// Read `path`, apply command-line `overrides` (`key.path=value`) and expand.
@@ -102,6 +109,10 @@ fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadError> {
         src.error_at(&p, origin, m)
     })?;
     let experiment = raw.experiment();
+    // Any precision will do: a shipped runtime has coefficients for at least one.
+    if let Err(e) = crate::precheck::Predictor::builtin(&experiment.runtime, spec::Precision::Bf16Amp) {
+        return Err(src.error_in_file(&KeyPath::default().key("runtime"), e.to_string()));
+    }
     let sweep_path = KeyPath::default().key("sweep");
     let axes = match &raw.sweep {
         Some(v) => Axes::parse(&src, v, &sweep_path)?,

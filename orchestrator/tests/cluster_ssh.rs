@@ -212,7 +212,8 @@ fn slurm_tasks(env: &ClusterEnv, exp: &str) -> BTreeSet<(String, u32, String)> {
             out.insert((o.array_job_id, o.task_id, o.name));
         }
     }
-    let squeue = env.slurm(&["squeue", "--noheader", "--array", &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT)]);
+    // `--states=all`: tasks that ended recently, which sacct may not have yet.
+    let squeue = env.slurm(&["squeue", "--noheader", "--array", "--states=all", &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT)]);
     for o in orchestrator::slurm::parse_squeue(&squeue).expect("squeue parses") {
         if o.name.starts_with(&prefix) {
             out.insert((o.array_job_id, o.task_id, o.name));

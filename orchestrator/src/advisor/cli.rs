@@ -11,7 +11,6 @@ use super::explain::{self, Explanation};
 use super::fit::{self, FitOptions, SearchSpace};
 use super::levers::{self, Lever};
 use super::scale::{self, NewInput, Scaling};
-use crate::precheck::Predictor;
 use crate::sweep::Sweep;
 
 /// Options of `orchestrator explain`.
@@ -108,7 +107,7 @@ struct ExplainJson<'a> {
 
 /// `orchestrator explain`.
 pub fn run_explain(sweep: &Sweep, args: &ExplainArgs) -> Result<()> {
-    let predictor = Predictor::pytorch();
+    let predictor = sweep.predictor()?;
     let chosen = super::pick(sweep, args.config.as_deref())?;
     let cfg = &chosen.config;
     let e = explain::explain(&predictor, cfg)?;
@@ -171,7 +170,7 @@ pub fn run_fit(sweep: &Sweep, args: &FitArgs) -> Result<()> {
     } else {
         fit::sweep_configs(sweep)
     };
-    let report = fit::fit(&Predictor::pytorch(), &sweep.experiment.name, &configs, opts, args.search)?;
+    let report = fit::fit(&sweep.predictor()?, &sweep.experiment.name, &configs, opts, args.search)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).context("serialising the fit report")?);
     } else {

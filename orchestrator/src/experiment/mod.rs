@@ -167,6 +167,14 @@ pub struct Experiment {
     /// Extra worker settings (absent in sweeps stored before it existed).
     #[serde(default, skip_serializing_if = "WorkerOptions::is_default")]
     pub worker: WorkerOptions,
+    /// Which runtime the precheck predicts for: `pytorch` (the group's training
+    /// code, default) or `burn-flex` (this project's worker on CPU).
+    #[serde(default = "pytorch")]
+    pub runtime: String,
+}
+
+fn pytorch() -> String {
+    "pytorch".into()
 }
 
 /// The file as written. Per-config fields sit beside experiment-level ones, so
@@ -204,6 +212,8 @@ pub(crate) struct RawExperiment {
     pub array_parallelism: Option<u32>,
     #[serde(default)]
     pub worker: WorkerOptions,
+    #[serde(default = "pytorch")]
+    pub runtime: String,
     /// Expanded by [`crate::sweep`].
     #[serde(default)]
     pub sweep: Option<Value>,
@@ -232,6 +242,7 @@ impl RawExperiment {
             template: self.template.clone(),
             array_parallelism: self.array_parallelism,
             worker: self.worker.clone(),
+            runtime: self.runtime.clone(),
         }
     }
 }

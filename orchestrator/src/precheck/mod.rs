@@ -17,7 +17,7 @@
 //! A handful of coefficients per runtime (framework x precision) scale the
 //! physical counts to what the allocator reports; they are fitted from
 //! measurement records (`orchestrator calibrate`) and shipped as data in
-//! `orchestrator/calibration/pytorch.json`.
+//! `orchestrator/calibration/runtimes.json`.
 //!
 //! The profiling peak is the larger of two phases: forward+backward (weights,
 //! bf16 weight copies, saved activations, transients) and the optimizer step
@@ -40,7 +40,7 @@ use spec::{ModelSpec, Precision, RunConfig};
 pub const GIB: f64 = (1u64 << 30) as f64;
 
 /// The calibration shipped with the binary (fitted on the group's PyTorch reports).
-pub const PYTORCH_CALIBRATION: &str = include_str!("../../calibration/pytorch.json");
+pub const BUILTIN_CALIBRATION: &str = include_str!("../../calibration/runtimes.json");
 
 /// The group's own policy: anything above this is flagged ">60GB".
 pub const GROUP_BUDGET_GB: f64 = 60.0;
@@ -291,7 +291,7 @@ impl Calibration {
     /// The calibration shipped in the repository.
     pub fn builtin() -> Self {
         // The embedded file is checked by a unit test; a parse failure is a build defect.
-        Self::from_json(PYTORCH_CALIBRATION).expect("embedded calibration/pytorch.json parses")
+        Self::from_json(BUILTIN_CALIBRATION).expect("embedded calibration/runtimes.json parses")
     }
     /// Coefficients of `framework` at `precision`; falls back to the framework's
     /// other precision when only one was measured (the walk already counts the
@@ -509,6 +509,11 @@ impl Predictor {
     pub fn pytorch() -> Self {
         Self::from_calibration(&Calibration::builtin(), "pytorch", Precision::Bf16Amp)
             .expect("embedded calibration has pytorch/bf16-amp")
+    }
+    /// The shipped coefficients of a runtime: `pytorch` (the group's reports),
+    /// `burn-flex` (this project's worker on CPU), at `precision`.
+    pub fn builtin(framework: &str, precision: Precision) -> Result<Self, PrecheckError> {
+        Self::from_calibration(&Calibration::builtin(), framework, precision)
     }
     pub fn from_calibration(cal: &Calibration, framework: &str, precision: Precision) -> Result<Self, PrecheckError> {
         Ok(Predictor { runtime: runtime_key(framework, precision), coeffs: cal.coefficients(framework, precision)? })
@@ -731,7 +736,7 @@ mod tests {
 
     #[test]
     fn embedded_calibration_parses_and_has_pytorch() {
-        let cal = Calibration::from_json(PYTORCH_CALIBRATION).unwrap();
+        let cal = Calibration::from_json(BUILTIN_CALIBRATION).unwrap();
         assert!(cal.runtimes.contains_key("pytorch/bf16-amp"));
         let c = cal.coefficients("pytorch", Precision::Fp32).unwrap();
         assert!(c.act_scale > 0.0);

@@ -35,9 +35,13 @@ fn experiment_name(arg: &str) -> Result<String> {
 }
 
 pub fn run(args: &ReportArgs) -> Result<()> {
-    let predictor = Predictor::pytorch();
     let (report, out) = if !args.records.is_empty() {
         let records = super::read_records_files(&args.records)?;
+        // Predict for the runtime the records were measured on, where one is calibrated.
+        let predictor = records
+            .first()
+            .and_then(|r| Predictor::builtin(&r.framework, r.precision).ok())
+            .unwrap_or_else(Predictor::pytorch);
         let source = args.records.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
         let out = args.out.clone().unwrap_or_else(|| args.state_dir.join("records-report"));
         (super::from_records(&records, source, &predictor), out)
@@ -45,7 +49,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         let Some(arg) = &args.experiment else { bail!("give an experiment (name or file) or --records FILE") };
         let name = experiment_name(arg)?;
         let out = args.out.clone().unwrap_or_else(|| args.state_dir.join(&name).join("report"));
-        (super::from_state(&args.state_dir, &name, &predictor)?, out)
+        (super::from_state(&args.state_dir, &name, None)?, out)
     };
     let (md, plots) = super::write(&report, &out)?;
     if args.json {

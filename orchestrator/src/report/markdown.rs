@@ -170,7 +170,7 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
     let _ = writeln!(out, "| Prediction | precheck, `{}` calibration |", report.predictor);
     let _ = writeln!(out, "| Source | `{}` |", report.source);
     let runtime = report.predictor.split('/').next().unwrap_or("");
-    if !env.backends.is_empty() && !env.backends.iter().any(|b| b == runtime) {
+    if !env.backends.is_empty() && !env.backends.iter().any(|b| b == runtime || format!("burn-{b}") == runtime) {
         let _ = writeln!(
             out,
             "\nThe predictions use the `{}` calibration, the measurements come from `{}` on `{}`: \

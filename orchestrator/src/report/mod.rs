@@ -464,7 +464,8 @@ fn read_records(dir: &Path) -> Result<BTreeMap<String, ConfigRecord>, ReportErro
 }
 
 /// The report of experiment `experiment` under `state_root`.
-pub fn from_state(state_root: &Path, experiment: &str, predictor: &Predictor) -> Result<Report, ReportError> {
+/// `predictor` overrides the experiment's own runtime (`runtime:` in its file).
+pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predictor>) -> Result<Report, ReportError> {
     if !state::valid_experiment_name(experiment) {
         return Err(StateError::BadName(experiment.to_string()).into());
     }
@@ -473,6 +474,14 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: &Predictor) ->
         .ok_or_else(|| ReportError::NoState { experiment: experiment.to_string(), root: state_root.to_path_buf() })?;
     let records = read_records(&dir.join("configs"))?;
     let sweep = &stored.sweep;
+    let own = match predictor {
+        Some(_) => None,
+        None => Some(sweep.predictor().unwrap_or_else(|e| {
+            tracing::warn!("{e}; predicting with the pytorch calibration");
+            Predictor::pytorch()
+        })),
+    };
+    let predictor = predictor.or(own.as_ref()).expect("one of the two is set");
     let budget = sweep.experiment.budget_gb.unwrap_or(collect::BUDGET_GIB);
     let shapes: BTreeSet<String> = sweep.configs.iter().map(|c| input_label(&c.config)).collect();
     let mut env = Environment::default();

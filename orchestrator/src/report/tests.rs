@@ -159,7 +159,7 @@ fn rows_match_the_state_directory() {
     let f = fixture();
     // Another orchestrator holding the lock does not block a report.
     let _lock = StateDir::open(&f.root, "rep", Duration::ZERO).expect("lock free again");
-    let rep = from_state(&f.root, "rep", &Predictor::pytorch()).expect("report");
+    let rep = from_state(&f.root, "rep", Some(&Predictor::pytorch())).expect("report");
     assert_eq!(rep.rows.len(), f.sweep.configs.len(), "one row per config, none dropped");
     let names: Vec<&str> = rep.rows.iter().map(|r| r.name.as_str()).collect();
     let sweep_names: Vec<&str> = f.sweep.configs.iter().map(|c| c.name.as_str()).collect();
@@ -241,7 +241,7 @@ fn rows_match_the_state_directory() {
 #[test]
 fn writes_markdown_json_and_plots() {
     let f = fixture();
-    let rep = from_state(&f.root, "rep", &Predictor::pytorch()).expect("report");
+    let rep = from_state(&f.root, "rep", Some(&Predictor::pytorch())).expect("report");
     let out = f.root.join("rep/report");
     match write(&rep, &out) {
         Ok((md, plots)) => {
@@ -271,9 +271,9 @@ fn writes_markdown_json_and_plots() {
 #[test]
 fn unknown_experiment_says_where_it_looked() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = from_state(dir.path(), "nope", &Predictor::pytorch()).expect_err("no state");
+    let e = from_state(dir.path(), "nope", None).expect_err("no state");
     assert!(e.to_string().contains("no state for experiment `nope`"), "{e}");
-    assert!(matches!(from_state(dir.path(), "../x", &Predictor::pytorch()), Err(ReportError::State(_))));
+    assert!(matches!(from_state(dir.path(), "../x", None), Err(ReportError::State(_))));
 }
 
 const RECORDS: &str = r#"{"id":"t/4L_large","table":"exp9 4x","family":"unet","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":false,"batch":1,"in_channels":8,"out_channels":4,"spatial":[40,64,64],"channels":[256,512,1024,2048],"attention_levels":[false,false,true,true],"num_res_blocks":2,"num_head_channels":64,"params_m":2664.6,"peak_gb":49.7,"model_gb":10.0,"fwd_gb":31.0,"bwd_gb":31.0,"status":"ok","config_name":"4L_large"}
