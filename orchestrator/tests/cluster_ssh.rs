@@ -10,13 +10,15 @@
 //!
 //! Tests share one cluster and some restart its daemons, so they run one at a time.
 
+mod common;
+
 use orchestrator::slurm::SlurmState;
 use orchestrator::submit::{self, Options, StatusReport, Watch};
 use orchestrator::sweep::{self, Sweep};
 use orchestrator::transport::ssh::SshShell;
 use orchestrator::transport::Shell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -55,26 +57,7 @@ impl ClusterEnv {
 
 /// The running test cluster, or `None` when skipping was asked for.
 fn cluster() -> Option<ClusterEnv> {
-    let dir = std::env::var("SWEEP_TEST_CLUSTER_DIR").unwrap_or_else(|_| "/tmp/sweep-test-cluster".into());
-    let path = Path::new(&dir).join("env");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        if std::env::var("SWEEP_SKIP_CLUSTER_TESTS").is_ok_and(|v| v == "1") {
-            eprintln!("SKIPPED: no test cluster at {dir} and SWEEP_SKIP_CLUSTER_TESTS=1");
-            return None;
-        }
-        panic!(
-            "no test cluster: {} is missing. Start it with `scripts/test-cluster.sh up` \
-             (or set SWEEP_SKIP_CLUSTER_TESTS=1 to skip the cluster tests explicitly)",
-            path.display()
-        );
-    };
-    let vars = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("export "))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    Some(ClusterEnv { vars })
+    common::cluster_env().map(|vars| ClusterEnv { vars })
 }
 
 /// One test's world: a local state dir, a clusters file naming the test

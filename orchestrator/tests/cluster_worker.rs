@@ -12,6 +12,8 @@
 //!
 //! Tests share the cluster and one remote work dir, so they run one at a time.
 
+mod common;
+
 use orchestrator::submit::{self, Options, StatusReport, Watch};
 use orchestrator::sweep::{self, Sweep};
 use std::collections::BTreeMap;
@@ -24,26 +26,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// The test cluster's `env` file, or `None` when skipping was asked for.
 fn cluster() -> Option<BTreeMap<String, String>> {
-    let dir = std::env::var("SWEEP_TEST_CLUSTER_DIR").unwrap_or_else(|_| "/tmp/sweep-test-cluster".into());
-    let path = Path::new(&dir).join("env");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        if std::env::var("SWEEP_SKIP_CLUSTER_TESTS").is_ok_and(|v| v == "1") {
-            eprintln!("SKIPPED: no test cluster at {dir} and SWEEP_SKIP_CLUSTER_TESTS=1");
-            return None;
-        }
-        panic!(
-            "no test cluster: {} is missing. Start it with `scripts/test-cluster.sh up` \
-             (or set SWEEP_SKIP_CLUSTER_TESTS=1 to skip the cluster tests explicitly)",
-            path.display()
-        );
-    };
-    Some(
-        text.lines()
-            .filter_map(|l| l.strip_prefix("export "))
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    )
+    common::cluster_env()
 }
 
 fn get(env: &BTreeMap<String, String>, k: &str) -> String {
