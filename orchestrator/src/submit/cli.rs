@@ -1,0 +1,262 @@
+//! `orchestrator submit | status | resume | cancel | render | install`: arguments and output.
+
+use super::*;
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Local state root; each experiment gets `<dir>/<experiment>/`.
+    #[arg(long, default_value = "state", global = true)]
+    pub state_dir: PathBuf,
+    /// Clusters file (default: $SWEEP_CLUSTERS, then ./clusters.yaml).
+    #[arg(long, global = true)]
+    pub clusters: Option<PathBuf>,
+    /// Cluster to use instead of the experiment's `cluster:` (default `local`).
+    #[arg(long, global = true)]
+    pub cluster: Option<String>,
+    /// Template directory searched before ./templates and the built-ins.
+    #[arg(long, global = true)]
+    pub templates: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Selection {
+    /// Also submit configs the precheck calls `risky` (near capacity or over budget).
+    #[arg(long)]
+    pub include_risky: bool,
+    /// Also submit configs predicted `oom` (never `invalid` ones).
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Retry {
+    /// Resubmit configs whose job FAILED too.
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// Do not resubmit configs that hit the time limit.
+    #[arg(long)]
+    pub no_retry_timeout: bool,
+    /// Do not resubmit cancelled configs.
+    #[arg(long)]
+    pub no_retry_cancelled: bool,
+    /// Do not resubmit configs whose worker was killed before writing a result (SIGKILL, host OOM killer).
+    #[arg(long)]
+    pub no_retry_killed: bool,
+    /// Attempts per config, the first included.
+    #[arg(long, default_value_t = 3)]
+    pub max_attempts: u32,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Submit a sweep: one job array (split below MaxArraySize) of every config not yet submitted.
+    Submit {
+        /// Experiment YAML.
+        file: PathBuf,
+        /// `key.path=value` overrides applied to every config.
+        overrides: Vec<String>,
+        #[command(flatten)]
+        select: Selection,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Show every config's SLURM state (one squeue + one sacct per poll) and results.
+    Status {
+        /// Experiment name (its state) or experiment file.
+        experiment: String,
+        /// Poll until every config has ended (interval grows while nothing changes).
+        #[arg(long)]
+        watch: bool,
+        /// Shortest interval between polls with --watch, seconds.
+        #[arg(long, default_value_t = 5.0)]
+        interval: f64,
+        /// Longest interval between polls with --watch, seconds.
+        #[arg(long, default_value_t = 60.0)]
+        max_interval: f64,
+        /// One JSON object per config instead of the table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Settle interrupted submissions with SLURM, then submit what never ran or ended retryably.
+    Resume {
+        /// Experiment name (its stored sweep) or experiment file (re-read, with overrides).
+        experiment: String,
+        overrides: Vec<String>,
+        #[command(flatten)]
+        select: Selection,
+        #[command(flatten)]
+        retry: Retry,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Cancel every queued or running job of the experiment.
+    Cancel {
+        /// Experiment name or file.
+        experiment: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Upload the worker binary to a SLURM cluster's `<work_dir>/bin/worker` (skipped when identical).
+    Install {
+        /// The worker binary (default: `worker` beside this orchestrator executable).
+        #[arg(long)]
+        worker: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Print the sbatch scripts `submit` would send, without submitting (kept in state/<exp>/render/).
+    Render {
+        file: PathBuf,
+        overrides: Vec<String>,
+        #[command(flatten)]
+        select: Selection,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+fn options(common: &Common, select: Option<&Selection>, retry: Option<&Retry>) -> Options {
+    let mut o = Options { state_root: common.state_dir.clone(), clusters_file: common.clusters.clone(), cluster: common.cluster.clone(), ..Options::default() };
+    if let Some(t) = &common.templates {
+        o.template_dirs.insert(0, t.clone());
+    }
+    if let Some(s) = select {
+        o.include_risky = s.include_risky;
+        o.force = s.force;
+    }
+    if let Some(r) = retry {
+        o.retry = RetryPolicy { timeout: !r.no_retry_timeout, cancelled: !r.no_retry_cancelled, failed: r.retry_failed, killed: !r.no_retry_killed, max_attempts: r.max_attempts.max(1) };
+    }
+    o
+}
+
+/// An experiment given by file (loaded) or by name (its stored sweep).
+fn experiment_of(arg: &str, overrides: &[String], opts: &Options) -> Result<Sweep> {
+    let p = Path::new(arg);
+    if p.is_file() {
+        return Ok(crate::sweep::load(p, overrides)?);
+    }
+    if !overrides.is_empty() {
+        anyhow::bail!("overrides need the experiment file, not the name `{arg}`");
+    }
+    Ok(stored_sweep(&opts.state_root, arg)?.sweep)
+}
+
+fn print_submit(r: &SubmitReport) {
+    for (name, why) in &r.skipped {
+        println!("skip   {name}: {why}");
+    }
+    for s in &r.adopted {
+        println!("settled interrupted submission {s}: SLURM had it (adopted its job id)");
+    }
+    for s in &r.abandoned {
+        println!("settled interrupted submission {s}: SLURM never got it (its configs are free again)");
+    }
+    println!(
+        "submitted {} configs in {} job array(s) [{}]; {} cluster commands, {} file transfers, {:.1} s",
+        r.submitted.len(),
+        r.arrays.len(),
+        r.arrays.join(", "),
+        r.counters.commands,
+        r.counters.file_ops,
+        r.wall_s
+    );
+}
+
+pub fn run(cmd: ClusterCommand) -> Result<()> {
+    match cmd {
+        ClusterCommand::Submit { file, overrides, select, common } => {
+            let opts = options(&common, Some(&select), None);
+            let sweep = crate::sweep::load(&file, &overrides)?;
+            let spin = crate::progress::spinner(&format!("submitting {} ({} configs)", sweep.experiment.name, sweep.configs.len()));
+            let r = block_on(submit(&sweep, &opts, false))?.context("submit");
+            spin.finish_and_clear();
+            let r = r?;
+            print_submit(&r);
+        }
+        ClusterCommand::Resume { experiment, overrides, select, retry, common } => {
+            let opts = options(&common, Some(&select), Some(&retry));
+            let sweep = experiment_of(&experiment, &overrides, &opts)?;
+            let r = block_on(submit(&sweep, &opts, true))?.context("resume")?;
+            print_submit(&r);
+        }
+        ClusterCommand::Status { experiment, watch, interval, max_interval, json, common } => {
+            let opts = options(&common, None, None);
+            let name = experiment_of(&experiment, &[], &opts)?.experiment.name;
+            let w = watch.then(|| Watch {
+                min: Duration::from_secs_f64(interval.max(0.1)),
+                max: Duration::from_secs_f64(max_interval.max(interval).max(0.1)),
+                max_polls: None,
+            });
+            // --watch on a terminal: one bar (configs ended, running, ETA) instead of a table per poll.
+            let bar = crate::progress::bar(0, "configs ended");
+            let live_bar = watch && !json && !bar.is_hidden();
+            let (root, exp) = (opts.state_root.clone(), name.clone());
+            let mut show = move |r: &StatusReport| {
+                let progress = crate::progress::read(&root, &exp).ok();
+                if live_bar {
+                    if let Some(p) = &progress {
+                        p.show_on(&bar);
+                    }
+                    if !r.settled {
+                        return;
+                    }
+                    bar.finish_and_clear();
+                }
+                if json {
+                    for row in &r.rows {
+                        println!("{}", serde_json::to_string(row).unwrap_or_default());
+                    }
+                } else {
+                    print!("{}", r.table());
+                    if let Some(p) = progress {
+                        println!("{}", p.line());
+                    }
+                }
+            };
+            let r = block_on(status(&name, &opts, w, &mut show))?.context("status")?;
+            if !watch {
+                show(&r);
+            }
+        }
+        ClusterCommand::Cancel { experiment, common } => {
+            let opts = options(&common, None, None);
+            let name = experiment_of(&experiment, &[], &opts)?.experiment.name;
+            let ids = block_on(cancel(&name, &opts))?.context("cancel")?;
+            println!("cancelled {} job array(s): {}", ids.len(), ids.join(" "));
+        }
+        ClusterCommand::Install { worker, common } => {
+            let opts = options(&common, None, None);
+            let Some(cluster) = common.cluster.as_deref() else {
+                anyhow::bail!("install needs --cluster NAME (a cluster of the clusters file)");
+            };
+            let worker = match worker.or_else(crate::install::default_worker) {
+                Some(w) => w,
+                None => anyhow::bail!("cannot locate this executable's directory; pass --worker PATH"),
+            };
+            let r = block_on(crate::install::install(&opts, cluster, &worker))?.context("install")?;
+            println!(
+                "{} {} ({:.1} MiB, sha256 {}) on {}: {:.1} s",
+                if r.uploaded { "installed" } else { "up to date:" },
+                r.path,
+                r.bytes as f64 / (1u64 << 20) as f64,
+                &r.sha256[..12],
+                r.cluster,
+                r.wall_s
+            );
+        }
+        ClusterCommand::Render { file, overrides, select, common } => {
+            let opts = options(&common, Some(&select), None);
+            let sweep = crate::sweep::load(&file, &overrides)?;
+            for (path, text) in block_on(render(&sweep, &opts))?.context("render")? {
+                println!("# ---- {} ----", path.display());
+                print!("{text}");
+            }
+        }
+    }
+    Ok(())
+}
