@@ -4,7 +4,7 @@
 use serde::Serialize;
 use spec::params;
 
-use crate::precheck::{Predictor, Verdict};
+use crate::precheck::{memory, Predictor, Verdict};
 use crate::sweep::{Sweep, SweepConfig};
 
 /// One row of the plan table.
@@ -50,16 +50,6 @@ fn row(c: &SweepConfig, budget_gb: Option<f64>, predictor: &Predictor) -> PlanRo
         capacity_gib: cfg.gpu.capacity_gib(),
         status: c.status(),
         verdict: predictor.verdict(cfg, budget_gb),
-    }
-}
-
-/// GiB with one decimal (`49.8G`), MiB below one GiB (`85M`) so small configs
-/// do not all read `0.0G`.
-pub fn memory(gib: f64) -> String {
-    if gib >= 1.0 {
-        format!("{gib:.1}G")
-    } else {
-        format!("{:.0}M", gib * 1024.0)
     }
 }
 

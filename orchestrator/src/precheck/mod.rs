@@ -703,11 +703,21 @@ impl Verdict {
     }
 }
 
+/// Memory for people: `49.8G` with one decimal, `85M` (MiB) below one GiB so
+/// small configs do not all read `0.0G`.
+pub fn memory(gib: f64) -> String {
+    if gib >= 1.0 {
+        format!("{gib:.1}G")
+    } else {
+        format!("{:.0}M", gib * 1024.0)
+    }
+}
+
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Verdict::Fits { predicted_gib, available_gib } => {
-                write!(f, "fits ({predicted_gib:.1} of {available_gib:.1} GiB)")
+                write!(f, "fits ({} of {available_gib:.1} GiB)", memory(*predicted_gib))
             }
             Verdict::Risky { predicted_gib, limit_gib, reason } => {
                 let what = match reason {
@@ -715,7 +725,7 @@ impl fmt::Display for Verdict {
                     RiskReason::NearBudget => "near budget",
                     RiskReason::OverBudget => "over budget",
                 };
-                write!(f, "risky ({predicted_gib:.1} GiB, {what} {limit_gib:.1} GiB)")
+                write!(f, "risky ({}, {what} {limit_gib:.1} GiB)", memory(*predicted_gib))
             }
             Verdict::Oom { predicted_gib, available_gib } => {
                 write!(f, "oom (needs {predicted_gib:.1} GiB, {available_gib:.1} GiB available)")

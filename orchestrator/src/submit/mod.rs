@@ -844,7 +844,7 @@ impl StatusReport {
     pub fn table(&self) -> String {
         let mut s = format!(
             "{:<28} {:<12} {:<8} {:>8} {:<14} {:<12} {:>3} {:<10}\n",
-            "config", "hash", "verdict", "pred GB", "state", "job", "try", "result"
+            "config", "hash", "verdict", "predicted", "state", "job", "try", "result"
         );
         for r in &self.rows {
             s += &format!(
@@ -852,12 +852,12 @@ impl StatusReport {
                 r.name,
                 r.hash,
                 r.verdict,
-                r.predicted_gib.map(|g| format!("{g:.1}")).unwrap_or_else(|| "-".into()),
+                r.predicted_gib.map(crate::precheck::memory).unwrap_or_else(|| "-".into()),
                 r.state,
                 r.job.clone().unwrap_or_else(|| "-".into()),
                 r.attempts,
                 match (&r.result, r.peak_gib) {
-                    (Some(st), Some(p)) => format!("{st} {p:.2}GB"),
+                    (Some(st), Some(p)) => format!("{st} {}", crate::precheck::memory(p)),
                     (Some(st), None) => st.clone(),
                     _ => "-".into(),
                 }
