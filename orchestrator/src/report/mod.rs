@@ -474,14 +474,17 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         .ok_or_else(|| ReportError::NoState { experiment: experiment.to_string(), root: state_root.to_path_buf() })?;
     let records = read_records(&dir.join("configs"))?;
     let sweep = &stored.sweep;
-    let own = match predictor {
-        Some(_) => None,
-        None => Some(sweep.predictor().unwrap_or_else(|e| {
-            tracing::warn!("{e}; predicting with the pytorch calibration");
-            Predictor::pytorch()
-        })),
+    let own;
+    let predictor = match predictor {
+        Some(p) => p,
+        None => {
+            own = sweep.predictor().unwrap_or_else(|e| {
+                tracing::warn!("{e}; predicting with the pytorch calibration");
+                Predictor::pytorch()
+            });
+            &own
+        }
     };
-    let predictor = predictor.or(own.as_ref()).expect("one of the two is set");
     let budget = sweep.experiment.budget_gb.unwrap_or(collect::BUDGET_GIB);
     let shapes: BTreeSet<String> = sweep.configs.iter().map(|c| input_label(&c.config)).collect();
     let mut env = Environment::default();
