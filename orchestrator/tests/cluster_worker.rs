@@ -283,6 +283,24 @@ fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
     assert!(err.contains("runtime burn-flex/fp32"), "calibrate learnt the worker's runtime: {err}");
     let cal: serde_json::Value = serde_json::from_slice(&out.stdout).expect("calibration json");
     assert!(cal.pointer("/runtimes/burn-flex~1fp32").is_some(), "{cal}");
+
+    // The report of what the cluster measured: one OK row per config, plots beside it.
+    let out_dir = exp.opts.state_root.join(&exp.name).join("report");
+    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(["report", &exp.name, "--state-dir"])
+        .arg(&exp.opts.state_root)
+        .output()
+        .expect("report runs");
+    assert!(out.status.success(), "report: {}", String::from_utf8_lossy(&out.stderr));
+    let md = std::fs::read_to_string(out_dir.join("report.md")).expect("report.md written");
+    for c in &sweep.configs {
+        let row = md.lines().find(|l| l.starts_with(&format!("| {} |", c.name))).unwrap_or_else(|| panic!("{} has no row:\n{md}", c.name));
+        assert!(row.contains("| OK"), "{row}");
+    }
+    assert!(md.contains("| Backend | flex |"), "hardware header from the workers' events:\n{md}");
+    for plot in ["predicted_vs_measured.png", "predicted_vs_measured.svg"] {
+        assert!(out_dir.join(plot).is_file(), "{plot} missing");
+    }
 }
 
 /// A memory limit makes one config run out of memory and the other fit: the
