@@ -214,10 +214,22 @@ EOF
     log "mariadb up"
 }
 
+# A daemon that answered the readiness check must be ours: one that died on a
+# busy port (a leftover from an earlier run) would otherwise pass the check
+# through the stranger, and every later stop/restart would miss it.
+own_daemon() {
+    local name=$1 pidfile=$2 port=$3
+    sleep 0.5
+    alive "$pidfile" && return
+    tail -3 "$DIR/log/$name.log" >&2
+    die "$name exited after starting; is another process using port $port? (ss -ltnp | grep :$port)"
+}
+
 start_slurmdbd() {
     if alive "$DIR/run/slurmdbd.pid"; then return; fi
     slurmdbd || { tail -5 "$DIR/log/slurmdbd.log" >&2; die "slurmdbd did not start"; }
     wait_for slurmdbd 120 sacctmgr -n -P show cluster
+    own_daemon slurmdbd "$DIR/run/slurmdbd.pid" "$DBD_PORT"
     if ! sacctmgr -n -P show cluster format=cluster | grep -qx "$CLUSTER"; then
         sacctmgr -i add cluster "$CLUSTER" >/dev/null
     fi
@@ -228,6 +240,7 @@ start_slurmctld() {
     if alive "$DIR/run/slurmctld.pid"; then return; fi
     slurmctld || { tail -5 "$DIR/log/slurmctld.log" >&2; die "slurmctld did not start"; }
     wait_for slurmctld 120 scontrol ping
+    own_daemon slurmctld "$DIR/run/slurmctld.pid" "$CTLD_PORT"
     log "slurmctld up"
 }
 
