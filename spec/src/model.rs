@@ -122,6 +122,44 @@ impl UnetSpec {
     pub fn head_channels(&self) -> Vec<u32> {
         self.num_head_channels.expand(self.levels())
     }
+
+    /// The decoder, deepest level first, as MONAI builds it: `r + 1` ResBlocks a
+    /// level, each fed its predecessor's output concatenated with an encoder
+    /// skip; the first block's predecessor is the level below, and the last
+    /// block's skip comes from one level up the encoder (`channels[l - 1]`,
+    /// `channels[0]` at level 0). Parameter counts, the Burn model and the
+    /// precheck's walk all follow this one layout.
+    pub fn up_path(&self) -> Vec<UpLevel> {
+        let (ch, res) = (&self.channels, self.res_blocks());
+        let mut below = ch.last().copied().unwrap_or(0);
+        (0..ch.len())
+            .rev()
+            .map(|level| {
+                let width = ch[level];
+                let last_skip = ch[level.saturating_sub(1)];
+                let n = res[level] as usize + 1;
+                let block_inputs = (0..n)
+                    .map(|j| {
+                        let prev = if j == 0 { below } else { width };
+                        let skip = if j + 1 == n { last_skip } else { width };
+                        prev + skip
+                    })
+                    .collect();
+                below = width;
+                UpLevel { level, width, block_inputs }
+            })
+            .collect()
+    }
+}
+
+/// One decoder level of a UNet (see [`UnetSpec::up_path`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpLevel {
+    pub level: usize,
+    /// Output width of every ResBlock of the level.
+    pub width: u32,
+    /// Input width of each ResBlock: previous output + concatenated skip.
+    pub block_inputs: Vec<u32>,
 }
 
 /// Named transformer sizes of the papers. Which names a family accepts is in

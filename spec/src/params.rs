@@ -102,23 +102,16 @@ fn unet(u: &UnetSpec, cin: u64, cout: u64) -> u64 {
     p += 2 * unet_res_block(last, last, temb) + unet_attention(last);
 
     // Up path: r+1 ResBlocks per level on concatenated skips, upsample conv between.
-    let mut out = ch[levels - 1];
-    for i in 0..levels {
-        let l = levels - 1 - i;
-        let prev = out;
-        out = ch[l];
-        let skip_in = ch[l.saturating_sub(1)];
-        let n = res[l] + 1;
-        for j in 0..n {
-            let skip = if j == n - 1 { skip_in } else { out };
-            let rin = if j == 0 { prev } else { out };
-            p += unet_res_block(rin + skip, out, temb);
-            if attn(l) {
-                p += unet_attention(out);
+    for up in u.up_path() {
+        let width = up.width as u64;
+        for cin in up.block_inputs {
+            p += unet_res_block(cin as u64, width, temb);
+            if attn(up.level) {
+                p += unet_attention(width);
             }
         }
-        if l > 0 {
-            p += conv(out, out, 3);
+        if up.level > 0 {
+            p += conv(width, width, 3);
         }
     }
     p + group_norm(c0) + conv(c0, cout, 3)

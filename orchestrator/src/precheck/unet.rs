@@ -106,17 +106,10 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
     w.push(rb);
 
     // Up path: r+1 ResBlocks on concatenated skips (+ attention), upsample + conv between.
-    let mut out = wl;
-    for i in 0..levels {
-        let l = last - i;
-        let prev = out;
-        out = chu(l);
+    for up in u.up_path() {
+        let (l, out) = (up.level, up.width as u64);
         let (co, v) = (ch(l), vox(l));
-        let skip_in = chu(l.saturating_sub(1));
-        let n = res(l) + 1;
-        for j in 0..n {
-            let skip = if j + 1 == n { skip_in } else { out };
-            let cin = (if j == 0 { prev } else { out }) + skip;
+        for cin in up.block_inputs.into_iter().map(u64::from) {
             let full = nac * (cin + out) as f64 * v + mm * cin as f64 * v;
             let mut s = block(w, "resblocks (norms, convs)", l, full, mm * cin as f64 * v, 0.0, unet_res_block(cin, out, temb));
             if let Some((producer, bytes)) = skips.pop() {

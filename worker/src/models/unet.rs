@@ -190,19 +190,12 @@ impl Unet {
 
         // Skip widths pushed on the way down, consumed from the top on the way up.
         let mut up = Vec::with_capacity(levels);
-        let mut out = last;
-        for i in 0..levels {
-            let l = levels - 1 - i;
-            let prev = out;
-            out = ch[l];
-            let skip_in = ch[l.saturating_sub(1)];
-            let n = res[l] + 1;
-            let stages = (0..n)
-                .map(|j| {
-                    let skip = if j == n - 1 { skip_in } else { out };
-                    let rin = if j == 0 { prev } else { out };
-                    stage(rin + skip, out, l, attn(l))
-                })
+        for level in u.up_path() {
+            let (l, out) = (level.level, level.width as usize);
+            let stages = level
+                .block_inputs
+                .iter()
+                .map(|&cin| stage(cin as usize, out, l, attn(l)))
                 .collect::<Result<Vec<_>, _>>()?;
             let upsample = (l > 0).then(|| conv3(out, out, 1, device));
             up.push(Up { stages, upsample });
