@@ -44,7 +44,7 @@ enum Command {
     },
     /// Predict the peak memory of measurement records (measured fields ignored): one JSON line each.
     Predict {
-        /// Measurement JSONL file(s) (format: shared/data/README.md).
+        /// Measurement JSONL file(s) (format: data/README.md).
         #[arg(long, required = true, num_args = 1..)]
         records: Vec<PathBuf>,
         /// Calibration file (default: the shipped orchestrator/calibration/runtimes.json).

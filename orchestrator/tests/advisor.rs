@@ -2,7 +2,7 @@
 //! (exp11: input (16, 80, 64, 64), H100, bf16 autocast, gradient checkpointing,
 //! 32-channel heads) and the exp9 conclusion of which configs fit under 60 GB.
 //!
-//! Measured figures (shared/data/vram-measurements.jsonl, GiB):
+//! Measured figures (data/vram-measurements.jsonl, GiB):
 //! [32,64,256,512,1024] attn-L34 12.4 vs attn-L234 20.6 (level 2 costs 8.2);
 //! [64,128,256,512,512] attn-L34 7.4 vs attn-L234 19.4 (level 2 costs 12.0);
 //! [64,128,256,512,512] no-attn 7.1 vs attn-L34 7.4-7.5 (levels 3+4 cost ~0.3).

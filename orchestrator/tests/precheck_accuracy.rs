@@ -10,7 +10,7 @@ use orchestrator::precheck::Calibration;
 use spec::record::{read_jsonl, MeasuredStatus, MeasurementRecord};
 
 fn records() -> Vec<MeasurementRecord> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/vram-measurements.jsonl");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/vram-measurements.jsonl");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     read_jsonl(&text).unwrap_or_else(|(line, e)| panic!("{}:{line}: {e}", path.display()))
 }

@@ -1,5 +1,5 @@
 //! Measurement records: one profiled run, in the format of
-//! `shared/data/vram-measurements.jsonl`. The precheck calibrates on these; the
+//! `data/vram-measurements.jsonl`. The precheck calibrates on these; the
 //! orchestrator writes them from the worker's events.
 
 use serde::{Deserialize, Serialize};

@@ -10,7 +10,7 @@ pub struct ReportArgs {
     /// Experiment name (its state) or experiment file.
     #[arg(required_unless_present = "records")]
     pub experiment: Option<String>,
-    /// Report on measurement JSONL file(s) instead (format: shared/data/README.md).
+    /// Report on measurement JSONL file(s) instead (format: data/README.md).
     #[arg(long, num_args = 1.., conflicts_with = "experiment")]
     pub records: Vec<PathBuf>,
     /// Print the report as JSON on stdout (the files are written too).

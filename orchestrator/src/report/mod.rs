@@ -588,7 +588,7 @@ fn state_row(
     Ok(row)
 }
 
-/// Reads measurement JSONL files (format: shared/data/README.md).
+/// Reads measurement JSONL files (format: data/README.md).
 pub fn read_records_files(paths: &[PathBuf]) -> Result<Vec<MeasurementRecord>, ReportError> {
     let mut out = Vec::new();
     for path in paths {

@@ -308,7 +308,7 @@ fn records_mode_rows_and_predictions() {
 
 #[test]
 fn records_mode_on_the_groups_data() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/vram-measurements.jsonl");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/vram-measurements.jsonl");
     if !path.exists() {
         eprintln!("skipping: {} not present", path.display());
         return;

@@ -6,7 +6,7 @@
 //! family hold the two together on tiny configs.
 //!
 //! Layouts follow the upstream code the research group profiled (MONAI
-//! `DiffusionModelUNet`, DiT, an hourglass DiT, U-ViT); see `shared/docs/domain.md`.
+//! `DiffusionModelUNet`, DiT, an hourglass DiT, U-ViT); the domain notes are summarised in the README.
 //! Attention goes through `burn::tensor::module::attention`: under autodiff Burn
 //! 0.22.1 decomposes it into matmul + softmax, so the B x heads x N x N score
 //! tensor *is* materialised (unlike PyTorch's SDPA); the precheck models that.
