@@ -107,7 +107,7 @@ pub fn parse_events(bytes: &[u8]) -> RunProgress {
                 p.peak_bytes = p.peak_bytes.max(peak_bytes);
                 p.last_t = Some(t);
             }
-            Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s } => {
+            Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, .. } => {
                 if let Some(ph) = phase {
                     p.phase = Some(ph);
                 }

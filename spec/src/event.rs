@@ -53,6 +53,49 @@ pub struct PhasePeaks {
     pub step: Option<u64>,
 }
 
+/// Which meter a run's `peak_bytes` come from, so a report can say what its
+/// numbers are (they are not the same quantity on CPU and GPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryMeter {
+    /// The worker's tracking global allocator: exact live heap bytes (CPU backends).
+    HostAllocator,
+    /// CubeCL's memory pool, bytes in use plus padding, sampled every few ms
+    /// (GPU backends; the analogue of `torch.cuda.max_memory_allocated`).
+    CubeclPool,
+}
+
+impl MemoryMeter {
+    /// Words for a report header.
+    pub fn describe(self) -> &'static str {
+        match self {
+            MemoryMeter::HostAllocator => "host allocator, exact live bytes",
+            MemoryMeter::CubeclPool => "CubeCL memory pool in use, sampled",
+        }
+    }
+}
+
+/// How attention ran, which decides whether heads x N x N scores are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionKernel {
+    /// Matmul + softmax with the score tensor materialised and kept for
+    /// backward (Burn's attention under autodiff, every backend).
+    Materialised,
+    /// A fused (flash) kernel that never stores the scores.
+    Fused,
+}
+
+/// Gradient checkpointing as it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Checkpointing {
+    Off,
+    /// Burn's op-level `Balanced` strategy: memory-bound ops are recomputed in
+    /// backward, compute-bound ones (matmul, conv) keep their outputs.
+    BurnBalanced,
+}
+
 /// Where the run happened: enough to put a hardware/software header on a report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunEnvironment {
@@ -66,6 +109,23 @@ pub struct RunEnvironment {
     /// Float dtype on the device (`f32`, `bf16`).
     pub dtype: String,
     pub grad_ckpt: bool,
+    /// The dtype the experiment asked for, when the device could not run it
+    /// and `dtype` is the fallback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_dtype: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpointing: Option<Checkpointing>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<AttentionKernel>,
+    /// The meter behind every `peak_bytes` of this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meter: Option<MemoryMeter>,
+    /// Total memory of the device (GPU: NVML's total), for scoring an OOM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_memory_bytes: Option<u64>,
+    /// A memory limit the worker enforced (`--memory-limit`), for scoring an OOM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_job_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,6 +153,10 @@ pub enum Event {
         phase: Phase,
         peak_bytes: u64,
         seconds: f64,
+        /// The second meter on GPU: NVML's used memory of this process, peak
+        /// of the phase (the driver's view: pool reservations and contexts included).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nvml_bytes: Option<u64>,
     },
     Result {
         t: f64,
@@ -106,5 +170,8 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
         wall_s: f64,
+        /// NVML's per-process used memory, peak over the run (GPU backends with NVML).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nvml_peak_bytes: Option<u64>,
     },
 }

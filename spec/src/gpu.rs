@@ -65,12 +65,59 @@ impl fmt::Display for Gpu {
 #[error("unknown GPU `{0}` (known: A100-40GB, A100-SXM4-80GB, A100-PCIe-80GB, H100-80GB-HBM3, H200-141GB, B200-180GB)")]
 pub struct UnknownGpu(pub String);
 
+impl Gpu {
+    /// The catalog entry of a name as NVML reports it on a node (the worker
+    /// records that name): `NVIDIA H100 80GB HBM3`, `NVIDIA A100-SXM4-80GB`,
+    /// `NVIDIA A100 80GB PCIe`, `NVIDIA H200`, `NVIDIA B200`.
+    pub fn from_nvml_name(name: &str) -> Option<Gpu> {
+        let n = name.to_ascii_uppercase();
+        let has = |w: &str| n.contains(w);
+        if has("H200") {
+            Some(Gpu::H200_141)
+        } else if has("B200") {
+            Some(Gpu::B200_180)
+        } else if has("H100") {
+            Some(Gpu::H100_80)
+        } else if has("A100") && has("40GB") {
+            Some(Gpu::A100_40)
+        } else if has("A100") && has("PCIE") {
+            Some(Gpu::A100Pcie80)
+        } else if has("A100") {
+            Some(Gpu::A100Sxm80)
+        } else {
+            None
+        }
+    }
+}
+
 impl FromStr for Gpu {
     type Err = UnknownGpu;
+    /// A catalog name (`H100-80GB-HBM3`), or NVML's name of the same card.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Gpu::ALL
             .into_iter()
             .find(|g| g.name().eq_ignore_ascii_case(s))
+            .or_else(|| s.starts_with("NVIDIA").then(|| Gpu::from_nvml_name(s)).flatten())
             .ok_or_else(|| UnknownGpu(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvml_names_map_to_the_catalog() {
+        for (nvml, gpu) in [
+            ("NVIDIA H100 80GB HBM3", Gpu::H100_80),
+            ("NVIDIA A100-SXM4-80GB", Gpu::A100Sxm80),
+            ("NVIDIA A100 80GB PCIe", Gpu::A100Pcie80),
+            ("NVIDIA A100-SXM4-40GB", Gpu::A100_40),
+            ("NVIDIA H200", Gpu::H200_141),
+        ] {
+            assert_eq!(nvml.parse::<Gpu>().unwrap(), gpu, "{nvml}");
+        }
+        assert!("cpu".parse::<Gpu>().is_err());
+        assert!("NVIDIA GeForce RTX 4090".parse::<Gpu>().is_err());
     }
 }

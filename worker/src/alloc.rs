@@ -10,8 +10,10 @@
 //! unwinding allocator is undefined behaviour), so the allocator instead calls
 //! a registered *OOM hook* when an allocation would cross the limit. The hook
 //! must not allocate; the runner's hook writes the `oom` result line with raw
-//! `write(2)` calls and ends the process with `_exit(2)` (see `runner`). If no
-//! hook is set the allocator returns null and Rust aborts as usual.
+//! `write(2)` calls and ends the process with `_exit(2)` (see `runner`). The
+//! hook also runs when the system allocator itself fails without a limit (the
+//! node is out of memory), so that is recorded as `oom` too, not an abort. If
+//! no hook is set the allocator returns null and Rust aborts as usual.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -34,6 +36,18 @@ static GLOBAL: TrackingAllocator = TrackingAllocator;
 /// Called instead of returning null when an allocation would exceed the limit.
 /// It must not allocate, and should not return (if it does, the allocation fails).
 pub type OomHook = fn(requested: u64, live: u64);
+
+/// The system allocator failed: account nothing and let the hook record it.
+#[cold]
+fn system_failed(size: u64) {
+    let live = CURRENT.fetch_sub(size, Ordering::Relaxed) - size;
+    let hook = OOM_HOOK.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: only `set_oom_hook` stores here, always from an `OomHook`.
+        let hook: OomHook = unsafe { std::mem::transmute::<usize, OomHook>(hook) };
+        hook(size, live);
+    }
+}
 
 impl TrackingAllocator {
     /// Account `size` more bytes; false (nothing accounted) when over the limit.
@@ -66,7 +80,7 @@ unsafe impl GlobalAlloc for TrackingAllocator {
         }
         let p = unsafe { System.alloc(layout) };
         if p.is_null() {
-            CURRENT.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+            system_failed(layout.size() as u64);
         }
         p
     }
@@ -77,7 +91,7 @@ unsafe impl GlobalAlloc for TrackingAllocator {
         }
         let p = unsafe { System.alloc_zeroed(layout) };
         if p.is_null() {
-            CURRENT.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+            system_failed(layout.size() as u64);
         }
         p
     }
@@ -96,7 +110,7 @@ unsafe impl GlobalAlloc for TrackingAllocator {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if p.is_null() {
             if new > old {
-                CURRENT.fetch_sub(new - old, Ordering::Relaxed);
+                system_failed(new - old);
             }
         } else if new < old {
             CURRENT.fetch_sub(old - new, Ordering::Relaxed);

@@ -2,15 +2,19 @@
 //!
 //! - `flex` (default feature): Burn's pure-Rust CPU backend, for tests and the
 //!   local demo. Memory is measured exactly by the tracking allocator.
-//! - `wgpu` / `vulkan` (cargo features): the GPU backends. burn 0.22.1's `cuda`
-//!   feature cannot be built offline (a build script of cubecl's LLVM
-//!   dependency downloads a bundle), and the cluster's build nodes have no
-//!   network, so the GPU build uses wgpu (Vulkan on NVIDIA). Memory is the
-//!   CubeCL pool's bytes in use, sampled on a background thread (no peak
-//!   counter exists), plus NVML with the `nvml` feature.
+//! - `vulkan` / `wgpu` (cargo features): the GPU backends that build offline.
+//!   On NVIDIA both run through the Vulkan driver; `vulkan` compiles CubeCL's
+//!   kernels to SPIR-V (bf16 where the driver has it), `wgpu` to WGSL (f32).
+//! - `cuda` (cargo feature): CubeCL's CUDA runtime. Same code path; it builds
+//!   only where cargo may download CubeCL's LLVM bundle at build time (a login
+//!   node with network), never in this project's CI. See worker/README.md.
+//!
+//! Memory on GPU is the CubeCL pool's bytes in use, sampled on a background
+//! thread (no peak counter exists), plus NVML with the `nvml` feature.
 
 use burn::prelude::*;
 use burn::tensor::FloatDType;
+use spec::event::Checkpointing;
 use spec::Precision;
 
 /// A backend this build can run.
@@ -22,6 +26,8 @@ pub enum Backend {
     Wgpu,
     #[cfg(feature = "vulkan")]
     Vulkan,
+    #[cfg(feature = "cuda")]
+    Cuda,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +48,8 @@ impl Backend {
             Backend::Wgpu,
             #[cfg(feature = "vulkan")]
             Backend::Vulkan,
+            #[cfg(feature = "cuda")]
+            Backend::Cuda,
         ]
     }
 
@@ -53,6 +61,8 @@ impl Backend {
             Backend::Wgpu => "wgpu",
             #[cfg(feature = "vulkan")]
             Backend::Vulkan => "vulkan",
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => "cuda",
         }
     }
 
@@ -87,6 +97,8 @@ impl Backend {
             Backend::Wgpu => Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
             #[cfg(feature = "vulkan")]
             Backend::Vulkan => Device::vulkan(burn::tensor::DeviceKind::DefaultDevice),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => Device::cuda(0),
         }
     }
 }
@@ -111,34 +123,46 @@ pub fn dtype_name(d: FloatDType) -> &'static str {
     }
 }
 
-/// A device ready for a run: dtype configured (falling back to f32 where the
-/// backend cannot compute in the requested type), autodiff on, gradient
-/// checkpointing when asked. Must run before the first tensor on the device.
-pub fn prepare(backend: Backend, precision: Precision, grad_ckpt: bool) -> Result<(Device, FloatDType), BackendError> {
+/// A device ready for a run, and what it really runs.
+pub struct Prepared {
+    pub device: Device,
+    pub dtype: FloatDType,
+    /// Set when the device cannot compute in the requested dtype and runs f32.
+    pub fell_back_from: Option<FloatDType>,
+    pub checkpointing: Checkpointing,
+}
+
+/// Configure the device: float dtype (falling back to f32 where the backend
+/// cannot compute in the requested type; the start event says so), autodiff
+/// on, Burn's gradient checkpointing when asked. Must run before the first
+/// tensor on the device. Device creation may panic (no adapter, no driver):
+/// the runner calls this inside its panic guard.
+pub fn prepare(backend: Backend, precision: Precision, grad_ckpt: bool) -> Result<Prepared, BackendError> {
     let mut device = backend.device();
     let wanted = float_dtype(precision);
     let dtype = if device.supports_dtype(wanted) { wanted } else { FloatDType::F32 };
     device.configure(dtype).map_err(|e| BackendError::Configure(format!("{e:?}")))?;
     let device = device.autodiff();
-    let device = if grad_ckpt { device.gradient_checkpointing() } else { device };
-    Ok((device, dtype))
+    let (device, checkpointing) =
+        if grad_ckpt { (device.gradient_checkpointing(), Checkpointing::BurnBalanced) } else { (device, Checkpointing::Off) };
+    Ok(Prepared { device, dtype, fell_back_from: (dtype != wanted).then_some(wanted), checkpointing })
 }
 
-/// The device's name and driver version for the run header.
-pub fn describe(backend: Backend, device: &Device) -> (String, Option<String>) {
+/// The device for the run header: name, driver version, total memory.
+pub fn describe(backend: Backend, device: &Device) -> (String, Option<String>, Option<u64>) {
     #[cfg(feature = "nvml")]
     if backend.is_gpu() {
-        if let Some(found) = crate::meter::nvml_describe() {
+        if let Some(found) = crate::nvml::NvmlProbe::open().and_then(|n| n.describe()) {
             return found;
         }
     }
     if !backend.is_gpu() {
-        return ("cpu".to_string(), None);
+        return ("cpu".to_string(), None, None);
     }
-    #[cfg(any(feature = "wgpu", feature = "vulkan"))]
+    #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
     if let Some(id) = device.identity() {
-        return (id.name, None);
+        return (id.name, None, None);
     }
     let _ = device;
-    (backend.name().to_string(), None)
+    (backend.name().to_string(), None, None)
 }

@@ -4,8 +4,8 @@
 //! directory (see `worker/README.md`).
 //!
 //! Backends are chosen at run time among those compiled in: `flex` (CPU,
-//! default feature) and the GPU features `wgpu` / `vulkan` (see [`backend`] for
-//! why not `cuda`). This crate installs a tracking global allocator ([`alloc`])
+//! default feature) and the GPU features `vulkan`, `wgpu` and `cuda` (see
+//! [`backend`]). This crate installs a tracking global allocator ([`alloc`])
 //! in every binary that links it.
 
 pub mod alloc;
@@ -13,6 +13,8 @@ pub mod backend;
 pub mod events;
 pub mod meter;
 pub mod models;
+#[cfg(feature = "nvml")]
+pub mod nvml;
 pub mod runner;
 
 pub use backend::Backend;

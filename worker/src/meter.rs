@@ -7,6 +7,9 @@
 //!   milliseconds on a background thread because Burn keeps no peak counter. A
 //!   sample is also taken at every phase boundary after a device sync, so a
 //!   phase's end state is never missed; a short spike between samples can be.
+//!   With the `nvml` feature the same thread samples NVML's used memory of
+//!   this process as a second meter (the driver's view, see [`crate::nvml`]).
+//!   CubeCL 0.11 keeps no pool high-water mark, so sampling is the only way.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,8 +17,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use burn::prelude::*;
+use spec::event::MemoryMeter;
 
 use crate::alloc;
+
+/// NVML sampled every this many pool samples (an NVML query costs ~0.1 ms).
+#[cfg(feature = "nvml")]
+const NVML_EVERY: u32 = 4;
 
 /// Interval of the GPU pool sampler.
 const SAMPLE_EVERY: Duration = Duration::from_millis(5);
@@ -29,8 +37,21 @@ pub struct PoolSampler {
     device: Device,
     current: Arc<AtomicU64>,
     peak: Arc<AtomicU64>,
+    /// NVML's used bytes of this process, peak of the window (0 = never read).
+    nvml_peak: Arc<AtomicU64>,
+    #[cfg(feature = "nvml")]
+    nvml: Option<Arc<crate::nvml::NvmlProbe>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+}
+
+impl PoolSampler {
+    fn sample_nvml(&self) {
+        #[cfg(feature = "nvml")]
+        if let Some(b) = self.nvml.as_ref().and_then(|n| n.used_by_this_process()) {
+            self.nvml_peak.fetch_max(b, Ordering::Relaxed);
+        }
+    }
 }
 
 fn pool_bytes(device: &Device) -> u64 {
@@ -46,12 +67,19 @@ impl Meter {
         }
         let current = Arc::new(AtomicU64::new(0));
         let peak = Arc::new(AtomicU64::new(0));
+        let nvml_peak = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
+        #[cfg(feature = "nvml")]
+        let nvml = crate::nvml::NvmlProbe::open().map(Arc::new);
         let thread = {
             let (device, current, peak, stop) = (device.clone(), current.clone(), peak.clone(), stop.clone());
+            #[cfg(feature = "nvml")]
+            let (nvml, nvml_peak) = (nvml.clone(), nvml_peak.clone());
             std::thread::Builder::new()
                 .name("pool-sampler".into())
                 .spawn(move || {
+                    #[cfg(feature = "nvml")]
+                    let mut tick = 0u32;
                     while !stop.load(Ordering::Relaxed) {
                         let now = pool_bytes(&device);
                         current.store(now, Ordering::Relaxed);
@@ -61,12 +89,30 @@ impl Meter {
                                 over_limit(0, now);
                             }
                         }
+                        #[cfg(feature = "nvml")]
+                        {
+                            tick = tick.wrapping_add(1);
+                            if tick % NVML_EVERY == 0 {
+                                if let Some(b) = nvml.as_ref().and_then(|n| n.used_by_this_process()) {
+                                    nvml_peak.fetch_max(b, Ordering::Relaxed);
+                                }
+                            }
+                        }
                         std::thread::sleep(SAMPLE_EVERY);
                     }
                 })
                 .ok()
         };
-        Meter::Pool(PoolSampler { device: device.clone(), current, peak, stop, thread })
+        Meter::Pool(PoolSampler {
+            device: device.clone(),
+            current,
+            peak,
+            nvml_peak,
+            #[cfg(feature = "nvml")]
+            nvml,
+            stop,
+            thread,
+        })
     }
 
     pub fn current(&self) -> u64 {
@@ -83,6 +129,22 @@ impl Meter {
         }
     }
 
+    /// What `peak` measures.
+    pub fn kind(&self) -> MemoryMeter {
+        match self {
+            Meter::Host => MemoryMeter::HostAllocator,
+            Meter::Pool(_) => MemoryMeter::CubeclPool,
+        }
+    }
+
+    /// NVML's peak of this window, where NVML is compiled in and answers.
+    pub fn nvml_peak(&self) -> Option<u64> {
+        match self {
+            Meter::Pool(p) => Some(p.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0),
+            Meter::Host => None,
+        }
+    }
+
     /// Start a new peak window at the current usage.
     pub fn reset_peak(&self) {
         match self {
@@ -91,6 +153,8 @@ impl Meter {
                 let now = pool_bytes(&p.device);
                 p.current.store(now, Ordering::Relaxed);
                 p.peak.store(now, Ordering::Relaxed);
+                p.nvml_peak.store(0, Ordering::Relaxed);
+                p.sample_nvml();
             }
         }
     }
@@ -101,6 +165,7 @@ impl Meter {
             let now = pool_bytes(&p.device);
             p.current.store(now, Ordering::Relaxed);
             p.peak.fetch_max(now, Ordering::Relaxed);
+            p.sample_nvml();
         }
     }
 }
@@ -112,25 +177,4 @@ impl Drop for PoolSampler {
             let _ = t.join();
         }
     }
-}
-
-/// NVML's name of GPU 0 and the driver version (loads libnvidia-ml at run time).
-#[cfg(feature = "nvml")]
-pub fn nvml_describe() -> Option<(String, Option<String>)> {
-    let nvml = nvml_wrapper::Nvml::init().ok()?;
-    // NVML ignores CUDA_VISIBLE_DEVICES: the process's first visible GPU is the
-    // first entry there (an index or a UUID), else physical GPU 0.
-    let first = std::env::var("CUDA_VISIBLE_DEVICES")
-        .ok()
-        .and_then(|v| v.split(',').next().map(|s| s.trim().to_string()))
-        .filter(|s| !s.is_empty());
-    let device = match first {
-        Some(s) => match s.parse::<u32>() {
-            Ok(i) => nvml.device_by_index(i).ok()?,
-            Err(_) => nvml.device_by_uuid(s.as_str()).ok()?,
-        },
-        None => nvml.device_by_index(0).ok()?,
-    };
-    let name = device.name().ok()?;
-    Some((name, nvml.sys_driver_version().ok()))
 }

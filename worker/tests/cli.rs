@@ -136,6 +136,43 @@ fn memory_limit_is_recorded_as_oom() {
     assert!(message.unwrap().contains("refused"));
 }
 
+/// A node out of RAM with no `--memory-limit`: the system allocator returns
+/// null (here because RLIMIT_AS caps the address space, as a cgroup or a full
+/// node does), and the run is recorded `oom`, not aborted with nothing written.
+#[test]
+fn host_allocation_failure_without_a_limit_is_recorded_as_oom() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    // 32^3 tokens at patch 1: one materialised score tensor is 4 heads x
+    // 32768^2 x 4 bytes = 16 GiB, far above the 4 GiB address space allowed.
+    let cfg = RunConfig {
+        name: "host_oom".into(),
+        model: ModelSpec::Dit(spec::DitSpec { variant: None, hidden: Some(32), heads: Some(4), depth: Some(1), patch: 1 }),
+        input: Input { channels: 1, spatial: Spatial::new(32, 32, 32) },
+        ..tiny_unet("host_oom")
+    };
+    let mut cmd = worker();
+    cmd.args(["run", "--config"]).arg(write_config(dir.path(), &cfg)).arg("--state-dir").arg(dir.path());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 4 << 30, rlim_max: 4 << 30 };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let (status, phase, peak, message, peaks) = result(&events(dir.path(), &cfg));
+    assert_eq!(status, RunStatus::Oom);
+    assert_eq!(phase, Some(Phase::Fwd));
+    assert!(peaks.model.is_some() && peak > 0);
+    let message = message.unwrap();
+    assert!(message.contains("no limit set: the node ran out of memory"), "{message}");
+}
+
 #[test]
 fn bad_shape_is_recorded_as_failed() {
     let dir = tempfile::tempdir().unwrap();

@@ -198,6 +198,14 @@ pub struct Coefficients {
     /// (Burn's attention does; PyTorch's SDPA does not).
     #[serde(default)]
     pub transformer_scores_materialised: bool,
+    /// Whether the runtime has autocast. Burn has none: an `-amp` precision
+    /// runs entirely in the half type, weights and optimizer state included.
+    #[serde(default = "yes")]
+    pub autocast: bool,
+    /// Whether the runtime computes in f32 whatever precision is asked (wgpu's
+    /// WGSL kernels have no bf16; the worker falls back and says so).
+    #[serde(default)]
+    pub f32_only: bool,
     /// Relative uncertainty of the peak (p90 of the fit's absolute relative error),
     /// used for `risky` verdicts.
     pub rel_uncertainty: f64,
@@ -255,9 +263,25 @@ impl Coefficients {
             unet_ckpt_keep: 0.5,
             recompute_scale: 1.0,
             transformer_scores_materialised: materialised,
+            autocast: !materialised,
+            f32_only: false,
             rel_uncertainty: 0.15,
         }
     }
+
+    /// The bytes per element this runtime really uses at `precision`.
+    pub(crate) fn dtypes(&self, precision: Precision) -> Dtypes {
+        let runs_as = match precision {
+            _ if self.f32_only => Precision::Fp32,
+            Precision::Bf16Amp | Precision::Fp16Amp if !self.autocast => Precision::Bf16,
+            p => p,
+        };
+        Dtypes::of(runs_as)
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The calibration file: coefficients per runtime key (`pytorch/bf16-amp`).
@@ -544,7 +568,7 @@ impl Predictor {
         let mut segs = Vec::with_capacity(64);
         let mut w = Walk {
             c: &self.coeffs,
-            dt: Dtypes::of(cfg.precision),
+            dt: self.coeffs.dtypes(cfg.precision),
             batch: cfg.batch.max(1) as f64,
             ckpt: cfg.grad_ckpt,
             segs: &mut segs,
@@ -572,7 +596,7 @@ impl Predictor {
 
     fn assemble(&self, params: u64, trainable: f64, cfg: &RunConfig, segs: &[Seg], with_terms: bool) -> Prediction {
         let c = &self.coeffs;
-        let dt = Dtypes::of(cfg.precision);
+        let dt = c.dtypes(cfg.precision);
         let p = params as f64;
         let cache_bpp = if dt.autocast { 2.0 } else { 0.0 };
         let grad_bpp = dt.weight;

@@ -164,6 +164,9 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
     let dtype = if env.dtypes.is_empty() { String::new() } else { format!(" (device dtype {})", joined(&env.dtypes)) };
     let _ = writeln!(out, "| Precision | {}{dtype} |", joined(&report.precisions));
     let _ = writeln!(out, "| Gradient checkpointing | {ckpt} |");
+    if !env.meters.is_empty() {
+        let _ = writeln!(out, "| Memory meter | {} |", joined(&env.meters));
+    }
     if !env.hosts.is_empty() {
         let _ = writeln!(out, "| Hosts | {} |", joined(&env.hosts));
     }

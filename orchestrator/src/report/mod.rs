@@ -154,6 +154,8 @@ pub struct Environment {
     pub dtypes: BTreeSet<String>,
     pub hosts: BTreeSet<String>,
     pub grad_ckpt: BTreeSet<bool>,
+    /// What the measured bytes are (the worker's meter), in words.
+    pub meters: BTreeSet<String>,
 }
 
 /// A whole report: header facts and one row per config.
@@ -416,7 +418,7 @@ fn apply_result(row: &mut Row, res: &RunResult, budget_gib: f64) {
 /// A result stored in a config record (the `result` event, verbatim).
 fn stored_result(r: &ConfigRecord) -> Option<RunResult> {
     match serde_json::from_value::<Event>(r.result.clone()?).ok()? {
-        Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s } => {
+        Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, .. } => {
             Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s })
         }
         _ => None,
@@ -566,6 +568,9 @@ fn state_row(
         env.dtypes.insert(e.dtype.clone());
         env.hosts.insert(e.host.clone());
         env.grad_ckpt.insert(e.grad_ckpt);
+        if let Some(m) = e.meter {
+            env.meters.insert(m.describe().to_string());
+        }
     }
     let result = match &progress {
         Some(p) if p.attempts > 0 => p.result.clone(),

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
-use spec::event::{Event, Phase, PhasePeaks, RunEnvironment, RunStatus};
+use spec::event::{AttentionKernel, Event, MemoryMeter, Phase, PhasePeaks, RunEnvironment, RunStatus};
 use spec::{Mode, RunConfig};
 
 use crate::alloc;
@@ -107,6 +107,8 @@ struct Progress {
     gpu: AtomicBool,
     /// `--memory-limit` (0 = none), for the OOM message on either meter.
     limit: AtomicU64,
+    /// NVML's peak over the run so far (0 = no NVML).
+    nvml_peak: AtomicU64,
 }
 
 const NONE: u64 = u64::MAX;
@@ -120,6 +122,7 @@ static PROGRESS: Progress = Progress {
     finished: AtomicBool::new(false),
     gpu: AtomicBool::new(false),
     limit: AtomicU64::new(0),
+    nvml_peak: AtomicU64::new(0),
 };
 
 fn phase_index(p: Phase) -> usize {
@@ -178,12 +181,13 @@ fn format_oom(out: &mut StackBuf, t: f64, requested: u64, live: u64, limit: u64,
             first = false;
         }
     }
-    write!(
-        out,
-        "}},\"peak_bytes\":{overall},\"phase\":\"{}\",\"message\":\"allocation of {requested} bytes refused: {live} bytes live, limit {limit}\",\"wall_s\":{}}}\n",
-        current_phase().name(),
-        (t - start).max(0.0)
-    )
+    write!(out, "}},\"peak_bytes\":{overall},\"phase\":\"{}\",\"message\":\"", current_phase().name())?;
+    if limit == 0 {
+        write!(out, "host allocation of {requested} bytes failed with {live} bytes live and no limit set: the node ran out of memory")?;
+    } else {
+        write!(out, "allocation of {requested} bytes refused: {live} bytes live, limit {limit}")?;
+    }
+    write!(out, "\",\"wall_s\":{}}}\n", (t - start).max(0.0))
 }
 
 /// The allocator's OOM hook (and the GPU sampler's over-limit callback).
@@ -234,12 +238,41 @@ impl ModuleVisitor for Materialise {
     }
 }
 
-/// Memory text of an error that means the device ran out of memory.
+/// Memory text of an error that means the device ran out of memory: the host
+/// allocator's, and CubeCL's (`IoError::OutOfMemory` "out of device memory
+/// allocating N bytes", `LaunchError::OutOfMemory` "An out-of-memory error
+/// happened during launch", `IoError::BufferTooBig` "can't allocate buffer of
+/// size": one tensor larger than the device can ever hold).
 fn is_oom_message(msg: &str) -> bool {
     let m = msg.to_ascii_lowercase();
-    ["out of memory", "outofmemory", "memory allocation of", "allocation failed"]
-        .iter()
-        .any(|needle| m.contains(needle))
+    [
+        "out of memory",
+        "outofmemory",
+        "out-of-memory",
+        "out of device memory",
+        "can't allocate buffer of size",
+        "memory allocation of",
+        "allocation failed",
+    ]
+    .iter()
+    .any(|needle| m.contains(needle))
+}
+
+/// An error or panic text fit for an event: CubeCL's errors carry a captured
+/// backtrace after the first lines, which belongs in the job's log, not the result.
+fn short_message(msg: &str) -> String {
+    let head: Vec<&str> = msg.lines().take_while(|l| !l.trim_start().starts_with("Backtrace")).take(4).collect();
+    let text = head.join(" ").split_whitespace().collect::<Vec<_>>().join(" ");
+    match text.char_indices().nth(400) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text,
+    }
+}
+
+/// A phase's error or panic as a result: `oom` when it is a memory failure.
+fn classify(msg: &str) -> (RunStatus, String) {
+    let status = if is_oom_message(msg) { RunStatus::Oom } else { RunStatus::Failed };
+    (status, short_message(msg))
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
@@ -256,6 +289,16 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// itself cannot be written (nothing could be recorded then). An OOM under the
 /// CPU limit and SIGTERM end the process from inside (after writing the result).
 pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
+    run_with_setup(cfg, opts, || backend::prepare(opts.backend, cfg.precision, cfg.grad_ckpt))
+}
+
+/// [`run`] with the device setup given, so tests can make it fail as a node
+/// without a GPU or driver does.
+fn run_with_setup(
+    cfg: &RunConfig,
+    opts: &RunOptions,
+    setup: impl FnOnce() -> Result<backend::Prepared, backend::BackendError>,
+) -> Result<Outcome, RunError> {
     let path = events_path(&opts.state_dir, &cfg.experiment, &cfg.name);
     let log = Arc::new(EventLog::open(&path).map_err(|source| RunError::Events { path: path.clone(), source })?);
     let ev_err = |source| RunError::Events { path: path.clone(), source };
@@ -270,25 +313,40 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
     PROGRESS.fd.store(log.raw_fd(), Ordering::Relaxed);
     PROGRESS.gpu.store(opts.backend.is_gpu(), Ordering::Relaxed);
     PROGRESS.limit.store(opts.memory_limit.unwrap_or(0), Ordering::Relaxed);
+    PROGRESS.nvml_peak.store(0, Ordering::Relaxed);
     let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap_or(0);
     PROGRESS.params.store(params, Ordering::Relaxed);
 
-    let prepared = backend::prepare(opts.backend, cfg.precision, cfg.grad_ckpt);
-    let (device, dtype_name) = match &prepared {
-        Ok((d, dt)) => (Some(d.clone()), backend::dtype_name(*dt)),
-        Err(_) => (None, backend::dtype_name(backend::float_dtype(cfg.precision))),
-    };
-    let (device_name, driver) = match &device {
-        Some(d) => backend::describe(opts.backend, d),
-        None => (opts.backend.name().to_string(), None),
+    // Device setup is the first thing to fail on a node without a GPU or
+    // driver, often as a panic inside the backend: guarded like the phases.
+    let prepared = catch_unwind(AssertUnwindSafe(setup))
+        .map_err(|payload| format!("device setup panicked: {}", panic_message(payload.as_ref())))
+        .and_then(|r| r.map_err(|e| format!("device setup failed: {e}")));
+    let requested = backend::float_dtype(cfg.precision);
+    let (device_name, driver, device_memory) = match &prepared {
+        Ok(p) => catch_unwind(AssertUnwindSafe(|| backend::describe(opts.backend, &p.device)))
+            .unwrap_or_else(|_| (opts.backend.name().to_string(), None, None)),
+        Err(_) => (opts.backend.name().to_string(), None, None),
     };
     let env = RunEnvironment {
         host: hostname(),
         device: device_name,
         driver,
         backend: opts.backend.name().to_string(),
-        dtype: dtype_name.to_string(),
+        dtype: backend::dtype_name(prepared.as_ref().map(|p| p.dtype).unwrap_or(requested)).to_string(),
         grad_ckpt: cfg.grad_ckpt,
+        requested_dtype: prepared
+            .as_ref()
+            .ok()
+            .and_then(|p| p.fell_back_from)
+            .map(|d| backend::dtype_name(d).to_string()),
+        checkpointing: prepared.as_ref().ok().map(|p| p.checkpointing),
+        // Burn 0.22's autodiff decomposes `attention` into matmul + softmax on
+        // every backend, so training always holds the scores.
+        attention: Some(AttentionKernel::Materialised),
+        meter: Some(if opts.backend.is_gpu() { MemoryMeter::CubeclPool } else { MemoryMeter::HostAllocator }),
+        device_memory_bytes: device_memory,
+        memory_limit_bytes: opts.memory_limit,
         slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
         slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
     };
@@ -296,13 +354,15 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
         .map_err(ev_err)?;
 
     let device = match prepared {
-        Ok((d, _)) => d,
-        Err(e) => return finish(&log, &path, params, start, Err((RunStatus::Failed, e.to_string()))),
+        Ok(p) => p.device,
+        Err(msg) => return finish(&log, &path, params, start, 0, Err((RunStatus::Failed, msg))),
     };
 
     let meter = Arc::new(Meter::new(opts.backend.is_gpu(), &device, opts.memory_limit, oom_hook));
+    // The hook also catches a failed host allocation without a limit (a node
+    // out of RAM), which Rust would otherwise turn into an abort with no result.
+    alloc::set_oom_hook(Some(oom_hook));
     if !opts.backend.is_gpu() {
-        alloc::set_oom_hook(Some(oom_hook));
         alloc::set_limit(opts.memory_limit);
     }
     spawn_signal_thread(log.clone(), meter.clone());
@@ -317,37 +377,37 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
     }
     let ended = match result {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(msg)) => Err((if is_oom_message(&msg) { RunStatus::Oom } else { RunStatus::Failed }, msg)),
-        Err(payload) => {
-            let msg = panic_message(payload.as_ref());
-            Err((if is_oom_message(&msg) { RunStatus::Oom } else { RunStatus::Failed }, msg))
-        }
+        Ok(Err(msg)) => Err(classify(&msg)),
+        Err(payload) => Err(classify(&panic_message(payload.as_ref()))),
     };
-    let out = finish(&log, &path, params, start, ended);
+    // A GPU OOM ends the phase by error or panic; its open window's sampled
+    // peak is the peak it reached.
+    let live_peak = if opts.backend.is_gpu() { meter.peak() } else { alloc::peak() };
+    if let Some(b) = meter.nvml_peak() {
+        PROGRESS.nvml_peak.fetch_max(b, Ordering::Relaxed);
+    }
+    let out = finish(&log, &path, params, start, live_peak, ended);
     drop(meter);
     out
 }
 
 /// Write the result (unless the signal thread got there first) and build the outcome.
+/// `live_peak` is the open phase window's peak, counted where the run stopped early.
 fn finish(
     log: &EventLog,
     path: &Path,
     params: u64,
     start: f64,
+    live_peak: u64,
     ended: Result<(), (RunStatus, String)>,
 ) -> Result<Outcome, RunError> {
     let (status, message) = match ended {
         Ok(()) => (RunStatus::Ok, None),
         Err((s, m)) => (s, Some(m)),
     };
-    let live_peak = if status == RunStatus::Ok { 0 } else { alloc::peak() };
-    let (peaks, peak_bytes) = if status == RunStatus::Ok {
-        let (p, o) = peaks_so_far(0);
-        // Every phase closed: no open window to add.
-        (p, o)
-    } else {
-        peaks_so_far(if PROGRESS.gpu.load(Ordering::Relaxed) { 0 } else { live_peak })
-    };
+    // Every phase closed on success: no open window to add.
+    let (peaks, peak_bytes) = peaks_so_far(if status == RunStatus::Ok { 0 } else { live_peak });
+    let nvml_peak_bytes = Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0);
     let phase = (status != RunStatus::Ok).then(current_phase);
     let t = now();
     if !PROGRESS.finished.swap(true, Ordering::SeqCst) {
@@ -360,6 +420,7 @@ fn finish(
             phase,
             message: message.clone(),
             wall_s: t - start,
+            nvml_peak_bytes,
         })
         .map_err(|source| RunError::Events { path: path.to_path_buf(), source })?;
     }
@@ -381,10 +442,14 @@ fn phase<T>(
     device.sync().map_err(|e| format!("{} phase: device error: {e:?}", p.name()))?;
     meter.sample();
     let peak = meter.peak();
+    let nvml_bytes = meter.nvml_peak();
+    if let Some(b) = nvml_bytes {
+        PROGRESS.nvml_peak.fetch_max(b, Ordering::Relaxed);
+    }
     let slot = &PROGRESS.peaks[phase_index(p)];
     let prev = slot.load(Ordering::Relaxed);
     slot.store(if prev == NONE { peak } else { prev.max(peak) }, Ordering::Relaxed);
-    let _ = log.emit(&Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds: t0.elapsed().as_secs_f64() });
+    let _ = log.emit(&Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds: t0.elapsed().as_secs_f64(), nvml_bytes });
     Ok(out)
 }
 
@@ -475,6 +540,7 @@ fn spawn_signal_thread(log: Arc<EventLog>, meter: Arc<Meter>) {
                     phase: Some(current_phase()),
                     message: Some(format!("received signal {sig}")),
                     wall_s: t - start,
+                    nvml_peak_bytes: Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0),
                 });
             }
             std::process::exit(EXIT_CANCELLED);
@@ -483,30 +549,4 @@ fn spawn_signal_thread(log: Arc<EventLog>, meter: Arc<Meter>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn oom_line_parses_as_a_result_event() {
-        let mut out = StackBuf { buf: [0; 1024], len: 0 };
-        format_oom(&mut out, 1_700_000_000.25, 4096, 1 << 20, 1 << 21, 3 << 19).unwrap();
-        let line = std::str::from_utf8(&out.buf[..out.len]).unwrap();
-        assert!(line.ends_with('\n'));
-        match serde_json::from_str::<Event>(line.trim_end()).unwrap() {
-            Event::Result { status, message, phase, peak_bytes, .. } => {
-                assert_eq!(status, RunStatus::Oom);
-                assert!(phase.is_some());
-                assert!(peak_bytes >= 3 << 19);
-                assert!(message.unwrap().contains("4096 bytes refused"));
-            }
-            other => panic!("not a result: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn oom_messages_are_recognised() {
-        assert!(is_oom_message("CUDA error: out of memory"));
-        assert!(is_oom_message("Memory allocation failed: OutOfMemory"));
-        assert!(!is_oom_message("dimension mismatch in reshape"));
-    }
-}
+mod tests;

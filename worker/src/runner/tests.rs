@@ -1,0 +1,134 @@
+use super::*;
+use std::sync::Mutex;
+
+use spec::{Gpu, Input, Mode, ModelSpec, PerLevel, Precision, Spatial, UnetSpec};
+
+/// Runs in this process share [`PROGRESS`]: one at a time.
+static ONE_RUN: Mutex<()> = Mutex::new(());
+
+fn tiny_config() -> RunConfig {
+    RunConfig {
+        experiment: "unit".into(),
+        name: "setup".into(),
+        model: ModelSpec::Unet(UnetSpec {
+            channels: vec![8, 16],
+            attention_levels: vec![false, false],
+            num_res_blocks: PerLevel::All(1),
+            num_head_channels: PerLevel::All(8),
+            norm_num_groups: 4,
+        }),
+        input: Input { channels: 1, spatial: Spatial::new(4, 4, 4) },
+        out_channels: 1,
+        batch: 1,
+        precision: Precision::Bf16,
+        grad_ckpt: false,
+        mode: Mode::Profile,
+        steps: 1,
+        gpu: Gpu::A100Sxm80,
+    }
+}
+
+fn read_events(path: &Path) -> Vec<Event> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A node without a GPU or driver: the backend panics while creating the
+/// device (wgpu: no adapter). The run is recorded `failed` with the cause.
+#[test]
+fn device_setup_panic_is_recorded_as_failed() {
+    let _one = ONE_RUN.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config();
+    let opts = RunOptions::new(dir.path(), Backend::available()[0]);
+    let out = run_with_setup(&cfg, &opts, || panic!("No possible adapter available for backend. Falling back to first available.")).unwrap();
+    assert_eq!(out.status, RunStatus::Failed);
+    assert_eq!(out.exit_code(), EXIT_FAILED);
+    let msg = out.message.unwrap();
+    assert!(msg.starts_with("device setup panicked: No possible adapter"), "{msg}");
+    let ev = read_events(&out.events);
+    assert!(matches!(&ev[0], Event::Start { env, .. } if env.dtype == "bf16" && env.checkpointing.is_none()));
+    match ev.last().unwrap() {
+        Event::Result { status, message, peak_bytes, .. } => {
+            assert_eq!(*status, RunStatus::Failed);
+            assert!(message.as_deref().unwrap().contains("No possible adapter"));
+            assert_eq!(*peak_bytes, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A driver that answers but refuses the configuration: `failed`, with the error.
+#[test]
+fn device_setup_error_is_recorded_as_failed() {
+    let _one = ONE_RUN.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config();
+    let opts = RunOptions::new(dir.path(), Backend::available()[0]);
+    let out = run_with_setup(&cfg, &opts, || Err(backend::BackendError::Configure("driver 470 too old".into()))).unwrap();
+    assert_eq!(out.status, RunStatus::Failed);
+    assert_eq!(out.message.as_deref(), Some("device setup failed: cannot configure the device's float dtype: driver 470 too old"));
+    assert_eq!(read_events(&out.events).len(), 2);
+}
+
+/// CubeCL's out-of-memory errors and panics, as its error types print them
+/// (cubecl-runtime 0.11 `IoError`/`LaunchError`), are `oom`; the backtrace
+/// CubeCL appends stays out of the result.
+#[test]
+fn cubecl_out_of_memory_is_oom_without_its_backtrace() {
+    for text in [
+        "out of device memory allocating 85899345920 bytes\nBacktrace\n   0: cubecl_runtime::server",
+        "An out-of-memory error happened during launch\nCaused by:\n  pool exhausted\nBacktrace\nframes",
+        "can't allocate buffer of size: 137438953472\n",
+    ] {
+        let (status, msg) = classify(text);
+        assert_eq!(status, RunStatus::Oom, "{text}");
+        assert!(!msg.contains("Backtrace") && !msg.contains('\n'), "{msg}");
+    }
+    assert_eq!(classify("shape mismatch in matmul").0, RunStatus::Failed);
+}
+
+/// An OOM in the middle of a phase keeps the phase and the peak it reached
+/// (the open window of the pool sampler), besides the phases already closed.
+#[test]
+fn gpu_oom_result_carries_phase_and_peak_reached() {
+    let _one = ONE_RUN.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let log = EventLog::open(&dir.path().join("events.jsonl")).unwrap();
+    PROGRESS.finished.store(false, Ordering::SeqCst);
+    for p in &PROGRESS.peaks {
+        p.store(NONE, Ordering::Relaxed);
+    }
+    PROGRESS.peaks[0].store(10 << 30, Ordering::Relaxed);
+    PROGRESS.phase.store(phase_index(Phase::Fwd) as u8, Ordering::Relaxed);
+    let out = finish(&log, log.path(), 7, now(), 79 << 30, Err(classify("out of device memory allocating 4294967296 bytes"))).unwrap();
+    assert_eq!(out.status, RunStatus::Oom);
+    assert_eq!(out.phase, Some(Phase::Fwd));
+    assert_eq!(out.peaks.model, Some(10 << 30));
+    assert_eq!(out.peaks.fwd, Some(79 << 30));
+    assert_eq!(out.peak_bytes, 79 << 30);
+}
+
+#[test]
+fn oom_line_parses_as_a_result_event() {
+    let mut out = StackBuf { buf: [0; 1024], len: 0 };
+    format_oom(&mut out, 1_700_000_000.25, 4096, 1 << 20, 1 << 21, 3 << 19).unwrap();
+    let line = std::str::from_utf8(&out.buf[..out.len]).unwrap();
+    assert!(line.ends_with('\n'));
+    match serde_json::from_str::<Event>(line.trim_end()).unwrap() {
+        Event::Result { status, message, phase, peak_bytes, .. } => {
+            assert_eq!(status, RunStatus::Oom);
+            assert!(phase.is_some());
+            assert!(peak_bytes >= 3 << 19);
+            assert!(message.unwrap().contains("4096 bytes refused"));
+        }
+        other => panic!("not a result: {other:?}"),
+    }
+}
+
+#[test]
+fn oom_messages_are_recognised() {
+    assert!(is_oom_message("CUDA error: out of memory"));
+    assert!(is_oom_message("Memory allocation failed: OutOfMemory"));
+    assert!(!is_oom_message("dimension mismatch in reshape"));
+}
