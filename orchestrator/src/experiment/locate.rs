@@ -155,6 +155,11 @@ impl Builder {
             Some(Frame::Map { key }) if key.is_none() => {
                 let k = scalar.unwrap_or_default().to_string();
                 let p = self.path.clone().key(k.clone());
+                // The document starts at its first key (a block mapping's start
+                // event is marked after it).
+                if self.path.0.is_empty() && self.loc.keys.is_empty() {
+                    self.loc.values.insert(KeyPath::default(), Self::pos(mark));
+                }
                 match self.loc.keys.get(&p) {
                     Some(&first) => self.loc.duplicates.push(Duplicate { path: p, first, repeat: Self::pos(mark) }),
                     None => {

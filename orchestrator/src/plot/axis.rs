@@ -97,12 +97,12 @@ fn ladder(from: f64, to: f64, unit: Unit, stride: Stride) -> Vec<f64> {
             Stride::Decades(_) => &[],
         };
         for m in mantissas {
-            let v = m * 10f64.powi(k) * scale;
-            // Above one GiB the steps restart at 1G (1024M is not a round label).
-            if unit == Unit::Gib && v >= 1.0 {
+            let step = m * 10f64.powi(k);
+            // From 1000M on the steps are GiB (1G, 2G), not 1000M or 1024M.
+            if unit == Unit::Gib && step >= 1000.0 {
                 continue;
             }
-            out.push(v);
+            out.push(step * scale);
         }
     }
     if unit == Unit::Gib && to >= 0.5 {
@@ -165,7 +165,7 @@ mod tests {
         assert_eq!(labels(&a), ["2M", "5M", "10M", "20M", "50M", "100M"]);
         let b = LogAxis::new([0.3, 1.0, 1.02, 62.7], Unit::Gib).unwrap();
         let l = labels(&b);
-        assert_eq!(l.first().map(String::as_str), Some("200M"));
+        assert_eq!(l.first().map(String::as_str), Some("200M"), "{l:?}");
         assert_eq!(l.last().map(String::as_str), Some("100G"));
         let mut unique = l.clone();
         unique.dedup();

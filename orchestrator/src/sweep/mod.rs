@@ -194,7 +194,14 @@ fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadError> {
         if let Some(&kept) = by_hash.get(&hash) {
             // The name the file gives it, so the reader recognises it.
             let as_written = match &axes.name_template {
-                Some(_) => name,
+                // The template on the file's own values, before the overrides.
+                Some(t) => {
+                    let mut file_doc = src.doc.clone();
+                    for (key, value, _) in combo.iter().flat_map(|c| &c.sets) {
+                        let _ = crate::experiment::overrides_set(&mut file_doc, key, value.clone());
+                    }
+                    t.fill(&file_doc).unwrap_or(name)
+                }
                 None => name::from_labels(&combo, &[], &experiment.name),
             };
             collapsed.push((as_written, configs[kept].name.clone()));
