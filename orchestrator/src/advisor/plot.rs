@@ -10,7 +10,7 @@ use std::path::Path;
 use super::explain::{describe, Explanation, PhaseBreakdown};
 use super::AdvisorError;
 use crate::plot::{perr, Figure, PALETTE};
-use crate::precheck::TermPhase;
+use crate::precheck::{memory, TermPhase};
 
 /// Width of the chart; the legend takes the rest on the right.
 const CHART_WIDTH: u32 = 700;
@@ -140,7 +140,7 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
             y += gib;
         }
         // The total centred above its bar, clear of the top segment.
-        let label = Text::new(format!("{y:.1} GiB"), (i as f64 + 0.5, y + ymax * 0.012), above.clone());
+        let label = Text::new(memory(y), (i as f64 + 0.5, y + ymax * 0.012), above.clone());
         chart.draw_series(std::iter::once(label)).map_err(perr)?;
     }
     if show_capacity {
@@ -157,7 +157,7 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
     }
     // The legend, bottom-up stacking order listed top-down, with each term's size.
     let gib_of = |label: &str| {
-        e.peak.lines.iter().chain(&e.other.lines).find(|l| describe(l.name, l.level) == label).map(|l| format!(" ({:.1} GiB)", l.gib)).unwrap_or_default()
+        e.peak.lines.iter().chain(&e.other.lines).find(|l| describe(l.name, l.level) == label).map(|l| format!(" ({})", memory(l.gib))).unwrap_or_default()
     };
     let mut y = 30;
     for (label, color) in &legend {

@@ -74,6 +74,21 @@ impl LogAxis {
     }
 }
 
+/// A linear memory axis from 0: round steps (1-2-5 of MiB below a GiB, of
+/// GiB above), the last tick at or above `max` and the axis ending there.
+pub fn linear_gib(max: f64) -> (f64, Vec<f64>) {
+    let max = if max.is_finite() && max > 0.0 { max } else { 1.0 };
+    // Steps in MiB when the whole axis is below a GiB, else in GiB.
+    let unit = if max < 1.0 { 1.0 / 1024.0 } else { 1.0 };
+    let span = max / unit;
+    let raw = span / 8.0;
+    let base = 10f64.powi(decade(raw));
+    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * base).find(|s| *s >= raw).unwrap_or(10.0 * base);
+    let n = (span / step).ceil().max(1.0) as usize;
+    let ticks: Vec<f64> = (0..=n).map(|i| i as f64 * step * unit).collect();
+    (n as f64 * step * unit, ticks)
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Stride {
     /// These mantissas in every decade.
@@ -189,6 +204,17 @@ mod tests {
         assert!(a.lo <= 10.0 && a.hi >= 1e9);
         assert_eq!(labels(&a).first().map(String::as_str), Some("10"));
         assert!(LogAxis::new([0.0, -1.0, f64::NAN], Unit::Count).is_none());
+    }
+
+    #[test]
+    fn linear_memory_axes_use_round_steps() {
+        let (top, ticks) = linear_gib(0.0869);
+        let labels: Vec<String> = ticks.iter().map(|t| label(*t, Unit::Gib)).collect();
+        assert_eq!(labels[1..], ["10M", "20M", "30M", "40M", "50M", "60M", "70M", "80M", "90M"]);
+        assert!(top >= 0.0869);
+        let (top, ticks) = linear_gib(87.0);
+        assert_eq!(ticks.iter().map(|t| label(*t, Unit::Gib)).last().as_deref(), Some("100G"));
+        assert_eq!(top, 100.0);
     }
 
     #[test]

@@ -138,7 +138,9 @@ impl Figure for PredVsMeasured {
         let oom_x = self.points.iter().filter(|p| p.oom).map(|p| p.measured).fold(0.0, f64::max);
         let top = top.max(oom_x).max(1e-6);
         let lines = self.lines(top);
-        let max = lines.iter().copied().fold(top, f64::max) * 1.1;
+        let (max, _) = crate::plot::axis::linear_gib(lines.iter().copied().fold(top, f64::max) * 1.05);
+        // Below a GiB the chart is drawn in MiB, so its ticks are round MiB.
+        let (k, unit) = if max <= 1.0 { (1024.0, "MiB") } else { (1.0, "GiB") };
         let clipped = self.points.iter().filter(|p| p.predicted > max).count();
         let mut caption = self.title.clone();
         if !lines.iter().any(|l| (l - self.capacity).abs() < 1e-9) {
@@ -149,10 +151,9 @@ impl Figure for PredVsMeasured {
             .margin(20)
             .x_label_area_size(50)
             .y_label_area_size(70)
-            .build_cartesian_2d(0f64..max, 0f64..max)
+            .build_cartesian_2d(0f64..max * k, 0f64..max * k)
             .map_err(perr)?;
-        let gib = |v: &f64| if max < 2.0 { format!("{:.0}M", v * 1024.0) } else { format!("{v:.0}") };
-        let unit = if max < 2.0 { "MiB" } else { "GiB" };
+        let gib = |v: &f64| format!("{v:.0}");
         chart
             .configure_mesh()
             .x_desc(format!("measured peak ({unit})"))
@@ -163,24 +164,25 @@ impl Figure for PredVsMeasured {
             .draw()
             .map_err(perr)?;
         chart
-            .draw_series(std::iter::once(DashedPathElement::new(vec![(0.0, 0.0), (max, max)], 6, 4, BLACK.stroke_width(1))))
+            .draw_series(std::iter::once(DashedPathElement::new(vec![(0.0, 0.0), (max * k, max * k)], 6, 4, BLACK.stroke_width(1))))
             .map_err(perr)?
             .label("y = x")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
-        for &c in &lines {
-            let color = if c < self.capacity { LIMIT } else { CAPACITY };
+        for &limit in &lines {
+            let color = if limit < self.capacity { LIMIT } else { CAPACITY };
+            let c = limit * k;
             chart
-                .draw_series(std::iter::once(PathElement::new(vec![(0.0, c), (max, c)], color.stroke_width(2))))
+                .draw_series(std::iter::once(PathElement::new(vec![(0.0, c), (max * k, c)], color.stroke_width(2))))
                 .map_err(perr)?
-                .label(limit_label(c, self.capacity))
+                .label(limit_label(limit, self.capacity))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            chart.draw_series(std::iter::once(PathElement::new(vec![(c, 0.0), (c, max)], color.stroke_width(2)))).map_err(perr)?;
+            chart.draw_series(std::iter::once(PathElement::new(vec![(c, 0.0), (c, max * k)], color.stroke_width(2)))).map_err(perr)?;
         }
         for f in [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit] {
             let color = family_color(f);
-            let ran: Vec<(f64, f64)> = self.points.iter().filter(|p| p.family == f && !p.oom).map(|p| (p.measured, p.predicted)).collect();
+            let ran: Vec<(f64, f64)> = self.points.iter().filter(|p| p.family == f && !p.oom).map(|p| (p.measured * k, p.predicted * k)).collect();
             let oom: Vec<(f64, f64)> =
-                self.points.iter().filter(|p| p.family == f && p.oom).map(|p| (p.measured, p.predicted.min(max * 0.985))).collect();
+                self.points.iter().filter(|p| p.family == f && p.oom).map(|p| (p.measured * k, p.predicted.min(max * 0.985) * k)).collect();
             if !ran.is_empty() {
                 chart
                     .draw_series(ran.iter().map(|&(x, y)| Circle::new((x, y), 5, color.filled())))
@@ -197,9 +199,9 @@ impl Figure for PredVsMeasured {
             }
         }
         if clipped > 0 {
-            let note = format!("{clipped} predictions above {} drawn at the top edge", gib(&max));
+            let note = format!("{clipped} predictions above {} {unit} drawn at the top edge", gib(&(max * k)));
             chart
-                .draw_series(std::iter::once(Text::new(note, (max * 0.45, max * 0.06), ("sans-serif", 14))))
+                .draw_series(std::iter::once(Text::new(note, (max * k * 0.45, max * k * 0.06), ("sans-serif", 14))))
                 .map_err(perr)?;
         }
         chart
