@@ -117,3 +117,44 @@ fn files_that_are_not_experiments_get_one_clear_line() {
         assert!(err.starts_with("error: ") && err.contains(want), "{name}: {err}");
     }
 }
+
+/// Runs `orchestrator args` with its address space capped, as a shared login
+/// node's limits would: planning must not grow with the input or the depth.
+fn run_capped(args: &[&str], bytes: u64) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut c = orchestrator();
+    c.args(args);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            let lim = libc::rlimit { rlim_cur: bytes as libc::rlim_t, rlim_max: bytes as libc::rlim_t };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c.output().expect("orchestrator runs")
+}
+
+#[test]
+fn planning_does_not_grow_with_the_input_and_refuses_absurd_sizes() {
+    const CAP: u64 = 512 << 20;
+    // 1000x the demo's depth: 4M voxels, 512k tokens. Same memory as the demo.
+    let big = run_capped(&["plan", "experiments/demo.yaml", "input.spatial=[16, 16, 16000]"], CAP);
+    assert!(big.status.success(), "{}", text(&big.stderr));
+    assert!(text(&big.stdout).contains("demo: 6 configs"));
+    // A typo'd depth (2e9 blocks) is refused by name, not walked block by block.
+    let deep = run_capped(&["plan", "experiments/exp16.yaml", "model.level_depths=[0, 0, 6, 4, 2000000000]"], CAP);
+    assert!(deep.status.success(), "{}", text(&deep.stderr));
+    let table = text(&deep.stdout);
+    assert!(table.contains("invalid: model.level_depths (blocks) is 2000000010, above the limit of 10000"), "{table}");
+    // Sides whose product overflows 64 bits: refused, no overflow panic.
+    let huge = run_capped(&["plan", "experiments/demo.yaml", "input.spatial=[4000000000, 4000000000, 4000000000]"], CAP);
+    assert!(huge.status.success(), "{}", text(&huge.stderr));
+    assert!(text(&huge.stdout).contains("above the limit of 17179869184"), "{}", text(&huge.stdout));
+    for args in [&["explain", "experiments/demo.yaml", "input.spatial=[16, 16, 16000]"][..], &["fit", "experiments/demo.yaml", "input.spatial=[16, 16, 16000]"][..]] {
+        let out = run_capped(args, CAP);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+}
