@@ -199,7 +199,8 @@ impl Figure for PredVsMeasured {
             }
         }
         if clipped > 0 {
-            let note = format!("{clipped} predictions above {} {unit} drawn at the top edge", gib(&(max * k)));
+            let what = if clipped == 1 { "prediction" } else { "predictions" };
+            let note = format!("{clipped} {what} above {} {unit} drawn at the top edge", gib(&(max * k)));
             chart
                 .draw_series(std::iter::once(Text::new(note, (max * k * 0.45, max * k * 0.06), ("sans-serif", 14))))
                 .map_err(perr)?;
