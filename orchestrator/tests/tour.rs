@@ -2,7 +2,8 @@
 //! built-in `local` cluster (the Burn worker of this build runs each config as a
 //! local process), then report on the state it left and on the group's
 //! measurements. Every console block of the tour must print what it shows;
-//! measured peaks and timings are `[..]`.
+//! measured peaks and timings are `[..]`; the records report it quotes must
+//! have the lines quoted.
 //!
 //! The tour's commands run in two halves: up to `submit`, then, once every
 //! config has ended (`status --watch`, as scripts/demo.sh waits), the rest.
@@ -57,4 +58,19 @@ fn the_tour_runs_as_written() {
         .expect("status --watch runs");
     assert!(watched.status.success(), "{}", String::from_utf8_lossy(&watched.stderr));
     docs_common::cases().case(&b).run();
+
+    // The excerpt of the records report the tour quotes is what was written.
+    let written = std::fs::read_to_string(scratch.path().join("records-report/report.md")).expect("records report");
+    let from = lines.iter().position(|l| l.contains("orchestrator report --records")).expect("the records report command");
+    let quoted: Vec<&str> = lines[from..]
+        .iter()
+        .skip_while(|l| !l.starts_with('>'))
+        .take_while(|l| l.starts_with('>'))
+        .map(|l| l.trim_start_matches('>').trim_start())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert!(quoted.len() >= 5, "the tour quotes the records report: {quoted:?}");
+    for q in quoted {
+        assert!(written.lines().any(|w| w == q), "docs/tour.md quotes a line the records report does not have:\n{q}");
+    }
 }
