@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(labels[1..], ["20M", "40M", "60M", "80M", "100M"]);
         assert_eq!(top * 1024.0, 100.0);
         let (top, ticks) = linear_gib(87.0);
-        assert_eq!(ticks.iter().map(|t| label(*t, Unit::Gib)).last().as_deref(), Some("100G"));
+        assert_eq!(ticks.iter().map(|t| label(*t, Unit::Gib)).next_back().as_deref(), Some("100G"));
         assert_eq!(top, 100.0);
     }
 
