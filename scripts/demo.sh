@@ -12,7 +12,7 @@ source scripts/prereqs.sh
 
 exp=${1:-experiments/demo.yaml}
 echo "== building the orchestrator and the worker (release; the worker's Burn build takes a few minutes the first time)"
-cargo build --release -q -p orchestrator -p worker
+cargo build --release -p orchestrator -p worker
 # The local cluster runs the `worker` next to the orchestrator binary.
 orch=target/release/orchestrator
 

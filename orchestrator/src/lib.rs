@@ -16,5 +16,6 @@ pub mod state;
 pub mod submit;
 pub mod transport;
 // Reports, plots and progress (issue 6).
+pub mod plot;
 pub mod progress;
 pub mod report;

@@ -1,7 +1,8 @@
 //! `orchestrator`: plan, precheck, submit and follow GPU memory-profiling sweeps.
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use orchestrator::{plan, precheck, submit, sweep};
@@ -84,10 +85,29 @@ enum Command {
     Cluster(submit::cli::ClusterCommand),
     /// Markdown (and JSON) report of a sweep from its state, or of measurement records, with plots.
     Report(orchestrator::report::cli::ReportArgs),
+    /// Print a shell completion script (e.g. `orchestrator completions bash > ~/.local/share/bash-completion/completions/orchestrator`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff; e.g. `orchestrator man > orchestrator.1 && man ./orchestrator.1`).
+    Man,
+}
+
+impl Command {
+    /// Commands that only read files and print: a reader that goes away
+    /// (`plan ... | head`) ends them quietly, as it ends `cat`. Cluster commands
+    /// keep SIGPIPE ignored: their sockets and child pipes report EPIPE as an error.
+    fn offline(&self) -> bool {
+        !matches!(self, Command::Cluster(_))
+    }
 }
 
 fn main() {
     let cli = Cli::parse();
+    if cli.command.offline() {
+        restore_default_sigpipe();
+    }
     init_logging(cli.verbose);
     if let Err(e) = run(cli.command) {
         eprintln!("error: {e:#}");
@@ -103,7 +123,28 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    // Colours only for a person at a terminal: a file or a pipe gets plain text.
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false);
+    // A warning for a person needs no timestamp; -v logs (for following a run) keep it.
+    if verbose == 0 {
+        fmt.without_time().init();
+    } else {
+        fmt.init();
+    }
+}
+
+/// Rust ignores SIGPIPE, so a closed stdout turns `println!` into a panic
+/// (exit 101). The default action ends the process silently, like any Unix filter.
+fn restore_default_sigpipe() {
+    // SAFETY: called once at start-up, before any thread exists; setting a
+    // signal's disposition to SIG_DFL has no other effect on the process.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 fn run(command: Command) -> Result<()> {
@@ -130,6 +171,14 @@ fn run(command: Command) -> Result<()> {
         Command::Fit { exp, args } => orchestrator::advisor::cli::run_fit(&exp.load()?, &args)?,
         Command::Cluster(c) => submit::cli::run(c)?,
         Command::Report(args) => orchestrator::report::cli::run(&args)?,
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "orchestrator", &mut std::io::stdout());
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut std::io::stdout())
+                .context("writing the manual page")?;
+        }
     }
     Ok(())
 }

@@ -313,7 +313,8 @@ impl HditSpec {
         self.level_depths.len().div_ceil(2)
     }
     pub fn dims(&self) -> Result<TransformerDims, Invalid> {
-        let depth = self.level_depths.iter().sum();
+        // Saturating: a typo'd depth is refused by validate, not an overflow.
+        let depth = self.level_depths.iter().fold(0u32, |a, &d| a.saturating_add(d));
         resolve(Family::Hdit, self.variant, self.hidden, self.heads, Some(depth))
     }
 }

@@ -20,8 +20,10 @@ impl Spatial {
     pub fn dims(&self) -> [u32; 3] {
         [self.d, self.h, self.w]
     }
+    /// D x H x W; saturates instead of overflowing (absurd inputs are refused
+    /// by [`crate::validate`], and must not crash on the way there).
     pub fn voxels(&self) -> u64 {
-        self.d as u64 * self.h as u64 * self.w as u64
+        (self.d as u64).saturating_mul(self.h as u64).saturating_mul(self.w as u64)
     }
     /// Every dimension divided by `f` (callers check divisibility first).
     pub fn div(&self, f: u32) -> Spatial {

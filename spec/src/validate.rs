@@ -30,10 +30,76 @@ pub enum Invalid {
     UnknownVariant { family: Family, variant: Variant },
     #[error("{field} is missing: give a variant or the size explicitly")]
     MissingSize { field: String },
+    #[error("{field} is {value}, above the limit of {limit} (a typo? nothing that large can be planned)")]
+    TooLarge { field: String, value: u64, limit: u64 },
+}
+
+/// Sizes beyond any GPU of the foreseeable future. Planning is linear in the
+/// number of blocks and constant in the input's size, but a typo (a depth of
+/// 2000000, an input 1000x too big) must be refused, not walked or multiplied out.
+pub mod limits {
+    /// Input voxels (D x H x W): 2^34, about 1700x a 160x256x256 brain MRI.
+    pub const VOXELS: u64 = 1 << 34;
+    /// Blocks of one model (transformer depth, HDiT level depths, UNet res blocks).
+    pub const BLOCKS: u64 = 10_000;
+    /// Levels of a UNet or an HDiT (list lengths).
+    pub const LEVELS: u64 = 64;
+    /// Channels, hidden size, heads, patch, batch, steps.
+    pub const WIDTH: u64 = 1 << 20;
+}
+
+/// The first size of `cfg` above its [`limits`], if any.
+pub fn too_large(cfg: &RunConfig) -> Option<Invalid> {
+    let over = |field: &str, value: u64, limit: u64| (value > limit).then(|| Invalid::TooLarge { field: field.into(), value, limit });
+    let sp = cfg.input.spatial;
+    let voxels = sp.d as u128 * sp.h as u128 * sp.w as u128;
+    let mut checks: Vec<Option<Invalid>> = vec![
+        over("input voxels (D x H x W)", voxels.min(u64::MAX as u128) as u64, limits::VOXELS),
+        over("input.channels", cfg.input.channels as u64, limits::WIDTH),
+        over("output_channels", cfg.out_channels as u64, limits::WIDTH),
+        over("batch", cfg.batch as u64, limits::WIDTH),
+        over("steps", cfg.steps as u64, limits::WIDTH),
+    ];
+    match &cfg.model {
+        ModelSpec::Unet(u) => {
+            checks.push(over("model.channels (levels)", u.levels() as u64, limits::LEVELS));
+            checks.push(over("model.channels", u.channels.iter().copied().max().unwrap_or(0) as u64, limits::WIDTH));
+            if u.levels() as u64 <= limits::LEVELS {
+                checks.push(over("model.num_res_blocks (all levels)", u.res_blocks().iter().map(|&r| r as u64).sum(), limits::BLOCKS));
+            }
+        }
+        ModelSpec::Dit(m) => checks.push(transformer_limits(m.dims(), m.patch)),
+        ModelSpec::Uvit(m) => checks.push(transformer_limits(m.dims(), m.patch)),
+        ModelSpec::Hdit(m) => {
+            checks.push(over("model.level_depths (levels)", m.level_depths.len() as u64, limits::LEVELS));
+            checks.push(over("model.level_depths (blocks)", m.level_depths.iter().map(|&d| d as u64).sum(), limits::BLOCKS));
+            checks.push(transformer_limits(m.dims(), m.patch));
+        }
+    }
+    checks.into_iter().flatten().next()
+}
+
+fn transformer_limits(dims: Result<crate::TransformerDims, Invalid>, patch: u32) -> Option<Invalid> {
+    let over = |field: &str, value: u64, limit: u64| (value > limit).then(|| Invalid::TooLarge { field: field.into(), value, limit });
+    let d = dims.ok();
+    [
+        over("model.patch", patch as u64, limits::WIDTH),
+        d.and_then(|d| over("model.hidden", d.hidden as u64, limits::WIDTH)),
+        d.and_then(|d| over("model.heads", d.heads as u64, limits::WIDTH)),
+        d.and_then(|d| over("model.depth", d.depth as u64, limits::BLOCKS)),
+    ]
+    .into_iter()
+    .flatten()
+    .next()
 }
 
 /// Every rule the config breaks (empty when it can run).
 pub fn validate(cfg: &RunConfig) -> Vec<Invalid> {
+    // Too large is the only answer for a typo'd size: the other rules would
+    // multiply it out (and the walks would run it block by block).
+    if let Some(e) = too_large(cfg) {
+        return vec![e];
+    }
     let mut out = Vec::new();
     let sp = cfg.input.spatial;
     for (field, v) in [
@@ -136,5 +202,43 @@ fn transformer(
         out.push(Invalid::Zero { field: "model.patch".into() });
     } else if !sp.divisible_by(patch) {
         out.push(Invalid::PatchNotDividing { patch, d: sp.d, h: sp.h, w: sp.w });
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+    use crate::{Input, Precision, Spatial};
+
+    fn cfg(model: serde_json::Value, spatial: [u32; 3]) -> RunConfig {
+        RunConfig {
+            experiment: "t".into(),
+            name: "t".into(),
+            model: serde_json::from_value(model).expect("model"),
+            input: Input { channels: 1, spatial: Spatial::new(spatial[0], spatial[1], spatial[2]) },
+            out_channels: 1,
+            batch: 1,
+            precision: Precision::Bf16Amp,
+            grad_ckpt: false,
+            mode: Default::default(),
+            steps: 1,
+            gpu: crate::Gpu::A100Sxm80,
+        }
+    }
+
+    #[test]
+    fn absurd_sizes_are_refused_with_the_limit_named() {
+        let dit = serde_json::json!({"family": "dit", "hidden": 64, "heads": 4, "depth": 2, "patch": 2});
+        assert!(validate(&cfg(dit.clone(), [160, 256, 256])).is_empty());
+        // 1000x the brain MRI still plans; 4e9 per side would overflow u64.
+        assert!(validate(&cfg(dit.clone(), [160, 256, 256_000])).is_empty());
+        let huge = validate(&cfg(dit, [4_000_000_000, 4_000_000_000, 4_000_000_000]));
+        assert_eq!(huge.len(), 1);
+        assert_eq!(huge[0].to_string(), format!("input voxels (D x H x W) is {}, above the limit of {} (a typo? nothing that large can be planned)", u64::MAX, limits::VOXELS));
+        let deep = cfg(serde_json::json!({"family": "hdit", "hidden": 64, "heads": 4, "patch": 2, "level_depths": [0, 0, 6, 4, 2_000_000_000u32, 3_000_000_000u32, 1]}), [16, 16, 16]);
+        let e = validate(&deep);
+        assert!(matches!(&e[..], [Invalid::TooLarge { field, limit: limits::BLOCKS, .. }] if field == "model.level_depths (blocks)"), "{e:?}");
+        let res = cfg(serde_json::json!({"family": "unet", "channels": [32, 64], "attention_levels": [false, false], "num_res_blocks": 100_000, "num_head_channels": 32}), [16, 16, 16]);
+        assert!(matches!(&validate(&res)[..], [Invalid::TooLarge { limit: limits::BLOCKS, .. }]));
     }
 }

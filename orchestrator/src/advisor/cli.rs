@@ -39,9 +39,9 @@ pub struct ExplainArgs {
 /// Options of `orchestrator fit`.
 #[derive(Args, Debug, Clone)]
 pub struct FitArgs {
-    /// The GPU to fit on (A100-SXM4-80GB, H100-80GB-HBM3, H200-141GB, B200-180GB, ...).
+    /// The GPU to fit on (A100-SXM4-80GB, H100-80GB-HBM3, H200-141GB, B200-180GB, ...; default: the experiment's `gpu`).
     #[arg(long)]
-    pub gpu: String,
+    pub gpu: Option<String>,
     /// Policy budget in GiB (default: the experiment's budget_gb, else the GPU's capacity).
     #[arg(long, value_name = "GB")]
     pub budget: Option<f64>,
@@ -130,7 +130,7 @@ pub fn run_explain(sweep: &Sweep, args: &ExplainArgs) -> Result<()> {
         None => None,
     };
     if let Some(path) = &args.plot {
-        super::plot::plot(&e, path)?;
+        super::plot::plot(&e, sweep.experiment.budget_gb, path)?;
         eprintln!("wrote {}", path.display());
     }
     if args.json {
@@ -152,7 +152,10 @@ pub fn run_explain(sweep: &Sweep, args: &ExplainArgs) -> Result<()> {
 
 /// `orchestrator fit`.
 pub fn run_fit(sweep: &Sweep, args: &FitArgs) -> Result<()> {
-    let gpu: Gpu = args.gpu.parse()?;
+    let gpu: Gpu = match &args.gpu {
+        Some(name) => name.parse()?,
+        None => sweep.experiment.gpu,
+    };
     if let Some(b) = args.budget {
         anyhow::ensure!(b > 0.0 && b.is_finite(), "--budget {b}: expected a positive number of GiB");
     }

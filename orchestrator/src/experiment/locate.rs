@@ -81,11 +81,20 @@ pub struct Pos {
     pub col: usize,
 }
 
+/// A key written twice in one mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duplicate {
+    pub path: KeyPath,
+    pub first: Pos,
+    pub repeat: Pos,
+}
+
 /// Positions of every key and value in one YAML document.
 #[derive(Debug, Default)]
 pub struct Locations {
     values: HashMap<KeyPath, Pos>,
     keys: HashMap<KeyPath, Pos>,
+    duplicates: Vec<Duplicate>,
 }
 
 impl Locations {
@@ -110,6 +119,11 @@ impl Locations {
             }
             p.0.pop()?;
         }
+    }
+
+    /// Keys repeated within one mapping, in file order.
+    pub fn duplicates(&self) -> &[Duplicate] {
+        &self.duplicates
     }
 
     /// Where the value (not the key) of `path` is.
@@ -141,7 +155,17 @@ impl Builder {
             Some(Frame::Map { key }) if key.is_none() => {
                 let k = scalar.unwrap_or_default().to_string();
                 let p = self.path.clone().key(k.clone());
-                self.loc.keys.entry(p).or_insert(Self::pos(mark));
+                // The document starts at its first key (a block mapping's start
+                // event is marked after it).
+                if self.path.0.is_empty() && self.loc.keys.is_empty() {
+                    self.loc.values.insert(KeyPath::default(), Self::pos(mark));
+                }
+                match self.loc.keys.get(&p) {
+                    Some(&first) => self.loc.duplicates.push(Duplicate { path: p, first, repeat: Self::pos(mark) }),
+                    None => {
+                        self.loc.keys.insert(p, Self::pos(mark));
+                    }
+                }
                 *key = Some(k);
                 false
             }
@@ -158,7 +182,12 @@ impl Builder {
                 self.loc.values.entry(self.path.clone()).or_insert(Self::pos(mark));
                 true
             }
-            None => true,
+            None => {
+                // The document itself: errors about it (a missing top-level
+                // field) point at where it starts.
+                self.loc.values.entry(KeyPath::default()).or_insert(Self::pos(mark));
+                true
+            }
         }
     }
     /// A value node ended: step back out of its path segment.
@@ -223,6 +252,24 @@ mod tests {
         let loc = Locations::index(DOC);
         let p = KeyPath::default().key("model").key("nope");
         assert_eq!(loc.find(&p), Some(Pos { line: 2, col: 1 }));
+    }
+
+    #[test]
+    fn a_repeated_key_is_found_at_the_repeat() {
+        let loc = Locations::index("name: a\nmodel:\n  family: unet\n  family: dit\nname: b\n");
+        let d = loc.duplicates();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].path.to_string(), "model.family");
+        assert_eq!((d[0].first, d[0].repeat), (Pos { line: 3, col: 3 }, Pos { line: 4, col: 3 }));
+        assert_eq!((d[1].path.to_string(), d[1].repeat), ("name".into(), Pos { line: 5, col: 1 }));
+        // The same key in two list items is no repeat.
+        assert!(Locations::index("l:\n  - {a: 1}\n  - {a: 2}\n").duplicates().is_empty());
+    }
+
+    #[test]
+    fn the_document_itself_has_a_position() {
+        let loc = Locations::index("# comment\nname: x\n");
+        assert_eq!(loc.find(&KeyPath::default()), Some(Pos { line: 2, col: 1 }));
     }
 
     #[test]

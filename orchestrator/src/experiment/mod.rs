@@ -250,8 +250,9 @@ impl RawExperiment {
 /// A file that cannot be read or understood. The message is one line.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    /// Not a `#[source]`: the message already says it, and `{:#}` would repeat it.
+    #[error("{}: {error}", path.display())]
+    Io { path: PathBuf, error: std::io::Error },
     #[error("{}:{line}:{col}: {key}: {message}", file.display())]
     At { file: PathBuf, line: usize, col: usize, key: String, message: String },
     #[error("{}: {key}: {message}", file.display())]
@@ -278,23 +279,42 @@ pub(crate) struct Source {
 
 impl Source {
     pub fn read(file: &Path) -> Result<Self, LoadError> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|source| LoadError::Io { path: file.to_path_buf(), source })?;
-        Self::parse(file, &text)
+        let bytes = std::fs::read(file).map_err(|error| LoadError::Io { path: file.to_path_buf(), error })?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| not_utf8(file, &bytes, e))?;
+        Self::parse(file, text)
     }
 
     pub fn parse(file: &Path, text: &str) -> Result<Self, LoadError> {
+        let at = |line: usize, col: usize, key: &str, message: String| LoadError::At {
+            file: file.to_path_buf(),
+            line,
+            col,
+            key: key.into(),
+            message,
+        };
+        let loc = Locations::index(text);
+        // serde_yaml refuses a repeated key without a position; the index has both.
+        if let Some(d) = loc.duplicates().first() {
+            return Err(at(
+                d.repeat.line,
+                d.repeat.col,
+                &d.path.to_string(),
+                format!("duplicate key (first at line {}, column {}); a key may appear once per mapping", d.first.line, d.first.col),
+            ));
+        }
         let doc: Value = serde_yaml::from_str(text).map_err(|e| {
             let (line, col) = e.location().map(|l| (l.line(), l.column())).unwrap_or((1, 1));
-            LoadError::At {
-                file: file.to_path_buf(),
-                line,
-                col,
-                key: "(syntax)".into(),
-                message: e.to_string().split(" at line ").next().unwrap_or_default().to_string(),
-            }
+            at(line, col, "(syntax)", e.to_string().split(" at line ").next().unwrap_or_default().to_string())
         })?;
-        Ok(Source { file: file.to_path_buf(), loc: Locations::index(text), doc })
+        if doc.is_null() {
+            return Err(at(
+                1,
+                1,
+                "(document)",
+                "the file is empty: an experiment needs at least `name`, `gpu`, `input`, `output_channels` and `model`".into(),
+            ));
+        }
+        Ok(Source { file: file.to_path_buf(), loc, doc })
     }
 
     /// An error at `path` in the document, whose value came from `origin`.
@@ -323,6 +343,22 @@ impl Source {
             },
             None => LoadError::NoPosition { file: self.file.clone(), key: path.to_string(), message },
         }
+    }
+}
+
+/// One line for a file that is not text: where the first bad byte sits.
+fn not_utf8(file: &Path, bytes: &[u8], e: std::str::Utf8Error) -> LoadError {
+    let good = &bytes[..e.valid_up_to()];
+    let line = 1 + good.iter().filter(|&&b| b == b'\n').count();
+    let line_start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let col = 1 + String::from_utf8_lossy(&good[line_start..]).chars().count();
+    let byte = bytes.get(e.valid_up_to()).copied().unwrap_or_default();
+    LoadError::At {
+        file: file.to_path_buf(),
+        line,
+        col,
+        key: "(file)".into(),
+        message: format!("not UTF-8 text (byte 0x{byte:02x}): an experiment file is YAML text"),
     }
 }
 

@@ -564,6 +564,10 @@ impl Predictor {
     }
 
     fn run(&self, cfg: &RunConfig, with_terms: bool) -> Result<Prediction, PrecheckError> {
+        // The walks go block by block: a typo'd depth or input is refused first.
+        if let Some(e) = spec::validate::too_large(cfg) {
+            return Err(e.into());
+        }
         let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels)?;
         let mut segs = Vec::with_capacity(64);
         let mut w = Walk {

@@ -13,6 +13,7 @@
 pub mod cli;
 pub mod markdown;
 pub mod plot;
+mod verdict_map;
 
 use serde::Serialize;
 use spec::event::{Event, RunStatus};
@@ -131,6 +132,9 @@ pub struct Row {
     /// Why (invalid reason, failure message, SLURM state).
     pub detail: Option<String>,
     pub capacity_gib: f64,
+    /// The memory the run had: the worker's `memory_limit` where one applied
+    /// (a measured OOM happened there), else the GPU's capacity.
+    pub limit_gib: f64,
     pub wall_s: Option<f64>,
 }
 
@@ -375,6 +379,7 @@ fn base_row(cfg: &RunConfig, id: String, section: String) -> Row {
         status: Status::NotSubmitted,
         detail: None,
         capacity_gib: cfg.gpu.capacity_gib(),
+        limit_gib: cfg.gpu.capacity_gib(),
         wall_s: None,
     }
 }
@@ -500,7 +505,11 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         }
         let section = if shapes.len() > 1 { input_label(&c.config) } else { String::new() };
         let record = records.get(&c.hash.0);
-        rows.push(state_row(&dir, c, record, section, budget, predictor, sweep.experiment.budget_gb, &mut env)?);
+        let mut row = state_row(&dir, c, record, section, budget, predictor, sweep.experiment.budget_gb, &mut env)?;
+        if let Some(limit) = sweep.experiment.worker.memory_limit {
+            row.limit_gib = row.limit_gib.min(limit as f64 / GIB);
+        }
+        rows.push(row);
     }
     bar.finish_and_clear();
     Ok(Report {
@@ -672,7 +681,7 @@ pub fn from_records(records: &[MeasurementRecord], source: String, predictor: &P
 /// Markdown's path and the plot files written.
 pub fn write(report: &Report, out: &Path) -> Result<(PathBuf, Vec<PathBuf>), ReportError> {
     std::fs::create_dir_all(out).map_err(|source| ReportError::Io { path: out.into(), source })?;
-    let plots = plot::write_all(report, out)?;
+    let plots = plot::write_all(report, out).map_err(|e| ReportError::Plot(e.to_string()))?;
     let md = markdown::render(report, &plots, out);
     let md_path = out.join("report.md");
     state::write_atomic(&md_path, md.as_bytes())?;

@@ -326,3 +326,50 @@ fn records_mode_on_the_groups_data() {
     let oom_records = recs.iter().filter(|r| r.status == MeasuredStatus::Oom).count();
     assert_eq!(rep.rows.iter().filter(|r| r.status == Status::Oom).count(), oom_records);
 }
+
+/// A report of the given rows (plots' unit tests build rows directly).
+pub(super) fn report_of(rows: Vec<Row>) -> Report {
+    Report {
+        title: "t".into(),
+        description: String::new(),
+        source: "inline".into(),
+        gpus: ["A100-40GB".to_string()].into(),
+        capacity_gib: rows.first().map(|r| r.capacity_gib).unwrap_or(39.4),
+        budget_gib: 60.0,
+        budget_set: false,
+        precisions: BTreeSet::new(),
+        predictor: "burn-flex/fp32".into(),
+        env: Environment::default(),
+        rows,
+    }
+}
+
+#[test]
+fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("state");
+    let text = SWEEP.replace("budget_gb: 60\n", "budget_gb: 60\nworker: {memory_limit: 512MiB}\n");
+    let sweep = crate::sweep::parse(Path::new("rep.yaml"), &text, &[]).expect("sweep parses");
+    let st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
+    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() }).expect("sweep.json");
+    let c = &sweep.configs[0];
+    let result = serde_json::json!({
+        "event": "result", "t": 1795215789.0, "status": "oom", "params": 32912384,
+        "peaks": {"model": 1 << 20}, "peak_bytes": 500 << 20, "phase": "fwd", "wall_s": 0.2
+    });
+    let r = ConfigRecord {
+        hash: c.hash.0.clone(),
+        name: c.name.clone(),
+        verdict: Some("fits".into()),
+        predicted_gib: Some(1.5),
+        attempts: vec![attempt(0, Some(SlurmState::Completed))],
+        result: Some(result),
+    };
+    st.save_record(&r).expect("record");
+    drop(st);
+    let rep = from_state(&root, "rep", Some(&Predictor::pytorch())).expect("report");
+    let oom = row(&rep, "dit_S_p8");
+    assert_eq!(oom.status, Status::Oom);
+    assert_eq!(oom.limit_gib, 0.5, "512 MiB, not the GPU's {} GiB", oom.capacity_gib);
+    assert_eq!(row(&rep, "dit_B_p8").limit_gib, 0.5, "the limit applies to every run of the sweep");
+}

@@ -1,0 +1,201 @@
+//! The precheck's verdict over two sweep axes of one family, as a coloured
+//! grid: rows are variants (UNets: configs), columns patch and resolution.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use spec::model::Family;
+use std::collections::BTreeMap;
+
+use super::markdown::fmt_gib;
+use super::{Report, Row, Status};
+use crate::plot::{perr, Figure};
+
+/// The precheck's verdict over two sweep axes of one family: rows are variants
+/// (UNets: configs), columns patch (and resolution where there are several);
+/// each cell also says what the measurement found.
+pub struct VerdictMap {
+    family: Family,
+    rows: Vec<String>,
+    cols: Vec<String>,
+    /// (row, col) → (verdict, measured text).
+    cells: BTreeMap<(usize, usize), (String, String)>,
+}
+
+fn push_unique(v: &mut Vec<String>, s: String) -> usize {
+    match v.iter().position(|x| *x == s) {
+        Some(i) => i,
+        None => {
+            v.push(s);
+            v.len() - 1
+        }
+    }
+}
+
+fn measured_text(r: &Row) -> String {
+    match r.status {
+        Status::Ok => r.peak_gib.map(|p| format!("OK {}", fmt_gib(p))).unwrap_or_else(|| "OK".into()),
+        Status::OverBudget => r.peak_gib.map(|p| format!(">budget {}", fmt_gib(p))).unwrap_or_default(),
+        Status::Oom => "OOM".into(),
+        Status::Failed => "failed".into(),
+        Status::Cancelled => "cancelled".into(),
+        Status::Pending | Status::Running => "queued".into(),
+        Status::Invalid => "invalid".into(),
+        Status::SkippedOom | Status::SkippedRisky | Status::NotSubmitted => "not run".into(),
+    }
+}
+
+impl VerdictMap {
+    pub fn new(report: &Report, family: Family) -> Self {
+        let rows_of: Vec<&Row> = report.rows.iter().filter(|r| r.family == family).collect();
+        let many_res = rows_of.iter().map(|r| (&r.resolution, r.in_channels)).collect::<std::collections::BTreeSet<_>>().len() > 1;
+        let mut rows = Vec::new();
+        let mut cols = Vec::new();
+        let mut cells = BTreeMap::new();
+        for r in rows_of {
+            let row = match (&r.level_depths, family) {
+                (_, Family::Unet) => r.name.clone(),
+                (Some(d), _) => format!("{} {d:?}", r.group),
+                (None, _) => r.group.clone(),
+            };
+            let col = match (family, r.patch) {
+                (Family::Unet, _) | (_, None) => format!("{} x{}", r.resolution, r.in_channels),
+                (_, Some(p)) if many_res => format!("p{p} {}", r.resolution),
+                (_, Some(p)) => format!("patch {p}"),
+            };
+            let key = (push_unique(&mut rows, row), push_unique(&mut cols, col));
+            // Repeated configs (the same run in two tables): the first stands.
+            cells.entry(key).or_insert_with(|| {
+                let pred = r.predicted_gib.map(|p| format!(" ({})", fmt_gib(p))).unwrap_or_default();
+                (format!("{}{pred}", r.verdict), measured_text(r))
+            });
+        }
+        // Columns in a natural order: by patch, then resolution as written.
+        let mut order: Vec<usize> = (0..cols.len()).collect();
+        order.sort_by(|&a, &b| natural_key(&cols[a]).cmp(&natural_key(&cols[b])));
+        let remap: BTreeMap<usize, usize> = order.iter().enumerate().map(|(new, &old)| (old, new)).collect();
+        let cols = order.iter().map(|&i| cols[i].clone()).collect();
+        let cells = cells.into_iter().map(|((r, c), v)| ((r, remap[&c]), v)).collect();
+        VerdictMap { family, rows, cols, cells }
+    }
+
+    /// Cells with a config in them.
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    fn cell_w(&self) -> u32 {
+        if self.cols.len() > 8 {
+            112
+        } else {
+            150
+        }
+    }
+}
+
+/// Digits compared as numbers: `p2` < `p4` < `p8`, `64x64x40` < `128x128x80`.
+fn natural_key(s: &str) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    let mut num = String::new();
+    let mut text = String::new();
+    for ch in s.chars() {
+        if ch.is_ascii_digit() {
+            if !text.is_empty() {
+                out.push((0, std::mem::take(&mut text)));
+            }
+            num.push(ch);
+        } else {
+            if !num.is_empty() {
+                out.push((num.parse().unwrap_or(0), String::new()));
+                num.clear();
+            }
+            text.push(ch);
+        }
+    }
+    if !num.is_empty() {
+        out.push((num.parse().unwrap_or(0), String::new()));
+    }
+    if !text.is_empty() {
+        out.push((0, text));
+    }
+    out
+}
+
+const LEFT: u32 = 230;
+const TOP: u32 = 90;
+const CELL_H: u32 = 46;
+
+fn verdict_color(v: &str) -> RGBColor {
+    match v.split(' ').next().unwrap_or("") {
+        "fits" => RGBColor(161, 217, 155),
+        "risky" => RGBColor(253, 208, 120),
+        "oom" => RGBColor(239, 138, 128),
+        _ => RGBColor(210, 210, 210),
+    }
+}
+
+impl Figure for VerdictMap {
+    fn size(&self) -> (u32, u32) {
+        let w = LEFT + self.cols.len() as u32 * self.cell_w() + 30;
+        let h = TOP + self.rows.len() as u32 * CELL_H + 80;
+        (w.max(760), h)
+    }
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        root.fill(&WHITE).map_err(perr)?;
+        let cw = self.cell_w() as i32;
+        let ch = CELL_H as i32;
+        let (left, top) = (LEFT as i32, TOP as i32);
+        let title = format!(
+            "{}: precheck verdict (predicted peak) and what was measured",
+            super::family_title(self.family)
+        );
+        root.draw(&Text::new(title, (20, 20), ("sans-serif", 20))).map_err(perr)?;
+        let center = |size: u32| TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
+        let right = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+        for (j, c) in self.cols.iter().enumerate() {
+            let x = left + j as i32 * cw + cw / 2;
+            root.draw(&Text::new(c.clone(), (x, top - 16), center(13))).map_err(perr)?;
+        }
+        for (i, r) in self.rows.iter().enumerate() {
+            let y = top + i as i32 * ch;
+            root.draw(&Text::new(r.clone(), (left - 10, y + ch / 2), right.clone())).map_err(perr)?;
+            for j in 0..self.cols.len() {
+                let x = left + j as i32 * cw;
+                let rect = [(x + 1, y + 1), (x + cw - 1, y + ch - 1)];
+                match self.cells.get(&(i, j)) {
+                    Some((verdict, measured)) => {
+                        root.draw(&Rectangle::new(rect, verdict_color(verdict).filled())).map_err(perr)?;
+                        root.draw(&Text::new(verdict.clone(), (x + cw / 2, y + ch / 2 - 9), center(12))).map_err(perr)?;
+                        root.draw(&Text::new(measured.clone(), (x + cw / 2, y + ch / 2 + 9), center(12))).map_err(perr)?;
+                    }
+                    None => {
+                        root.draw(&Rectangle::new(rect, RGBColor(245, 245, 245).filled())).map_err(perr)?;
+                    }
+                }
+            }
+        }
+        // Key.
+        let y = top + self.rows.len() as i32 * ch + 30;
+        let mut x = 20;
+        for (label, v) in [("fits", "fits"), ("risky", "risky"), ("predicted OOM", "oom"), ("invalid", "invalid"), ("not in sweep", "")] {
+            let color = if v.is_empty() { RGBColor(245, 245, 245) } else { verdict_color(v) };
+            root.draw(&Rectangle::new([(x, y), (x + 18, y + 18)], color.filled())).map_err(perr)?;
+            root.draw(&Rectangle::new([(x, y), (x + 18, y + 18)], BLACK.stroke_width(1))).map_err(perr)?;
+            root.draw(&Text::new(label, (x + 24, y + 2), ("sans-serif", 14))).map_err(perr)?;
+            x += 40 + 8 * label.len() as i32;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_sort_naturally() {
+        let mut v = vec!["p8 64x64x40", "p2 128x128x80", "p2 64x64x40", "p4 64x64x40"];
+        v.sort_by_key(|s| natural_key(s));
+        assert_eq!(v, ["p2 64x64x40", "p2 128x128x80", "p4 64x64x40", "p8 64x64x40"]);
+    }
+}

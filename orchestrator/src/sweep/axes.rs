@@ -1,0 +1,207 @@
+//! The `sweep:` block parsed into axes: named configs, grid, zip and
+//! exclusions, each value remembering where in the file it was written.
+
+use serde_yaml::Value;
+
+use super::name::{auto_label, Template};
+use crate::experiment::locate::KeyPath;
+use crate::experiment::{show, LoadError, Origin, Source, PER_CONFIG_KEYS};
+
+/// One axis value: an optional label and the overrides it applies.
+#[derive(Clone)]
+pub(crate) struct Choice {
+    pub label: Option<String>,
+    pub sets: Vec<(KeyPath, Value, Origin)>,
+}
+
+/// The parsed `sweep:` block.
+#[derive(Default)]
+pub(crate) struct Axes {
+    pub name_template: Option<Template>,
+    /// Named configs (each one choice), or empty for the base alone.
+    configs: Vec<Choice>,
+    /// One list of choices per grid key.
+    grid: Vec<Vec<Choice>>,
+    /// Lockstep choices (already zipped).
+    zip: Vec<Choice>,
+    exclude: Vec<Vec<(KeyPath, Value)>>,
+}
+
+impl Axes {
+    pub fn parse(src: &Source, v: &Value, at: &KeyPath) -> Result<Self, LoadError> {
+        let err = |p: &KeyPath, m: String| src.error_in_file(p, m);
+        let Some(map) = v.as_mapping() else {
+            return Err(err(at, "expected a mapping with configs, grid, zip, exclude or name".into()));
+        };
+        let mut axes = Axes::default();
+        for (k, v) in map {
+            let key = k.as_str().unwrap_or_default();
+            let here = at.clone().key(key);
+            match key {
+                "name" => {
+                    let s = v.as_str().ok_or_else(|| err(&here, "expected a string such as \"{model.variant}_p{model.patch}\"".into()))?;
+                    axes.name_template = Some(Template::parse(s).map_err(|m| err(&here, m))?);
+                }
+                "configs" => {
+                    let list = v.as_sequence().ok_or_else(|| err(&here, "expected a list of named configs".into()))?;
+                    if list.is_empty() {
+                        return Err(err(&here, "empty list: give at least one named config, or leave `configs` out to run the base config".into()));
+                    }
+                    for (i, item) in list.iter().enumerate() {
+                        axes.configs.push(named_config(src, item, &here.clone().index(i))?);
+                    }
+                }
+                "grid" => {
+                    let m = v.as_mapping().ok_or_else(|| err(&here, "expected a mapping of dotted keys to value lists".into()))?;
+                    for (k, values) in m {
+                        let (key, kp) = sweep_key(src, k, &here)?;
+                        axes.grid.push(axis_choices(src, &key, values, &kp)?);
+                    }
+                }
+                "zip" => {
+                    let m = v.as_mapping().ok_or_else(|| err(&here, "expected a mapping of dotted keys to equal-length lists".into()))?;
+                    let mut columns: Vec<(KeyPath, Vec<Choice>)> = Vec::new();
+                    for (k, values) in m {
+                        let (key, kp) = sweep_key(src, k, &here)?;
+                        columns.push((here.clone().key(key.as_str()), axis_choices(src, &key, values, &kp)?));
+                    }
+                    if let Some((first_at, first)) = columns.first() {
+                        for (kp, col) in &columns {
+                            if col.len() != first.len() {
+                                return Err(err(kp, format!("zip lists must have equal length: {} has {}, {} has {}", kp, col.len(), first_at, first.len())));
+                            }
+                        }
+                        for i in 0..first.len() {
+                            let mut choice = Choice { label: None, sets: Vec::new() };
+                            let mut labels = Vec::new();
+                            for (_, col) in &columns {
+                                labels.extend(col[i].label.clone());
+                                choice.sets.extend(col[i].sets.iter().cloned());
+                            }
+                            choice.label = Some(labels.join("_"));
+                            axes.zip.push(choice);
+                        }
+                    }
+                }
+                "exclude" => {
+                    let list = v.as_sequence().ok_or_else(|| err(&here, "expected a list of {dotted.key: value} mappings".into()))?;
+                    for (i, item) in list.iter().enumerate() {
+                        let m = item.as_mapping().ok_or_else(|| err(&here.clone().index(i), "expected a mapping of dotted keys to values".into()))?;
+                        let mut rule = Vec::new();
+                        for (k, v) in m {
+                            let (_, kp) = sweep_key(src, k, &here.clone().index(i))?;
+                            rule.push((kp, v.clone()));
+                        }
+                        axes.exclude.push(rule);
+                    }
+                }
+                other => return Err(err(&here, format!("unknown sweep key `{other}`, expected one of `name`, `configs`, `grid`, `zip`, `exclude`"))),
+            }
+        }
+        Ok(axes)
+    }
+
+    /// Every combination of named config x grid values x zip row.
+    pub fn combinations(&self) -> Vec<Vec<Choice>> {
+        let mut out: Vec<Vec<Choice>> = vec![Vec::new()];
+        let mut product = |choices: &[Choice]| {
+            if choices.is_empty() {
+                return;
+            }
+            out = out
+                .iter()
+                .flat_map(|prefix| choices.iter().map(move |c| {
+                    let mut v = prefix.clone();
+                    v.push(c.clone());
+                    v
+                }))
+                .collect();
+        };
+        product(&self.configs);
+        for axis in &self.grid {
+            product(axis);
+        }
+        product(&self.zip);
+        out
+    }
+
+    pub fn excluded(&self, doc: &Value) -> bool {
+        self.exclude.iter().any(|rule| {
+            rule.iter().all(|(k, v)| crate::experiment::overrides_get(doc, k).is_some_and(|x| x == v))
+        })
+    }
+}
+
+fn named_config(src: &Source, item: &Value, at: &KeyPath) -> Result<Choice, LoadError> {
+    let m = item.as_mapping().ok_or_else(|| src.error_in_file(at, "expected a mapping with `name` and dotted keys".into()))?;
+    let name = m
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| src.error_in_file(at, "named config needs `name: <string>`".into()))?;
+    let mut sets = Vec::new();
+    for (k, v) in m {
+        if k.as_str() == Some("name") {
+            continue;
+        }
+        let (_, kp) = sweep_key(src, k, at)?;
+        let key_at = at.clone().key(k.as_str().unwrap_or_default());
+        sets.push((kp, v.clone(), Origin::File(key_at)));
+    }
+    Ok(Choice { label: Some(name.to_string()), sets })
+}
+
+/// A sweep key: a dotted path into a per-config field.
+fn sweep_key(src: &Source, k: &Value, at: &KeyPath) -> Result<(String, KeyPath), LoadError> {
+    let key = k.as_str().ok_or_else(|| src.error_in_file(at, format!("sweep key {} must be a string", show(k))))?;
+    let kp = KeyPath::from_dotted(key);
+    let first = key.split('.').next().unwrap_or_default();
+    if !PER_CONFIG_KEYS.contains(&first) {
+        return Err(src.error_in_file(
+            &at.clone().key(key),
+            format!("`{key}` cannot vary per config (one job array shares it); sweepable: {}", PER_CONFIG_KEYS.join(", ")),
+        ));
+    }
+    Ok((key.to_string(), kp))
+}
+
+/// The values of one axis: a list, or a mapping of label → value.
+fn axis_choices(src: &Source, key: &str, values: &Value, kp: &KeyPath) -> Result<Vec<Choice>, LoadError> {
+    let at = |sweep_at: KeyPath| Origin::File(sweep_at);
+    let base = src_axis_path(src, key);
+    let empty = match values {
+        Value::Sequence(l) => l.is_empty(),
+        Value::Mapping(m) => m.is_empty(),
+        _ => false,
+    };
+    if empty {
+        return Err(src.error_in_file(&base, format!("empty list: `{key}` needs at least one value (an axis without values would make no configs)")));
+    }
+    match values {
+        Value::Sequence(list) => Ok(list
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Choice {
+                label: Some(auto_label(key, v)),
+                sets: vec![(kp.clone(), v.clone(), at(base.clone().index(i)))],
+            })
+            .collect()),
+        Value::Mapping(m) => Ok(m
+            .iter()
+            .map(|(label, v)| {
+                let label = label.as_str().map(str::to_string).unwrap_or_else(|| show(label));
+                Choice { label: Some(label.clone()), sets: vec![(kp.clone(), v.clone(), at(base.clone().key(label)))] }
+            })
+            .collect()),
+        _ => Err(src.error_in_file(&base, format!("expected a list of values (or label: value mapping) for `{key}`"))),
+    }
+}
+
+/// Where a grid/zip axis sits in the file (found by key, under `sweep.grid` or `sweep.zip`).
+fn src_axis_path(src: &Source, key: &str) -> KeyPath {
+    let grid = KeyPath::default().key("sweep").key("grid").key(key);
+    if src.loc.find(&grid) != src.loc.find(&KeyPath::default().key("sweep").key("grid")) {
+        grid
+    } else {
+        KeyPath::default().key("sweep").key("zip").key(key)
+    }
+}

@@ -1,0 +1,269 @@
+//! Loading and expanding experiment files: errors with positions, axes, names.
+
+use super::*;
+
+const BASE: &str = "\
+name: t
+gpu: A100-SXM4-80GB
+input:
+  channels: 8
+  spatial: [40, 64, 64]
+output_channels: 4
+model:
+  family: unet
+  channels: [32, 64, 128, 256]
+  attention_levels: [false, false, true, true]
+  num_head_channels: 32
+";
+
+fn plan(text: &str, overrides: &[&str]) -> Result<Sweep, String> {
+    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    parse(Path::new("exp.yaml"), text, &o).map_err(|e| e.to_string())
+}
+
+#[test]
+fn base_without_sweep_is_one_config_named_after_the_experiment() {
+    let s = plan(BASE, &[]).unwrap();
+    assert_eq!(s.configs.len(), 1);
+    assert_eq!(s.configs[0].name, "t");
+    assert!(s.configs[0].is_valid());
+}
+
+#[test]
+fn typo_in_a_model_key_names_file_line_column_and_key() {
+    let text = BASE.replace("  channels: [32", "  chanels: [32");
+    let e = plan(&text, &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:9:3: model.chanels: unknown field `chanels`"), "{e}");
+}
+
+#[test]
+fn typo_at_top_level() {
+    let e = plan(&format!("{BASE}batchsize: 2\n"), &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:12:1: batchsize: unknown field `batchsize`"), "{e}");
+}
+
+#[test]
+fn string_where_a_list_belongs() {
+    let text = BASE.replace("[false, false, true, true]", "yes");
+    let e = plan(&text, &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:10:3: model.attention_levels: invalid type: string \"yes\", expected a sequence"), "{e}");
+}
+
+#[test]
+fn negative_width_points_at_the_list_item() {
+    let text = BASE.replace("[32, 64, 128, 256]", "[32, -64, 128, 256]");
+    let e = plan(&text, &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:9:18: model.channels[1]: invalid value: integer `-64`"), "{e}");
+}
+
+#[test]
+fn missing_model_field() {
+    let text = BASE.replace("  num_head_channels: 32\n", "");
+    let e = plan(&text, &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:7:1: model: missing field `num_head_channels`"), "{e}");
+}
+
+#[test]
+fn unknown_gpu_is_named() {
+    let e = plan(&BASE.replace("A100-SXM4-80GB", "A100-80"), &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:2:1: gpu: unknown variant `A100-80`"), "{e}");
+}
+
+#[test]
+fn syntax_error_has_a_position() {
+    let e = plan("name: [unclosed\n", &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:"), "{e}");
+    assert!(e.contains("(syntax)"), "{e}");
+}
+
+#[test]
+fn bad_value_in_a_grid_points_at_the_grid_entry() {
+    let text = format!("{BASE}sweep:\n  grid:\n    model.channels:\n      - [32, 64, 128, 256]\n      - [32, x, 128, 256]\n");
+    let e = plan(&text, &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:16:14: sweep.grid.\"model.channels\"[1][1]: invalid type: string \"x\""), "{e}");
+}
+
+#[test]
+fn bad_override_names_the_argument() {
+    let e = plan(BASE, &["model.num_res_blocks=many"]).unwrap_err();
+    assert!(e.starts_with("command-line override `model.num_res_blocks=many`: model.num_res_blocks:"), "{e}");
+}
+
+#[test]
+fn overrides_apply_and_win_over_the_sweep() {
+    let text = format!("{BASE}sweep:\n  grid:\n    model.num_res_blocks: [1, 2]\n");
+    let s = plan(&text, &["model.channels=[64, 128, 256, 512]", "batch=2"]).unwrap();
+    assert_eq!(s.configs.len(), 2);
+    for c in &s.configs {
+        let spec::ModelSpec::Unet(u) = &c.config.model else { panic!() };
+        assert_eq!(u.channels, vec![64, 128, 256, 512]);
+        assert_eq!(c.config.batch, 2);
+    }
+    let s = plan(&text, &["model.num_res_blocks=3"]).unwrap();
+    // Both grid points collapse to the same config: kept once.
+    assert_eq!(s.configs.len(), 1);
+}
+
+#[test]
+fn grid_zip_configs_and_exclude_compose() {
+    let text = "\
+name: d
+gpu: A100-SXM4-80GB
+input: {channels: 1, spatial: [40, 64, 64]}
+output_channels: 1
+model: {family: dit, variant: S, patch: 2}
+sweep:
+  grid:
+    model.variant: [S, B, L, XL]
+    model.patch: [2, 4, 8]
+  exclude:
+    - {model.variant: XL, model.patch: 2}
+";
+    let s = plan(text, &[]).unwrap();
+    assert_eq!(s.configs.len(), 11);
+    assert_eq!(s.configs[0].name, "S_patch2");
+    assert!(s.get("XL_patch2").is_none());
+
+    let zipped = text.replace("  exclude:\n    - {model.variant: XL, model.patch: 2}\n", "")
+        .replace("  grid:\n    model.variant: [S, B, L, XL]\n    model.patch: [2, 4, 8]\n",
+                 "  name: \"{model.variant}-{input.spatial}-p{model.patch}\"\n  zip:\n    model.variant: [S, B]\n    model.patch: [2, 4]\n");
+    let s = plan(&zipped, &[]).unwrap();
+    let names: Vec<&str> = s.configs.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["S-64x64x40-p2", "B-64x64x40-p4"]);
+}
+
+#[test]
+fn named_configs_keep_their_names_and_invalid_ones_are_kept_with_reasons() {
+    let text = format!(
+        "{BASE}sweep:\n  configs:\n    - {{name: 4L_tiny, model.num_res_blocks: 1}}\n  grid:\n    input.spatial: {{lat4x: [40, 64, 64], lat8x: [20, 32, 32]}}\n"
+    );
+    let s = plan(&text, &[]).unwrap();
+    let names: Vec<&str> = s.configs.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["4L_tiny_lat4x", "4L_tiny_lat8x"]);
+    assert!(s.configs[0].is_valid());
+    assert!(s.configs[1].status().contains("divisible by 2^3 = 8"), "{}", s.configs[1].status());
+    assert_ne!(s.configs[0].hash, s.configs[1].hash);
+}
+
+#[test]
+fn worker_block_parses_sizes_and_names_the_bad_key() {
+    let s = plan(&format!("{BASE}worker: {{backend: flex, memory_limit: 512MiB}}\n"), &[]).unwrap();
+    assert_eq!(s.experiment.worker.memory_limit, Some(512 << 20));
+    assert_eq!(s.experiment.worker.args(), ["--backend", "flex", "--memory-limit", "536870912"]);
+    let s = plan(&format!("{BASE}worker:\n  memory_limit: 2000000\n"), &[]).unwrap();
+    assert_eq!(s.experiment.worker.memory_limit, Some(2_000_000));
+    assert_eq!(plan(BASE, &[]).unwrap().experiment.worker.args(), Vec::<String>::new());
+    for (bad, want) in [
+        ("worker: {memory_limit: 2 lots}", "worker.memory_limit: invalid size \"2 lots\""),
+        ("worker: {memory_limit: 0}", "worker.memory_limit: a memory limit of 0 bytes"),
+        ("worker: {backend: cuda}", "worker.backend: unknown variant `cuda`"),
+        ("worker: {memry_limit: 1G}", "worker.memry_limit: unknown field `memry_limit`"),
+    ] {
+        let e = plan(&format!("{BASE}{bad}\n"), &[]).unwrap_err();
+        assert!(e.starts_with("exp.yaml:12:") && e.contains(want), "{bad}: {e}");
+    }
+    for (text, bytes) in [("1.5GiB", 3 << 29), ("64G", 64 << 30), ("1GB", 1_000_000_000), ("100 kib", 102_400)] {
+        assert_eq!(crate::experiment::size::parse(text), Ok(bytes), "{text}");
+    }
+}
+
+#[test]
+fn experiment_level_keys_cannot_be_swept() {
+    let text = format!("{BASE}sweep:\n  grid:\n    slurm.time: [\"1:00:00\"]\n");
+    let e = plan(&text, &[]).unwrap_err();
+    assert!(e.contains("`slurm.time` cannot vary per config"), "{e}");
+}
+
+#[test]
+fn hashes_ignore_names() {
+    let a = plan(BASE, &[]).unwrap();
+    let b = plan(&BASE.replace("name: t", "name: other"), &[]).unwrap();
+    assert_eq!(a.configs[0].hash, b.configs[0].hash);
+}
+
+#[test]
+fn a_repeated_key_is_reported_where_it_repeats() {
+    let text = BASE.replace("output_channels: 4\n", "output_channels: 4\ngpu: H100-80GB-HBM3\n");
+    let e = plan(&text, &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:7:1: gpu: duplicate key (first at line 2, column 1)"), "{e}");
+}
+
+#[test]
+fn budgets_must_be_positive_wherever_they_come_from() {
+    let e = plan(&format!("{BASE}budget_gb: -5\n"), &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:12:1: budget_gb: -5 GiB: a budget must be a positive number"), "{e}");
+    let e = plan(BASE, &["budget_gb=0"]).unwrap_err();
+    assert!(e.starts_with("command-line override `budget_gb=0`: budget_gb: 0 GiB"), "{e}");
+    assert_eq!(plan(&format!("{BASE}budget_gb: 60\n"), &[]).unwrap().experiment.budget_gb, Some(60.0));
+}
+
+#[test]
+fn empty_axis_lists_are_refused_at_their_key() {
+    let e = plan(&format!("{BASE}sweep:\n  grid:\n    model.num_res_blocks: []\n"), &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:14:5: sweep.grid.\"model.num_res_blocks\": empty list"), "{e}");
+    let e = plan(&format!("{BASE}sweep:\n  zip:\n    model.num_res_blocks: {{}}\n"), &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:14:5: sweep.zip.\"model.num_res_blocks\": empty list"), "{e}");
+    let e = plan(&format!("{BASE}sweep:\n  configs: []\n"), &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:13:3: sweep.configs: empty list"), "{e}");
+}
+
+#[test]
+fn an_empty_file_says_so_and_a_missing_field_has_a_position() {
+    for empty in ["", "# only a comment\n", "\n\n"] {
+        let e = plan(empty, &[]).unwrap_err();
+        assert!(e.starts_with("exp.yaml:1:1: (document): the file is empty"), "{e}");
+    }
+    let e = plan("# header\nname: t\n", &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:2:1: (document): missing field `gpu`"), "{e}");
+}
+
+#[test]
+fn a_binary_file_is_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exp.yaml");
+    std::fs::write(&f, b"name: t\ngpu: \xff\xfe\x00junk\n").unwrap();
+    let e = load(&f, &[]).unwrap_err();
+    let msg = format!("{:#}", anyhow::Error::from(e));
+    assert!(msg.ends_with("exp.yaml:2:6: (file): not UTF-8 text (byte 0xff): an experiment file is YAML text"), "{msg}");
+    assert_eq!(msg.matches("UTF-8").count(), 1, "{msg}");
+    let gone = load(&dir.path().join("nope.yaml"), &[]).unwrap_err();
+    let msg = format!("{:#}", anyhow::Error::from(gone));
+    assert_eq!(msg.matches("No such file").count(), 1, "{msg}");
+}
+
+#[test]
+fn a_template_key_the_config_lacks_is_an_error_at_the_template() {
+    let text = format!("{BASE}sweep:\n  name: \"{{model.variant}}_p{{model.patch}}\"\n  grid:\n    model.num_res_blocks: [1, 2]\n");
+    let e = plan(&text, &[]).unwrap_err();
+    assert!(
+        e.starts_with("exp.yaml:13:3: sweep.name: the name template uses `{model.variant}`, which config num_res_blocks1 (a unet) does not set"),
+        "{e}"
+    );
+    let e = plan(&format!("{BASE}sweep:\n  name: \"{{model.channels\"\n"), &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:13:3: sweep.name: `{` without `}`"), "{e}");
+    let ok = format!("{BASE}sweep:\n  name: \"r{{model.num_res_blocks}}\"\n  grid:\n    model.num_res_blocks: [1, 2]\n");
+    let names: Vec<String> = plan(&ok, &[]).unwrap().configs.into_iter().map(|c| c.name).collect();
+    assert_eq!(names, ["r1", "r2"]);
+}
+
+#[test]
+fn overrides_that_collapse_configs_keep_true_names_and_list_what_collapsed() {
+    let text = format!(
+        "{BASE}sweep:\n  configs:\n    - {{name: tiny, model.channels: [8, 16, 32, 64], model.num_res_blocks: 1}}\n    - {{name: small, model.channels: [16, 32, 64, 128]}}\n    - {{name: wide_heads, model.channels: [16, 32, 64, 128], model.num_head_channels: 16}}\n  grid:\n    input.spatial: {{lat4x: [40, 64, 64], lat8x: [24, 32, 32]}}\n"
+    );
+    let s = plan(&text, &[]).unwrap();
+    let names: Vec<&str> = s.configs.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["tiny_lat4x", "tiny_lat8x", "small_lat4x", "small_lat8x", "wide_heads_lat4x", "wide_heads_lat8x"]);
+    assert!(s.collapsed.is_empty());
+
+    let s = plan(&text, &["model.num_res_blocks=3", "model.channels=[64, 128, 256, 512]"]).unwrap();
+    let names: Vec<&str> = s.configs.iter().map(|c| c.name.as_str()).collect();
+    // `tiny` and `small` are neither any more: the labels that still hold remain.
+    assert_eq!(names, ["lat4x", "lat8x", "num_head_channels16_lat4x", "num_head_channels16_lat8x"]);
+    assert_eq!(s.collapsed, [("small_lat4x".to_string(), "lat4x".to_string()), ("small_lat8x".into(), "lat8x".into())]);
+    let warning = collapse_summary(6, &s.collapsed, &["model.num_res_blocks=3".parse().unwrap()]);
+    assert_eq!(
+        warning,
+        "with model.num_res_blocks=3 the sweep produces 2 identical configs: kept 4 of 6 (small_lat4x → lat4x, small_lat8x → lat8x)"
+    );
+}

@@ -1,0 +1,160 @@
+//! The binary as a person meets it in the first hour: pipes closed early,
+//! warnings in a log file, shell completions and the manual page, `fit`
+//! without `--gpu`, files that are not experiments, inputs that are too big.
+//! Each runs this build's `orchestrator` as a process.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+fn orchestrator() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+    c.current_dir(root()).env_remove("RUST_LOG").env("NO_COLOR", "1");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    orchestrator().args(args).output().expect("orchestrator runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A pipe whose reading end is already closed, as after `| head -1` exits.
+fn closed_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: pipe() fills both descriptors; each is owned exactly once below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe()");
+    unsafe {
+        drop(OwnedFd::from_raw_fd(fds[0]));
+        Stdio::from(OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    for args in [
+        &["plan", "experiments/demo.yaml", "--json"][..],
+        &["plan", "experiments/exp9.yaml"][..],
+        &["explain", "experiments/exp9.yaml", "--config", "4L_large_lat4x"][..],
+        &["fit", "experiments/exp9.yaml"][..],
+        &["man"][..],
+    ] {
+        let out = orchestrator().args(args).stdout(closed_pipe()).stderr(Stdio::piped()).output().expect("runs");
+        let err = text(&out.stderr);
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+        // Like any Unix filter: ended by SIGPIPE (the shell's 141), never exit 101.
+        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{args:?}: {:?} {err}", out.status);
+    }
+}
+
+#[test]
+fn collapsed_configs_are_one_plain_warning_and_rows_keep_true_names() {
+    let out = run(&["plan", "experiments/exp9.yaml", "model.num_res_blocks=3", "model.channels=[64, 128, 256, 512]"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(!err.contains('\x1b'), "escape codes on a non-terminal: {err:?}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with(" WARN with model.num_res_blocks=3 model.channels=[64, 128, 256, 512] the sweep produces 24 identical configs: kept 6 of 30 (4L_small_lat4x → lat4x,"),
+        "{err}"
+    );
+    let table = text(&out.stdout);
+    // 4L_tiny is neither tiny nor r=1 now: its row is named by what still holds.
+    assert!(!table.contains("4L_tiny"), "{table}");
+    assert!(table.contains("\nlat4x ") && table.contains("num_head_channels-0-0-32-32_lat4x"), "{table}");
+    assert!(table.contains("exp9: 6 configs"), "{table}");
+}
+
+#[test]
+fn completions_and_the_manual_page() {
+    let bash = run(&["completions", "bash"]);
+    assert!(bash.status.success());
+    let script = text(&bash.stdout);
+    assert!(script.contains("_orchestrator()") && script.contains("explain") && script.contains("--budget"), "{script}");
+    let zsh = text(&run(&["completions", "zsh"]).stdout);
+    assert!(zsh.starts_with("#compdef orchestrator"), "{zsh}");
+    let bad = run(&["completions", "tcsh"]);
+    assert_eq!(bad.status.code(), Some(2), "clap's usage error");
+    let man = run(&["man"]);
+    assert!(man.status.success());
+    let page = text(&man.stdout);
+    assert!(page.contains(".TH orchestrator") && page.contains("plan") && page.contains("GPU memory"), "{page}");
+}
+
+#[test]
+fn fit_takes_the_experiments_gpu_by_default() {
+    let out = run(&["fit", "experiments/exp9.yaml", "--budget", "60", "--top", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(report.starts_with("exp9: sweep configs on A100-SXM4-80GB"), "{report}");
+    let h100 = text(&run(&["fit", "experiments/exp9.yaml", "--gpu", "H100-80GB-HBM3", "--top", "1"]).stdout);
+    assert!(h100.starts_with("exp9: sweep configs on H100-80GB-HBM3"), "{h100}");
+}
+
+#[test]
+fn files_that_are_not_experiments_get_one_clear_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases: [(&str, &[u8], &str); 3] = [
+        ("binary.yaml", b"\x89PNG\r\n\x1a\n\x00\x00", "binary.yaml:1:1: (file): not UTF-8 text (byte 0x89)"),
+        ("empty.yaml", b"", "empty.yaml:1:1: (document): the file is empty"),
+        ("dup.yaml", b"name: a\ngpu: A100-40GB\nname: b\n", "dup.yaml:3:1: name: duplicate key (first at line 1, column 1)"),
+    ];
+    for (name, bytes, want) in cases {
+        let f = dir.path().join(name);
+        std::fs::write(&f, bytes).expect("write");
+        let out = orchestrator().arg("plan").arg(&f).output().expect("runs");
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("error: ") && err.contains(want), "{name}: {err}");
+    }
+}
+
+/// Runs `orchestrator args` with its address space capped, as a shared login
+/// node's limits would: planning must not grow with the input or the depth.
+fn run_capped(args: &[&str], bytes: u64) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut c = orchestrator();
+    c.args(args);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            let lim = libc::rlimit { rlim_cur: bytes as libc::rlim_t, rlim_max: bytes as libc::rlim_t };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c.output().expect("orchestrator runs")
+}
+
+#[test]
+fn planning_does_not_grow_with_the_input_and_refuses_absurd_sizes() {
+    const CAP: u64 = 512 << 20;
+    // 1000x the demo's depth: 4M voxels, 512k tokens. Same memory as the demo.
+    let big = run_capped(&["plan", "experiments/demo.yaml", "input.spatial=[16, 16, 16000]"], CAP);
+    assert!(big.status.success(), "{}", text(&big.stderr));
+    assert!(text(&big.stdout).contains("demo: 6 configs"));
+    // A typo'd depth (2e9 blocks) is refused by name, not walked block by block.
+    let deep = run_capped(&["plan", "experiments/exp16.yaml", "model.level_depths=[0, 0, 6, 4, 2000000000]"], CAP);
+    assert!(deep.status.success(), "{}", text(&deep.stderr));
+    let table = text(&deep.stdout);
+    assert!(table.contains("invalid: model.level_depths (blocks) is 2000000010, above the limit of 10000"), "{table}");
+    // Sides whose product overflows 64 bits: refused, no overflow panic.
+    let huge = run_capped(&["plan", "experiments/demo.yaml", "input.spatial=[4000000000, 4000000000, 4000000000]"], CAP);
+    assert!(huge.status.success(), "{}", text(&huge.stderr));
+    assert!(text(&huge.stdout).contains("above the limit of 17179869184"), "{}", text(&huge.stdout));
+    for args in [&["explain", "experiments/demo.yaml", "input.spatial=[16, 16, 16000]"][..], &["fit", "experiments/demo.yaml", "input.spatial=[16, 16, 16000]"][..]] {
+        let out = run_capped(args, CAP);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+}
