@@ -131,11 +131,12 @@ struct Ctx {
 /// `ssh_config` (default `~/.ssh/config`; absent is fine for the default).
 pub fn resolve_target(cluster: &ClusterConfig) -> Result<SshTarget, TransportError> {
     let alias = cluster.host.clone().ok_or_else(|| TransportError::Other("ssh cluster without `host`".into()))?;
-    let ssh_dir = home_dir().map(|h| h.join(".ssh")).unwrap_or_default();
-    let cfg = match &cluster.ssh_config {
-        Some(p) => ConfigFile::load(p, &ssh_dir)?,
-        None if ssh_dir.join("config").exists() => ConfigFile::load(&ssh_dir.join("config"), &ssh_dir)?,
-        None => ConfigFile::default(),
+    let ssh_dir = home_dir().map(|h| h.join(".ssh"));
+    let includes_from = ssh_dir.clone().unwrap_or_else(|| PathBuf::from("/nonexistent"));
+    let cfg = match (&cluster.ssh_config, &ssh_dir) {
+        (Some(p), _) => ConfigFile::load(p, &includes_from)?,
+        (None, Some(d)) if d.join("config").exists() => ConfigFile::load(&d.join("config"), d)?,
+        (None, _) => ConfigFile::default(),
     };
     let local_user = local_user_name();
     let ctx = Ctx { cfg, local_user };
