@@ -292,8 +292,8 @@ fn cluster_jump_chain_of_two_hops_and_proxy_command() {
     let cfg = ssh_config(
         &env,
         tmp.path(),
-        "Host chain\n  HostName 127.0.0.1\n  Port $NODE_PORT\n  ProxyJump sweep-b1,sweep-b2\n\
-         Host sweep-b1 sweep-b2\n  HostName 127.0.0.1\n  Port $BASTION_PORT\n\
+        "Host chain\n  HostName 127.0.0.1\n  Port $NODE_PORT\n  ProxyJump sweep-b1,sweep-b2\n  ServerAliveInterval 0\n\
+         Host sweep-b1 sweep-b2\n  HostName 127.0.0.1\n  Port $BASTION_PORT\n  ServerAliveInterval 1\n\
          Host viasocat\n  HostName 127.0.0.1\n  Port $NODE_PORT\n  ProxyCommand socat - TCP:%h:%p\n\
          Host deadproxy\n  HostName 127.0.0.1\n  Port 1\n  ProxyCommand socat - TCP:%h:%p\n\
          Host *\n  User $USER\n  IdentityFile $KEY\n  IdentitiesOnly yes\n  UserKnownHostsFile $KNOWN_HOSTS\n",
@@ -313,6 +313,13 @@ fn cluster_jump_chain_of_two_hops_and_proxy_command() {
     eprintln!("FIGURES: 3 MiB up and down through two hops: {:.2} s", t0.elapsed().as_secs_f64());
     assert!(back == data, "bytes intact through two hops");
     sh.run(&["rm".to_string(), path], true).expect("rm");
+    // The bastions' keepalives come from the threads that carry the next hop.
+    let ka = env.keepalives_seen();
+    std::thread::sleep(Duration::from_millis(4500));
+    let ka = env.keepalives_seen() - ka;
+    eprintln!("FIGURES: bastion keepalives while idle: {ka} in 4.5 s (two hops at ServerAliveInterval 1)");
+    assert!(ka >= 2, "keepalives from the bastion hops: {ka}");
+    assert_eq!(echo(&sh).expect("still up"), "a b\n");
 
     let sh = shell("viasocat", &cfg, Duration::from_secs(1));
     assert_eq!(echo(&sh).expect("through socat"), "a b\n");
@@ -336,9 +343,9 @@ fn cluster_keepalives_are_sent_and_a_frozen_server_is_dropped() {
     let before_sessions = env.bastion_sessions();
     assert_eq!(echo(&sh).expect("connects"), "a b\n");
     let before = env.keepalives_seen();
-    std::thread::sleep(Duration::from_millis(4500));
+    std::thread::sleep(Duration::from_millis(5500));
     let sent = env.keepalives_seen() - before;
-    assert!(sent >= 2, "keepalives while idle: {sent} in 4.5 s at ServerAliveInterval 1 (libssh2: at most one per 2 s)");
+    assert!(sent >= 2, "keepalives while idle: {sent} in 5.5 s at ServerAliveInterval 1 (libssh2: at most one per 2 s)");
     // Freeze the server process of our session (not the listener): it stops answering.
     let ours: Vec<i32> = env.bastion_sessions().into_iter().filter(|p| !before_sessions.contains(p)).collect();
     assert!(!ours.is_empty(), "our session's sshd processes");
@@ -346,7 +353,8 @@ fn cluster_keepalives_are_sent_and_a_frozen_server_is_dropped() {
         // SAFETY: plain kill(2) on processes of the test cluster's bastion.
         unsafe { libc::kill(*p, libc::SIGSTOP) };
     }
-    std::thread::sleep(Duration::from_secs(7));
+    // Two unanswered keepalives (libssh2 sends one per 2 s at most), then the next tick drops the link.
+    std::thread::sleep(Duration::from_secs(10));
     let t0 = Instant::now();
     let r = echo(&sh);
     let took = t0.elapsed();
@@ -357,7 +365,7 @@ fn cluster_keepalives_are_sent_and_a_frozen_server_is_dropped() {
             libc::kill(*p, libc::SIGTERM);
         }
     }
-    eprintln!("FIGURES: {sent} keepalives in 4.5 s idle; after the server froze, the next command took {:.2} s (reconnected)", took.as_secs_f64());
+    eprintln!("FIGURES: {sent} keepalives in 5.5 s idle; after the server froze, the next command took {:.2} s (reconnected)", took.as_secs_f64());
     assert_eq!(r.expect("a fresh session after the frozen one was dropped"), "a b\n");
     assert!(took < Duration::from_secs(10), "the dead session was already dropped, not waited on: {took:?}");
     assert_eq!(sh.counters().snapshot().connects, 2, "one reconnect");

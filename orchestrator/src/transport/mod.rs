@@ -36,7 +36,7 @@ pub enum TransportError {
     #[error("cannot reach {target}: host name `{host}` does not resolve ({message}); not retried")]
     Resolve { target: String, host: String, message: String },
     /// A malformed ssh config line (file, line, directive).
-    #[error("ssh config {0}")]
+    #[error(transparent)]
     SshConfig(#[from] ssh::config::ConfigError),
     /// The connection broke while a command that must not be repeated (sbatch)
     /// was in flight: it may or may not have run.

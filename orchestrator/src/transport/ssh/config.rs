@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 /// A malformed line, named by file and line.
 #[derive(Debug, thiserror::Error)]
-#[error("{loc}: {message}")]
+#[error("ssh config {loc}: {message}")]
 pub struct ConfigError {
     pub loc: Loc,
     pub message: String,

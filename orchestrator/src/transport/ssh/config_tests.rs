@@ -86,13 +86,13 @@ fn proxy_jump_chains_and_proxy_command_compete_first_wins() {
 #[test]
 fn bad_values_name_file_line_and_directive() {
     let e = parse("Host t\n  Port http\n").resolve("t", "me").expect_err("bad port");
-    assert_eq!(e.to_string(), "cfg:2: Port: `http` is not a port number");
+    assert_eq!(e.to_string(), "ssh config cfg:2: Port: `http` is not a port number");
     let e = parse("Host t\n  ProxyJump a@:22\n").resolve("t", "me").expect_err("bad jump");
-    assert!(e.to_string().starts_with("cfg:2: ProxyJump:"), "{e}");
+    assert!(e.to_string().starts_with("ssh config cfg:2: ProxyJump:"), "{e}");
     let e = ConfigFile::parse("Host t\n  User \"alice\n", Path::new("cfg"), Path::new("/")).expect_err("quote");
-    assert_eq!(e.to_string(), "cfg:2: User: unterminated quote");
+    assert_eq!(e.to_string(), "ssh config cfg:2: User: unterminated quote");
     let e = ConfigFile::parse("Match\n", Path::new("cfg"), Path::new("/")).expect_err("empty match");
-    assert!(e.to_string().starts_with("cfg:1: Match:"), "{e}");
+    assert!(e.to_string().starts_with("ssh config cfg:1: Match:"), "{e}");
     // A bad value in a block that does not apply is not evaluated (as ssh -G).
     parse("Host other\n  Port http\n").resolve("t", "me").expect("inactive block");
 }
