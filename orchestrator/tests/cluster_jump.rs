@@ -379,8 +379,8 @@ fn cluster_a_host_that_does_not_resolve_fails_at_once() {
     let cfg = ssh_config(
         &env,
         tmp.path(),
-        "Host viabastion\n  HostName 127.0.0.1\n  Port $NODE_PORT\n  ProxyJump nobastion.invalid\n\
-         Host *\n  User $USER\n  IdentityFile $KEY\n  UserKnownHostsFile $KNOWN_HOSTS\n",
+        "Host viabastion\n  HostName 127.0.0.1\n  Port $NODE_PORT\n  ProxyJump nobastion.invalid\n  ForwardAgent yes\n\
+         Host *\n  User $USER\n  IdentityFile $KEY\n  UserKnownHostsFile $KNOWN_HOSTS\n  ForwardAgent no\n",
     );
     std::fs::write(
         tmp.path().join("clusters.yaml"),
@@ -409,6 +409,8 @@ fn cluster_a_host_that_does_not_resolve_fails_at_once() {
         if cluster == "viabastion" {
             assert!(err.contains("bastion") && err.contains("ProxyJump for viabastion"), "names the bastion: {err}");
         }
+        // Applies to both hops (and twice to `viabastion`), warned about once.
+        assert_eq!(err.matches("`ForwardAgent` ignored").count(), 1, "{err}");
         assert!(took < Duration::from_secs(10), "not retried for the 60 s reconnect window: {took:?}");
     }
 }
