@@ -335,29 +335,31 @@ LogLevel DEBUG1
 MaxStartups 100:30:200
 MaxSessions 100
 EOF
-    cat >>"$ssh/config" <<EOF
+    # In an included file, with the shared settings in a `Match host` block:
+    # the directives a real ~/.ssh/config uses, read by OpenSSH (the readiness
+    # check below) and by the orchestrator alike.
+    mkdir -p "$ssh/config.d"
+    cat >"$ssh/config.d/jump.conf" <<EOF
 Host sweeptest-bastion
     HostName 127.0.0.1
     Port $BASTION_PORT
-    User $user
-    IdentityFile $ssh/id_ed25519
-    IdentitiesOnly yes
-    UserKnownHostsFile $ssh/known_hosts
-    StrictHostKeyChecking yes
 # The node as a cluster behind a jump host sees it: the bastion connects to
 # HostName:Port for us.
 Host sweeptest-jump
     HostName 127.0.0.1
     Port $SSH_PORT
-    User $user
     ProxyJump sweeptest-bastion
+    ServerAliveInterval 5
+    ServerAliveCountMax 3
+Match host 127.0.0.1
+    User $user
     IdentityFile $ssh/id_ed25519
     IdentitiesOnly yes
     UserKnownHostsFile $ssh/known_hosts
     StrictHostKeyChecking yes
-    ServerAliveInterval 5
-    ServerAliveCountMax 3
 EOF
+    # After `Match all`: an Include inside the `Host sweeptest` block would apply to that host only.
+    printf 'Match all\nInclude %s/config.d/*.conf\n' "$ssh" >>"$ssh/config"
 }
 
 start_bastion() {

@@ -414,3 +414,104 @@ fn cluster_a_host_that_does_not_resolve_fails_at_once() {
         assert!(took < Duration::from_secs(10), "not retried for the 60 s reconnect window: {took:?}");
     }
 }
+
+/// OpenSSH as the oracle: `ssh -G` (which connects nowhere) and the
+/// orchestrator must read the same settings from the same files, the test
+/// cluster's own config (Include, Match host, ProxyJump) and one that uses
+/// negated patterns, `Match` on HostName and user, globbed includes and
+/// first-value-wins across blocks.
+#[test]
+fn cluster_ssh_config_reads_as_openssh_does() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = env() else { return };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let inc = tmp.path().join("inc");
+    std::fs::create_dir(&inc).expect("mkdir");
+    std::fs::write(inc.join("10-login.conf"), "Host login*\n  User researcher\n  Port 2022\n").expect("write");
+    std::fs::write(inc.join("20-all.conf"), "Port 2200\nServerAliveCountMax 7\n").expect("write");
+    let own = ssh_config(
+        &env,
+        tmp.path(),
+        &format!(
+            "Host login1 login2 !login3\n  HostName %h.cluster.example.org\n\
+             Host *.internal !db.internal\n  ProxyJump me@gw.example.org:2222,gw2\n  User ops\n\
+             Match host *.cluster.example.org\n  ServerAliveInterval 42\n  IdentityFile ~/.ssh/id_%r\n\
+             Match !user nobody originalhost login3\n  ProxyCommand socat - TCP:%h:%p\n\
+             Host *\n  Include {}/*.conf\n  User fallback\n  UserKnownHostsFile /kh/%h /kh/shared\n  IdentityFile ~/.ssh/id_%h\n",
+            inc.display()
+        ),
+    );
+    let cluster_cfg = PathBuf::from(env.get("SWEEP_TEST_SSH_CONFIG"));
+    let cases = [
+        (&cluster_cfg, "sweeptest"),
+        (&cluster_cfg, "sweeptest-bastion"),
+        (&cluster_cfg, "sweeptest-jump"),
+        (&own, "login1"),
+        (&own, "login3"),
+        (&own, "web.internal"),
+        (&own, "db.internal"),
+        (&own, "elsewhere"),
+    ];
+    for (cfg, alias) in cases {
+        let out = Command::new("ssh").arg("-F").arg(cfg).arg("-G").arg(alias).output().expect("ssh -G runs");
+        assert!(out.status.success(), "ssh -G {alias}: {}", String::from_utf8_lossy(&out.stderr));
+        let mut g: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for l in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((k, v)) = l.split_once(' ') {
+                g.entry(k.to_string()).or_default().push(v.to_string());
+            }
+        }
+        let one = |k: &str| g.get(k).and_then(|v| v.first()).cloned().unwrap_or_default();
+        let mut c = ClusterConfig::local();
+        c.transport = TransportKind::Ssh;
+        c.host = Some(alias.into());
+        c.ssh_config = Some(cfg.clone());
+        let t = orchestrator::transport::ssh::resolve_target(&c).expect("resolves");
+        let hop = t.target();
+        let home = std::env::var("HOME").unwrap_or_default();
+        // ssh -G prints paths before their %-tokens are expanded (ssh does that later).
+        let tilde = |p: &str| {
+            p.replace("%h", &hop.host).replace("%r", &hop.user).replace("%p", &hop.port.to_string()).replace("%n", alias).replace(&home, "~")
+        };
+        assert_eq!(hop.host, one("hostname"), "{alias}: HostName");
+        assert_eq!(hop.port.to_string(), one("port"), "{alias}: Port");
+        assert_eq!(hop.user, one("user"), "{alias}: User");
+        let files: Vec<String> = hop.identity_files.iter().map(|p| tilde(&p.display().to_string())).collect();
+        let want: Vec<String> = g.get("identityfile").cloned().unwrap_or_default().iter().map(|p| tilde(p)).collect();
+        assert_eq!(files, want, "{alias}: IdentityFile");
+        let kh: Vec<String> = hop.known_hosts.iter().map(|p| tilde(&p.display().to_string())).collect();
+        let mut want_kh: Vec<String> = one("userknownhostsfile").split(' ').map(tilde).collect();
+        want_kh.extend(one("globalknownhostsfile").split(' ').map(tilde));
+        assert_eq!(kh, want_kh, "{alias}: known_hosts files");
+        let interval = one("serveraliveinterval");
+        if interval != "0" {
+            assert_eq!(hop.keepalive.interval.to_string(), interval, "{alias}: ServerAliveInterval");
+        }
+        assert_eq!(hop.keepalive.count_max.to_string(), one("serveralivecountmax"), "{alias}: ServerAliveCountMax");
+        match (g.get("proxyjump"), g.get("proxycommand"), &hop.via) {
+            (Some(j), _, orchestrator::transport::ssh::Via::Jump) => {
+                let bastions = &t.hops[..t.hops.len() - 1];
+                let specs: Vec<&str> = j[0].split(',').collect();
+                assert_eq!(specs.len(), bastions.len(), "{alias}: ProxyJump {}", j[0]);
+                for (spec, h) in specs.iter().zip(bastions) {
+                    let (user, rest) = spec.split_once('@').map_or((None, *spec), |(u, r)| (Some(u), r));
+                    let (name, port) = rest.split_once(':').map_or((rest, None), |(n, p)| (n, Some(p)));
+                    assert_eq!(h.alias, name, "{alias}: ProxyJump {}", j[0]);
+                    if let Some(u) = user {
+                        assert_eq!(h.user, u, "{alias}: ProxyJump user");
+                    }
+                    if let Some(p) = port {
+                        assert_eq!(h.port.to_string(), p, "{alias}: ProxyJump port");
+                    }
+                }
+            }
+            (None, Some(cmd), orchestrator::transport::ssh::Via::Command(ours)) => {
+                // ssh -G prints the command before token expansion.
+                assert_eq!(&cmd[0].replace("%h", &hop.host).replace("%p", &hop.port.to_string()), ours, "{alias}: ProxyCommand");
+            }
+            (None, None, orchestrator::transport::ssh::Via::Direct) => {}
+            (j, c, via) => panic!("{alias}: OpenSSH says ProxyJump {j:?} / ProxyCommand {c:?}, we say {via:?}"),
+        }
+        eprintln!("{alias}: {} = ssh -G", t.label());
+    }
+}

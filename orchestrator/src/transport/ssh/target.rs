@@ -224,7 +224,11 @@ fn build_hop(ctx: &Ctx, alias: &str, s: &HostSettings, over: &Overrides) -> Resu
     let home = home_dir().unwrap_or_default();
     let mut ids: Vec<PathBuf> = over.identity_file.iter().cloned().collect();
     for (f, loc) in &s.identity_files {
-        ids.push(PathBuf::from(expand_tokens(f, &hop, &ctx.local_user, "IdentityFile", loc, false)?));
+        let f = PathBuf::from(expand_tokens(f, &hop, &ctx.local_user, "IdentityFile", loc, false)?);
+        // A file named twice is offered once, as OpenSSH does.
+        if !ids.contains(&f) {
+            ids.push(f);
+        }
     }
     hop.explicit_identity = !ids.is_empty();
     if ids.is_empty() {
