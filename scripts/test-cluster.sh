@@ -7,6 +7,7 @@
 #   scripts/test-cluster.sh env       print the env file (source it, or `eval "$(… env)"`)
 #   scripts/test-cluster.sh status    which daemons are up
 #   scripts/test-cluster.sh restart-sshd | restart-slurmctld | stop-slurmctld | start-slurmctld
+#   scripts/test-cluster.sh bastion-stop | bastion-start   the jump host (sessions through it die too)
 #   scripts/test-cluster.sh clean     down, then remove the scratch directory
 #
 # What runs (non-default loopback ports, nothing from /etc is changed, no systemd):
@@ -14,13 +15,16 @@
 #   `sacct` works), slurmctld + slurmd (one node `sweepnode`, 8 CPUs, 8 fake GPUs:
 #   character devices made with `mknod c 195 N`, declared in gres.conf `File=`),
 #   sshd on 127.0.0.1 with a generated host key, a generated user key and a
-#   known_hosts file for it.
+#   known_hosts file for it; a second sshd as bastion (jump host: forwarding to
+#   the node's sshd only, its own host key in the same known_hosts), and an ssh
+#   config whose host `sweeptest-jump` reaches the node through it (ProxyJump).
 #
 # Why everything is started by hand: CI containers have no systemd, and the
 # daemons must not collide with a system SLURM or with another engineer's.
 #
 # Environment: SWEEP_TEST_CLUSTER_DIR (default /tmp/sweep-test-cluster),
-# SWEEP_TEST_PORT_BASE (default 16810: ctld +7, slurmd +8, dbd +9, mysql +3, sshd +2).
+# SWEEP_TEST_PORT_BASE (default 16810: ctld +7, slurmd +8, dbd +9, mysql +3, sshd +2,
+# bastion sshd +11).
 set -euo pipefail
 
 DIR=${SWEEP_TEST_CLUSTER_DIR:-/tmp/sweep-test-cluster}
@@ -30,10 +34,12 @@ MYSQL_PORT=$((BASE + 3))
 CTLD_PORT=$((BASE + 7))
 SLURMD_PORT=$((BASE + 8))
 DBD_PORT=$((BASE + 9))
+BASTION_PORT=$((BASE + 11))
 CLUSTER=sweeptest
 NODE=sweepnode
 NGPUS=8
-PACKAGES=(slurmctld slurmd slurm-client slurmdbd mariadb-server munge openssh-server)
+# socat: the ProxyCommand of the jump tests.
+PACKAGES=(slurmctld slurmd slurm-client slurmdbd mariadb-server munge openssh-server socat)
 
 CONF=$DIR/etc
 MUNGE_SOCKET=$DIR/munge/munge.socket.2
@@ -295,6 +301,83 @@ Host sweeptest
     UserKnownHostsFile $ssh/known_hosts
     StrictHostKeyChecking yes
 EOF
+    bastion_config
+}
+
+# The jump host: a second sshd that only forwards to the node's sshd. Its host
+# key goes into the same known_hosts (every hop's key is verified), and the ssh
+# config gains the bastion and `sweeptest-jump`, the node reached through it.
+bastion_config() {
+    local ssh=$DIR/ssh user
+    user=$(id -un)
+    [[ -s $ssh/bastion_host_ed25519 ]] || ssh-keygen -q -t ed25519 -N '' -C sweep-test-bastion -f "$ssh/bastion_host_ed25519"
+    printf '[127.0.0.1]:%s %s\n' "$BASTION_PORT" "$(cut -d' ' -f1,2 "$ssh/bastion_host_ed25519.pub")" >>"$ssh/known_hosts"
+    cat >"$ssh/bastion_sshd_config" <<EOF
+Port $BASTION_PORT
+ListenAddress 127.0.0.1
+HostKey $ssh/bastion_host_ed25519
+PidFile $DIR/run/bastion-sshd.pid
+AuthorizedKeysFile $ssh/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+# A bastion: TCP forwarding to the node's sshd (and to itself, for a two-hop
+# ProxyJump chain), nothing else.
+AllowTcpForwarding local
+PermitOpen 127.0.0.1:$SSH_PORT localhost:$SSH_PORT 127.0.0.1:$BASTION_PORT
+X11Forwarding no
+PermitTTY no
+# DEBUG1 logs each forwarding (direct-tcpip) with its target: the tests read it.
+LogLevel DEBUG1
+MaxStartups 100:30:200
+MaxSessions 100
+EOF
+    # In an included file, with the shared settings in a `Match host` block:
+    # the directives a real ~/.ssh/config uses, read by OpenSSH (the readiness
+    # check below) and by the orchestrator alike.
+    mkdir -p "$ssh/config.d"
+    cat >"$ssh/config.d/jump.conf" <<EOF
+Host sweeptest-bastion
+    HostName 127.0.0.1
+    Port $BASTION_PORT
+# The node as a cluster behind a jump host sees it: the bastion connects to
+# HostName:Port for us.
+Host sweeptest-jump
+    HostName 127.0.0.1
+    Port $SSH_PORT
+    ProxyJump sweeptest-bastion
+    ServerAliveInterval 5
+    ServerAliveCountMax 3
+Match host 127.0.0.1
+    User $user
+    IdentityFile $ssh/id_ed25519
+    IdentitiesOnly yes
+    UserKnownHostsFile $ssh/known_hosts
+    StrictHostKeyChecking yes
+EOF
+    # After `Match all`: an Include inside the `Host sweeptest` block would apply to that host only.
+    printf 'Match all\nInclude %s/config.d/*.conf\n' "$ssh" >>"$ssh/config"
+}
+
+start_bastion() {
+    if alive "$DIR/run/bastion-sshd.pid"; then return; fi
+    mkdir -p /run/sshd
+    /usr/sbin/sshd -f "$DIR/ssh/bastion_sshd_config" -E "$DIR/log/bastion-sshd.log"
+    # Through the bastion to the node, with OpenSSH's own client: the config is valid ssh_config.
+    wait_for "bastion sshd" 60 ssh -F "$DIR/ssh/config" -o BatchMode=yes -o ConnectTimeout=2 sweeptest-jump true
+    own_daemon bastion-sshd "$DIR/run/bastion-sshd.pid" "$BASTION_PORT"
+    log "bastion sshd up on 127.0.0.1:$BASTION_PORT"
+}
+
+# Like a rebooted jump host: the listener and every session through it go away.
+stop_bastion() {
+    if alive "$DIR/run/bastion-sshd.pid"; then
+        for child in $(pgrep -P "$(cat "$DIR/run/bastion-sshd.pid")" || true); do kill "$child" 2>/dev/null || true; done
+    fi
+    stop_pidfile bastion-sshd "$DIR/run/bastion-sshd.pid"
 }
 
 start_sshd() {
@@ -319,6 +402,8 @@ export SWEEP_TEST_SSH_KEY=$DIR/ssh/id_ed25519
 export SWEEP_TEST_KNOWN_HOSTS=$DIR/ssh/known_hosts
 export SWEEP_TEST_KNOWN_HOSTS_CHANGED=$DIR/ssh/known_hosts.changed
 export SWEEP_TEST_SSH_CONFIG=$DIR/ssh/config
+export SWEEP_TEST_BASTION_PORT=$BASTION_PORT
+export SWEEP_TEST_BASTION_LOG=$DIR/log/bastion-sshd.log
 export SWEEP_TEST_WORK_DIR=$DIR/work
 export SWEEP_TEST_SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/test-cluster.sh
 EOF
@@ -333,6 +418,14 @@ clusters:
     user: $user
     identity_file: $DIR/ssh/id_ed25519
     known_hosts: $DIR/ssh/known_hosts
+    work_dir: $DIR/work
+    defaults:
+      partition: gpu
+  sweeptest-jump:
+    # The same node through the bastion (ProxyJump in the ssh config).
+    transport: ssh
+    host: sweeptest-jump
+    ssh_config: $DIR/ssh/config
     work_dir: $DIR/work
     defaults:
       partition: gpu
@@ -355,11 +448,13 @@ up() {
     start_slurmd
     ssh_keys
     start_sshd
+    start_bastion
     write_env
     log "cluster up in $((SECONDS - t0)) s; env: $DIR/env"
 }
 
 down() {
+    stop_bastion
     stop_pidfile sshd "$DIR/run/sshd.pid"
     # Cancel leftover jobs so a restarted cluster does not resume old tests' work.
     if alive "$DIR/run/slurmctld.pid"; then scancel --full --quiet --user="$(id -un)" 2>/dev/null || true; fi
@@ -372,7 +467,7 @@ down() {
 
 status() {
     local d rc=0
-    for d in munged mysqld slurmdbd slurmctld slurmd sshd; do
+    for d in munged mysqld slurmdbd slurmctld slurmd sshd bastion-sshd; do
         if alive "$DIR/run/$d.pid"; then echo "$d up ($(cat "$DIR/run/$d.pid"))"; else echo "$d down"; rc=1; fi
     done
     return $rc
@@ -395,5 +490,7 @@ restart-sshd)
 stop-slurmctld) stop_pidfile slurmctld "$DIR/run/slurmctld.pid" ;;
 start-slurmctld) start_slurmctld ;;
 restart-slurmctld) stop_pidfile slurmctld "$DIR/run/slurmctld.pid"; start_slurmctld ;;
-*) echo "usage: $0 up|down|env|status|clean|restart-sshd|restart-slurmctld|stop-slurmctld|start-slurmctld" >&2; exit 2 ;;
+bastion-stop) stop_bastion ;;
+bastion-start) start_bastion ;;
+*) echo "usage: $0 up|down|env|status|clean|restart-sshd|restart-slurmctld|stop-slurmctld|start-slurmctld|bastion-stop|bastion-start" >&2; exit 2 ;;
 esac

@@ -32,6 +32,12 @@ pub enum TransportError {
     Auth { target: String, message: String },
     #[error("cannot reach {target}: {message}")]
     Connect { target: String, message: String },
+    /// The host name does not resolve: retrying would only wait (issue 14).
+    #[error("cannot reach {target}: host name `{host}` does not resolve ({message}); not retried")]
+    Resolve { target: String, host: String, message: String },
+    /// A malformed ssh config line (file, line, directive).
+    #[error(transparent)]
+    SshConfig(#[from] ssh::config::ConfigError),
     /// The connection broke while a command that must not be repeated (sbatch)
     /// was in flight: it may or may not have run.
     #[error("connection to {target} dropped during `{command}`; it may have run (`orchestrator resume` settles it)")]
