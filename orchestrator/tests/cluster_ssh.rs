@@ -442,3 +442,130 @@ fn cluster_figures_for_a_120_config_sweep() {
     let r = watch(&w, "ct-fig120", Duration::from_secs(120));
     assert_eq!(r.count("COMPLETED") + r.count("CANCELLED"), 120, "{}", r.table());
 }
+
+/// Resumes slurmctld when dropped, so a failing stall test never leaves the
+/// shared test cluster's controller stopped.
+struct Stall<'a> {
+    env: &'a ClusterEnv,
+    paused: bool,
+}
+
+impl<'a> Stall<'a> {
+    fn new(env: &'a ClusterEnv) -> Self {
+        Stall { env, paused: false }
+    }
+    fn pause(&mut self) {
+        self.env.script("pause-slurmctld");
+        self.paused = true;
+    }
+    fn resume(&mut self) {
+        self.env.script("resume-slurmctld");
+        self.paused = false;
+    }
+}
+
+impl Drop for Stall<'_> {
+    fn drop(&mut self) {
+        if self.paused {
+            self.env.script("resume-slurmctld");
+        }
+    }
+}
+
+/// Waits for a child with a deadline (killing it past the deadline).
+fn wait_bounded(mut child: std::process::Child, limit: Duration, what: &str) -> std::process::Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("{what} did not finish within {limit:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Moment {
+    /// The controller is stopped before `submit` starts.
+    BeforeSubmit,
+    /// Stopped the instant the intent is on disk: sbatch is about to run or in flight.
+    MidSbatch,
+    /// Stopped 0.3 s after the intent: sbatch has reached the controller or is waiting on it.
+    LateSbatch,
+    /// Stopped after `submit` returned; a `status` runs against the stalled controller.
+    AfterSubmit,
+}
+
+/// The field report of issue 11: SIGSTOP slurmctld during a submit, SIGCONT
+/// later, then `resume`. At every moment SLURM must end up with exactly one
+/// array task per config, all completed: an sbatch that timed out leaves its
+/// intent unresolved (never abandoned) until SLURM answers by the job name.
+#[test]
+fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_config() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let t_all = Instant::now();
+    for moment in [Moment::BeforeSubmit, Moment::MidSbatch, Moment::LateSbatch, Moment::AfterSubmit] {
+        let t0 = Instant::now();
+        let exp = format!("ct-stall-{}", format!("{moment:?}").to_lowercase());
+        let w = world(&env, &exp, 4, 4, 0.0);
+        let mut stall = Stall::new(&env);
+        let journal = w.opts.state_root.join(&exp).join("journal.jsonl");
+        let submit_out = match moment {
+            Moment::BeforeSubmit => {
+                stall.pause();
+                let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
+                std::thread::sleep(Duration::from_secs(8));
+                stall.resume();
+                wait_bounded(child, Duration::from_secs(90), "submit")
+            }
+            Moment::MidSbatch | Moment::LateSbatch => {
+                let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
+                let start = Instant::now();
+                while !std::fs::read_to_string(&journal).unwrap_or_default().contains("\"op\":\"intent\"") {
+                    assert!(start.elapsed() < Duration::from_secs(60), "submit never wrote its intent");
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                if matches!(moment, Moment::LateSbatch) {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                stall.pause();
+                std::thread::sleep(Duration::from_secs(8));
+                stall.resume();
+                wait_bounded(child, Duration::from_secs(90), "submit")
+            }
+            Moment::AfterSubmit => {
+                let out = w.binary("submit", &w.exp_file).output().expect("submit");
+                assert!(out.status.success(), "submit: {}", String::from_utf8_lossy(&out.stderr));
+                stall.pause();
+                let child = w.binary("status", &exp).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("status");
+                let st = wait_bounded(child, Duration::from_secs(60), "status against a stalled controller");
+                eprintln!("status while stalled: {}", String::from_utf8_lossy(&st.stdout).lines().last().unwrap_or(""));
+                stall.resume();
+                out
+            }
+        };
+        eprintln!(
+            "{moment:?}: submit exit {:?}: {}{}",
+            submit_out.status.code(),
+            String::from_utf8_lossy(&submit_out.stdout),
+            String::from_utf8_lossy(&submit_out.stderr)
+        );
+        // resume after the controller is back: settles by name, then submits what SLURM never got.
+        let out = w.binary("resume", &exp).output().expect("resume");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{moment:?} resume: {}{text}", String::from_utf8_lossy(&out.stderr));
+        eprintln!("{moment:?}: resume: {}", text.trim());
+        let r = watch(&w, &exp, Duration::from_secs(90));
+        assert_eq!(r.count("COMPLETED"), 4, "{moment:?}\n{}", r.table());
+        let per = jobs_per_config(&env, &w, &exp);
+        eprintln!("{moment:?}: array tasks per config {:?} ({:.1} s)", per.values().collect::<Vec<_>>(), t0.elapsed().as_secs_f64());
+        assert_eq!(per.len(), 4, "{moment:?}: every config has a job: {per:?}");
+        assert!(per.values().all(|&n| n == 1), "{moment:?}: duplicates: {per:?}");
+    }
+    eprintln!("FIGURES: stall test, 4 moments: {:.1} s", t_all.elapsed().as_secs_f64());
+}
