@@ -127,6 +127,8 @@ fn world(env: &ClusterEnv, test: &str, n: usize, parallel: u32, sleep: f64) -> W
         state_root: dir.join("state"),
         clusters_file: Some(dir.join("clusters.yaml")),
         template_dirs: vec![],
+        // The record template runs no worker: no result line ever comes, so no lag grace.
+        result_grace: Duration::from_secs(2),
         ..Options::default()
     };
     World { _tmp: tmp, dir, opts, exp_file, remote_work }
@@ -162,6 +164,7 @@ impl World {
         let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
         c.arg(sub).arg(arg);
         c.arg("--state-dir").arg(&self.opts.state_root).arg("--clusters").arg(self.opts.clusters_file.as_ref().expect("file"));
+        c.arg("--result-grace").arg(self.opts.result_grace.as_secs_f64().to_string());
         c
     }
 }

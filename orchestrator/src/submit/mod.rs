@@ -15,20 +15,18 @@
 //! race. SLURM is the source of truth for what runs; the state directory is
 //! the source of truth for what was *asked*.
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::{ClusterConfig, ClusterError, ClustersFile};
+use crate::cluster::ClusterError;
 use crate::precheck::Predictor;
 use crate::render::RenderFailure;
 use crate::slurm::RetryPolicy;
 use crate::state::{self, ConfigRecord, StateDir, StateError};
 use crate::sweep::Sweep;
-use crate::transport::{self, Transport, TransportError};
+use crate::transport::TransportError;
 
 mod arrays;
 pub mod cancel;
@@ -250,3 +248,48 @@ pub(crate) fn template_dirs(opts: &Options, sweep: &Sweep) -> Vec<PathBuf> {
 
 /// The command line of the cluster commands (wired into `main` by one flattened variant).
 pub mod cli;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Attempt;
+
+    #[test]
+    fn configs_removed_from_the_file_stay_in_the_stored_sweep_while_submitted() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/demo.yaml");
+        let full = crate::sweep::load(&file, &[]).expect("demo loads");
+        let mut edited = full.clone();
+        let removed_submitted = edited.configs.remove(0);
+        let removed_never = edited.configs.remove(0);
+        let attempt = Attempt {
+            submission: "s001-x".into(),
+            task_id: 0,
+            array_job_id: Some("5".into()),
+            job_id: None,
+            intended_at: 0.0,
+            submitted_at: None,
+            state: None,
+            history: vec![],
+            abandoned: false,
+            worker: None,
+            events_offset: 0,
+            events_mine: false,
+            live: None,
+        };
+        let rec = ConfigRecord {
+            hash: removed_submitted.hash.0.clone(),
+            name: removed_submitted.name.clone(),
+            verdict: None,
+            predicted_gib: None,
+            attempts: vec![attempt],
+            result: None,
+        };
+        let records = BTreeMap::from([(rec.hash.clone(), rec)]);
+        let prev = StoredSweep { cluster: "local".into(), sweep: full };
+        let m = merged(Some(prev), &edited, &records);
+        let names: Vec<&str> = m.configs.iter().map(|c| c.name.as_str()).collect();
+        assert!(names.contains(&removed_submitted.name.as_str()), "a submitted config stays: {names:?}");
+        assert!(!names.contains(&removed_never.name.as_str()), "a never-submitted one goes: {names:?}");
+        assert_eq!(m.configs.len(), edited.configs.len() + 1);
+    }
+}

@@ -250,6 +250,7 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::slurm::RetryPolicy;
 
     fn rec(verdict: &str, attempts: Vec<Attempt>, result: Option<&str>) -> ConfigRecord {
         ConfigRecord {

@@ -98,3 +98,30 @@ pub(crate) fn read_local_from(path: &str, offset: u64) -> Result<Option<Vec<u8>>
     f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_to_end(&mut out)).map_err(|e| file_err(path, e))?;
     Ok(Some(out))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn an_installed_executable_has_its_mode_when_it_appears() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("bin/worker");
+        write_local(p.to_str().expect("utf-8"), b"#!/bin/sh\n", true).expect("write");
+        assert_eq!(std::fs::metadata(&p).expect("stat").permissions().mode() & 0o777, 0o755);
+        write_local(p.to_str().expect("utf-8"), b"data", false).expect("rewrite");
+        assert_eq!(std::fs::metadata(&p).expect("stat").permissions().mode() & 0o777, 0o644);
+    }
+
+    #[test]
+    fn reads_from_an_offset() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("events.jsonl");
+        std::fs::write(&p, b"abc\ndef\n").expect("write");
+        let path = p.to_str().expect("utf-8");
+        assert_eq!(read_local_from(path, 4).expect("read"), Some(b"def\n".to_vec()));
+        assert_eq!(read_local_from(path, 8).expect("read"), Some(vec![]));
+        assert_eq!(read_local_from(&format!("{path}.missing"), 0).expect("read"), None);
+    }
+}

@@ -378,6 +378,19 @@ mod tests {
     }
 
     #[test]
+    fn a_failing_commands_error_names_the_command_not_the_environment() {
+        // A real process that fails (`sbatch` of a missing script; `env` exits 127 without SLURM).
+        let mut cfg = ClusterConfig::local();
+        cfg.transport = TransportKind::LocalSlurm;
+        cfg.env.insert("SWEEP_SECRET_TOKEN".into(), "hunter2-secret".into());
+        let t = SlurmTransport::new(Box::new(local_slurm::LocalShell::new(&cfg)), &cfg);
+        let e = t.submit("/nonexistent/job.sbatch").expect_err("fails");
+        let msg = e.to_string();
+        assert!(msg.contains("sbatch"), "{msg}");
+        assert!(!msg.contains("hunter2-secret") && !msg.contains("SWEEP_SECRET_TOKEN"), "{msg}");
+    }
+
+    #[test]
     fn utc_timestamps() {
         assert_eq!(utc_timestamp(0.0), "1970-01-01T00:00:00");
         assert_eq!(utc_timestamp(951_782_400.0), "2000-02-29T00:00:00");
