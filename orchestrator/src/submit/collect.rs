@@ -47,6 +47,12 @@ pub(crate) fn awaiting_result(a: &Attempt, grace_s: f64, now: f64) -> bool {
 
 fn wants_read(a: &Attempt, changed: bool, settle: bool, grace_s: f64, now: f64) -> bool {
     let activity = a.state.as_ref().map(SlurmState::activity);
+    // A queued task's job id is its array's (squeue, sacct): its worker's
+    // `start` (with the task's own id) could not be told apart. A task that
+    // started between polls is read at the next one, under its own id.
+    if matches!(activity, None | Some(Activity::Queued)) {
+        return false;
+    }
     let no_result = !matches!(a.worker_outcome(), WorkerOutcome::Result(_));
     activity == Some(Activity::Running)
         || changed
@@ -309,6 +315,14 @@ mod tests {
         r.attempts[0].job_id = Some("11".into());
         read_in_pieces(&mut r, &format!("{START_11}{OOM}"), &[]);
         assert_eq!(r.attempts[0].worker.as_deref(), Some("oom"));
+    }
+
+    #[test]
+    fn a_queued_task_is_not_read_its_job_id_is_the_arrays() {
+        let q = attempt(Some("303"), Some(SlurmState::Pending));
+        assert!(!wants_read(&q, true, true, 120.0, 0.0), "pending: the id is the array's, not the task's");
+        let r = attempt(Some("305"), Some(SlurmState::Running));
+        assert!(wants_read(&r, false, false, 120.0, 0.0));
     }
 
     #[test]
