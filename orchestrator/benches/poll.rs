@@ -62,7 +62,9 @@ fn main() {
     let jobs = dir.join("state").join(".local-jobs");
     let t = Instant::now();
     loop {
-        let done = std::fs::read_dir(&jobs).map(|rd| rd.flatten().all(|e| e.path().join("finished").exists())).unwrap_or(false);
+        let done = std::fs::read_dir(&jobs)
+            .map(|rd| rd.flatten().filter(|e| e.path().is_dir()).all(|e| e.path().join("finished").exists()))
+            .unwrap_or(false);
         if done {
             break;
         }
