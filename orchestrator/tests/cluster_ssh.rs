@@ -451,11 +451,20 @@ fn cluster_figures_for_a_120_config_sweep() {
 struct Stall<'a> {
     env: &'a ClusterEnv,
     paused: bool,
+    stopped: bool,
 }
 
 impl<'a> Stall<'a> {
     fn new(env: &'a ClusterEnv) -> Self {
-        Stall { env, paused: false }
+        Stall { env, paused: false, stopped: false }
+    }
+    fn stop(&mut self) {
+        self.env.script("stop-slurmctld");
+        self.stopped = true;
+    }
+    fn start(&mut self) {
+        self.env.script("start-slurmctld");
+        self.stopped = false;
     }
     fn pause(&mut self) {
         self.env.script("pause-slurmctld");
@@ -471,6 +480,9 @@ impl Drop for Stall<'_> {
     fn drop(&mut self) {
         if self.paused {
             self.env.script("resume-slurmctld");
+        }
+        if self.stopped {
+            self.env.script("start-slurmctld");
         }
     }
 }
@@ -501,6 +513,9 @@ enum Moment {
     LateSbatch,
     /// Stopped after `submit` returned; a `status` runs against the stalled controller.
     AfterSubmit,
+    /// The controller goes down (killed) the instant the intent is on disk:
+    /// sbatch fails to connect, and SLURM never gets the job.
+    DownDuringSbatch,
 }
 
 /// The field report of issue 11: SIGSTOP slurmctld during a submit, SIGCONT
@@ -512,9 +527,10 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(env) = cluster() else { return };
     let t_all = Instant::now();
-    for moment in [Moment::BeforeSubmit, Moment::MidSbatch, Moment::LateSbatch, Moment::AfterSubmit] {
+    for moment in [Moment::BeforeSubmit, Moment::MidSbatch, Moment::LateSbatch, Moment::AfterSubmit, Moment::DownDuringSbatch] {
         let t0 = Instant::now();
-        let exp = format!("ct-stall-{}", format!("{moment:?}").to_lowercase());
+        // Job names keep 24 characters of the experiment name: stay below.
+        let exp = format!("ct-stall-{}", format!("{moment:?}").to_lowercase().chars().take(12).collect::<String>());
         let w = world(&env, &exp, 4, 4, 0.0);
         let mut stall = Stall::new(&env);
         let journal = w.opts.state_root.join(&exp).join("journal.jsonl");
@@ -540,6 +556,18 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
                 std::thread::sleep(Duration::from_secs(8));
                 stall.resume();
                 wait_bounded(child, Duration::from_secs(90), "submit")
+            }
+            Moment::DownDuringSbatch => {
+                let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
+                let start = Instant::now();
+                while !std::fs::read_to_string(&journal).unwrap_or_default().contains("\"op\":\"intent\"") {
+                    assert!(start.elapsed() < Duration::from_secs(60), "submit never wrote its intent");
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                stall.stop();
+                let out = wait_bounded(child, Duration::from_secs(90), "submit");
+                stall.start();
+                out
             }
             Moment::AfterSubmit => {
                 let out = w.binary("submit", &w.exp_file).output().expect("submit");
@@ -570,5 +598,5 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
         assert_eq!(per.len(), 4, "{moment:?}: every config has a job: {per:?}");
         assert!(per.values().all(|&n| n == 1), "{moment:?}: duplicates: {per:?}");
     }
-    eprintln!("FIGURES: stall test, 4 moments: {:.1} s", t_all.elapsed().as_secs_f64());
+    eprintln!("FIGURES: stall test, 5 moments: {:.1} s", t_all.elapsed().as_secs_f64());
 }
