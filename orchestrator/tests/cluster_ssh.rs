@@ -446,62 +446,9 @@ fn cluster_figures_for_a_120_config_sweep() {
     assert_eq!(r.count("COMPLETED") + r.count("CANCELLED"), 120, "{}", r.table());
 }
 
-/// Resumes slurmctld when dropped, so a failing stall test never leaves the
-/// shared test cluster's controller stopped.
-struct Stall<'a> {
-    env: &'a ClusterEnv,
-    paused: bool,
-    stopped: bool,
-}
-
-impl<'a> Stall<'a> {
-    fn new(env: &'a ClusterEnv) -> Self {
-        Stall { env, paused: false, stopped: false }
-    }
-    fn stop(&mut self) {
-        self.env.script("stop-slurmctld");
-        self.stopped = true;
-    }
-    fn start(&mut self) {
-        self.env.script("start-slurmctld");
-        self.stopped = false;
-    }
-    fn pause(&mut self) {
-        self.env.script("pause-slurmctld");
-        self.paused = true;
-    }
-    fn resume(&mut self) {
-        self.env.script("resume-slurmctld");
-        self.paused = false;
-    }
-}
-
-impl Drop for Stall<'_> {
-    fn drop(&mut self) {
-        if self.paused {
-            self.env.script("resume-slurmctld");
-        }
-        if self.stopped {
-            self.env.script("start-slurmctld");
-        }
-    }
-}
-
-/// Waits for a child with a deadline (killing it past the deadline).
-fn wait_bounded(mut child: std::process::Child, limit: Duration, what: &str) -> std::process::Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!("{what} did not finish within {limit:?}: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+#[path = "support/stall.rs"]
+mod stall;
+use stall::{wait_bounded, wait_for_intent, Stall};
 
 #[derive(Debug, Clone, Copy)]
 enum Moment {
@@ -544,11 +491,7 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
             }
             Moment::MidSbatch | Moment::LateSbatch => {
                 let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
-                let start = Instant::now();
-                while !std::fs::read_to_string(&journal).unwrap_or_default().contains("\"op\":\"intent\"") {
-                    assert!(start.elapsed() < Duration::from_secs(60), "submit never wrote its intent");
-                    std::thread::sleep(Duration::from_millis(2));
-                }
+                wait_for_intent(&journal);
                 if matches!(moment, Moment::LateSbatch) {
                     std::thread::sleep(Duration::from_millis(300));
                 }
@@ -559,11 +502,7 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
             }
             Moment::DownDuringSbatch => {
                 let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
-                let start = Instant::now();
-                while !std::fs::read_to_string(&journal).unwrap_or_default().contains("\"op\":\"intent\"") {
-                    assert!(start.elapsed() < Duration::from_secs(60), "submit never wrote its intent");
-                    std::thread::sleep(Duration::from_millis(2));
-                }
+                wait_for_intent(&journal);
                 stall.stop();
                 let out = wait_bounded(child, Duration::from_secs(90), "submit");
                 stall.start();
