@@ -8,6 +8,8 @@
 #   scripts/test-cluster.sh status    which daemons are up
 #   scripts/test-cluster.sh restart-sshd | restart-slurmctld | stop-slurmctld | start-slurmctld
 #   scripts/test-cluster.sh bastion-stop | bastion-start   the jump host (sessions through it die too)
+#   scripts/test-cluster.sh pause-slurmctld | resume-slurmctld   SIGSTOP / SIGCONT the controller
+#   scripts/test-cluster.sh lag-start SRC DST SECONDS | lag-stop  DST shows SRC as it was SECONDS ago
 #   scripts/test-cluster.sh clean     down, then remove the scratch directory
 #
 # What runs (non-default loopback ports, nothing from /etc is changed, no systemd):
@@ -144,6 +146,8 @@ MaxJobCount=100000
 MinJobAge=600
 ReturnToService=2
 SlurmctldTimeout=30
+# Short, so a stalled controller (pause-slurmctld) makes sbatch/squeue time out in seconds.
+MessageTimeout=5
 SlurmdTimeout=60
 InactiveLimit=0
 KillWait=5
@@ -455,6 +459,9 @@ up() {
 
 down() {
     stop_bastion
+    lag_stop
+    # A paused controller (pause-slurmctld) must run again to stop.
+    if [[ -s $DIR/run/slurmctld.pid ]]; then kill -CONT "$(cat "$DIR/run/slurmctld.pid")" 2>/dev/null || true; fi
     stop_pidfile sshd "$DIR/run/sshd.pid"
     # Cancel leftover jobs so a restarted cluster does not resume old tests' work.
     if alive "$DIR/run/slurmctld.pid"; then scancel --full --quiet --user="$(id -un)" 2>/dev/null || true; fi
@@ -463,6 +470,42 @@ down() {
     stop_pidfile slurmdbd "$DIR/run/slurmdbd.pid"
     stop_pidfile mariadb "$DIR/run/mysqld.pid"
     stop_pidfile munged "$DIR/run/munged.pid"
+}
+
+# A lagging shared filesystem: every 0.5 s, SRC is snapshotted; DST is
+# given the newest snapshot at least SECONDS old. So DST shows SRC as it was
+# SECONDS ago (whole files, torn last lines included, like NFS attribute caching).
+lag_mirror() {
+    local src=$1 dst=$2 delay_ms=$3 snaps=$4 now s newest
+    mkdir -p "$snaps" "$dst"
+    while true; do
+        now=$(date +%s%3N)
+        if [[ -d $src ]]; then mkdir -p "$snaps/$now" && cp -a "$src/." "$snaps/$now/" 2>/dev/null || true; fi
+        newest=
+        for s in $(ls "$snaps" | sort -n); do
+            if ((now - s >= delay_ms)); then
+                [[ -n $newest ]] && rm -rf "${snaps:?}/$newest"
+                newest=$s
+            fi
+        done
+        if [[ -n $newest ]]; then cp -a "$snaps/$newest/." "$dst/" 2>/dev/null || true; fi
+        sleep 0.5
+    done
+}
+
+lag_start() {
+    local src=$1 dst=$2 seconds=$3
+    [[ -n $src && -n $dst && -n $seconds ]] || die "usage: $0 lag-start SRC DST SECONDS"
+    lag_stop
+    mkdir -p "$DIR/run"
+    lag_mirror "$src" "$dst" "$((seconds * 1000))" "$DIR/lag-snapshots" </dev/null >/dev/null 2>&1 &
+    echo $! >"$DIR/run/lag-mirror.pid"
+    log "mirroring $src to $dst with a ${seconds} s lag (pid $!)"
+}
+
+lag_stop() {
+    stop_pidfile lag-mirror "$DIR/run/lag-mirror.pid"
+    rm -rf "$DIR/lag-snapshots"
 }
 
 status() {
@@ -488,9 +531,14 @@ restart-sshd)
     start_sshd
     ;;
 stop-slurmctld) stop_pidfile slurmctld "$DIR/run/slurmctld.pid" ;;
+# A stalled controller (busy, swapping): SIGSTOP/SIGCONT the real slurmctld.
+pause-slurmctld) alive "$DIR/run/slurmctld.pid" || die "slurmctld is not running"; kill -STOP "$(cat "$DIR/run/slurmctld.pid")" ;;
+lag-start) lag_start "${2:-}" "${3:-}" "${4:-}" ;;
+lag-stop) lag_stop ;;
+resume-slurmctld) [[ -s $DIR/run/slurmctld.pid ]] || die "no slurmctld pid file"; kill -CONT "$(cat "$DIR/run/slurmctld.pid")" ;;
 start-slurmctld) start_slurmctld ;;
 restart-slurmctld) stop_pidfile slurmctld "$DIR/run/slurmctld.pid"; start_slurmctld ;;
 bastion-stop) stop_bastion ;;
 bastion-start) start_bastion ;;
-*) echo "usage: $0 up|down|env|status|clean|restart-sshd|restart-slurmctld|stop-slurmctld|start-slurmctld|bastion-stop|bastion-start" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|env|status|clean|restart-sshd|restart-slurmctld|stop-slurmctld|start-slurmctld|pause-slurmctld|resume-slurmctld|lag-start|lag-stop|bastion-stop|bastion-start" >&2; exit 2 ;;
 esac

@@ -68,56 +68,108 @@ fn set_peak(peaks: &mut PhasePeaks, phase: Phase, bytes: u64) {
     *slot = Some(slot.map_or(bytes, |old| old.max(bytes)));
 }
 
-/// Parse an events file's bytes. Never fails: unreadable lines are counted in
-/// `skipped_lines` (a torn last line is the normal case while a run is live).
-pub fn parse_events(bytes: &[u8]) -> RunProgress {
-    let mut p = RunProgress::default();
-    for line in bytes.split(|&b| b == b'\n') {
-        let line = line.trim_ascii();
-        if line.is_empty() {
-            continue;
-        }
-        let Ok(event) = serde_json::from_slice::<Event>(line) else {
-            p.skipped_lines += 1;
-            continue;
-        };
+impl RunProgress {
+    /// Folds one event in (a `start` begins a new attempt).
+    pub fn apply(&mut self, event: Event) {
         match event {
             Event::Start { t, config, config_hash, env } => {
-                let attempts = p.attempts + 1;
-                let skipped = p.skipped_lines;
-                p = RunProgress {
+                *self = RunProgress {
                     config: Some(config),
                     config_hash: Some(config_hash),
                     env: Some(env),
-                    attempts,
+                    attempts: self.attempts + 1,
                     last_t: Some(t),
-                    skipped_lines: skipped,
+                    skipped_lines: self.skipped_lines,
                     ..RunProgress::default()
                 };
             }
             Event::Heartbeat { t, phase, current_bytes, peak_bytes } => {
-                p.phase = Some(phase);
-                p.current_bytes = current_bytes;
-                p.peak_bytes = p.peak_bytes.max(peak_bytes);
-                p.last_t = Some(t);
+                self.phase = Some(phase);
+                self.current_bytes = current_bytes;
+                self.peak_bytes = self.peak_bytes.max(peak_bytes);
+                self.last_t = Some(t);
             }
             Event::PhaseEnd { t, phase, peak_bytes, .. } => {
-                p.phase = Some(phase);
-                set_peak(&mut p.phase_peaks, phase, peak_bytes);
-                p.peak_bytes = p.peak_bytes.max(peak_bytes);
-                p.last_t = Some(t);
+                self.phase = Some(phase);
+                set_peak(&mut self.phase_peaks, phase, peak_bytes);
+                self.peak_bytes = self.peak_bytes.max(peak_bytes);
+                self.last_t = Some(t);
             }
             Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, .. } => {
                 if let Some(ph) = phase {
-                    p.phase = Some(ph);
+                    self.phase = Some(ph);
                 }
-                p.peak_bytes = p.peak_bytes.max(peak_bytes);
-                p.last_t = Some(t);
-                p.result = Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s });
+                self.peak_bytes = self.peak_bytes.max(peak_bytes);
+                self.last_t = Some(t);
+                self.result = Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s });
             }
         }
     }
+}
+
+/// The events in the complete lines of `bytes` (through the last newline),
+/// each with the offset just past its line; how many bytes those lines span
+/// (where the next read starts); and how many complete lines did not parse.
+/// A torn last line is left for the next read.
+pub fn complete_lines(bytes: &[u8]) -> (Vec<(Event, usize)>, usize, usize) {
+    let consumed = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let (mut events, mut skipped, mut start) = (Vec::new(), 0, 0);
+    for (i, &b) in bytes[..consumed].iter().enumerate() {
+        if b != b'\n' {
+            continue;
+        }
+        let line = bytes[start..i].trim_ascii();
+        start = i + 1;
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_slice::<Event>(line) {
+            Ok(e) => events.push((e, i + 1)),
+            Err(_) => skipped += 1,
+        }
+    }
+    (events, consumed, skipped)
+}
+
+/// Parse an events file's bytes. Never fails: unreadable lines are counted in
+/// `skipped_lines` (a torn last line is the normal case while a run is live).
+pub fn parse_events(bytes: &[u8]) -> RunProgress {
+    let mut p = RunProgress::default();
+    let (events, consumed, skipped) = complete_lines(bytes);
+    for (e, _) in events {
+        p.apply(e);
+    }
+    p.skipped_lines += skipped;
+    // The whole file: a last line without its newline counts if it is whole.
+    let tail = bytes[consumed..].trim_ascii();
+    if !tail.is_empty() {
+        match serde_json::from_slice::<Event>(tail) {
+            Ok(e) => p.apply(e),
+            Err(_) => p.skipped_lines += 1,
+        }
+    }
     p
+}
+
+/// The `result` event of the last attempt in an events file, as JSON,
+/// whichever job ran it (a torn last line is skipped).
+pub fn last_result(text: &str) -> Option<serde_json::Value> {
+    result_json(parse_events(text.as_bytes()).result.as_ref()?)
+}
+
+/// A result as the worker wrote it (the `result` event's JSON).
+pub fn result_json(r: &RunResult) -> Option<serde_json::Value> {
+    serde_json::to_value(Event::Result {
+        t: r.t,
+        status: r.status,
+        params: r.params,
+        peaks: r.peaks.clone(),
+        peak_bytes: r.peak_bytes,
+        phase: r.phase,
+        message: r.message.clone(),
+        wall_s: r.wall_s,
+    })
+    .ok()
 }
 
 fn gib(bytes: u64) -> f64 {

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::cluster::TransportKind;
-use crate::submit::{blocking, open_target, CommandError, Options};
+use crate::submit::{CommandError, Options};
+use crate::target::blocking;
 
 /// What `install` did.
 #[derive(Debug, Clone, Serialize)]
@@ -37,7 +38,7 @@ pub fn default_worker() -> Option<PathBuf> {
 /// Uploads `worker` to cluster `cluster` unless it is already there.
 pub async fn install(opts: &Options, cluster: &str, worker: &Path) -> Result<InstallReport, CommandError> {
     let t0 = Instant::now();
-    let target = open_target(opts, cluster)?;
+    let target = crate::target::open(opts.clusters_file.as_deref(), cluster, &opts.state_root)?;
     if target.config.transport == TransportKind::Local {
         return Err(CommandError::Refused(format!(
             "cluster `{}` uses the `local` transport: its jobs run the worker beside the orchestrator \

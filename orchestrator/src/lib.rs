@@ -14,6 +14,7 @@ pub mod render;
 pub mod slurm;
 pub mod state;
 pub mod submit;
+pub mod target;
 pub mod transport;
 // Reports, plots and progress (issue 6).
 pub mod plot;

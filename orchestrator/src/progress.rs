@@ -57,8 +57,10 @@ pub struct SweepProgress {
     pub never_submitted: usize,
     /// Median run time of the finished runs, seconds.
     pub median_run_s: Option<f64>,
-    /// Rough time to the last live config ending, seconds.
+    /// Time to the last live config ending, seconds, as of `at`.
     pub eta_s: Option<f64>,
+    /// When these figures were taken (Unix seconds): the ETA counts down from here.
+    pub at: f64,
 }
 
 /// How long a finished attempt ran: the worker's own wall time when there is a
@@ -73,14 +75,27 @@ fn duration(r: &ConfigRecord) -> Option<f64> {
     (end >= start).then_some(end - start)
 }
 
-/// Counts and ETA over the records of a sweep.
+/// When the latest attempt started running (the worker's start, else SLURM's RUNNING).
+fn started(r: &ConfigRecord) -> Option<f64> {
+    let a = r.latest()?;
+    a.live.as_ref().and_then(|l| l.started_t).or_else(|| a.history.iter().find(|c| c.state.activity() == Activity::Running).map(|c| c.t))
+}
+
+/// Counts and ETA over the records of a sweep, as of `now`.
 ///
-/// The ETA assumes the runs still to come take the median finished run time
-/// and run as many at once as run now (one when none does): rough, but it
-/// rests on this sweep's own numbers, not a guess.
-pub fn sweep_progress<'a>(records: impl IntoIterator<Item = &'a ConfigRecord>) -> SweepProgress {
-    let mut p = SweepProgress::default();
+/// Run time grows with the model, so the finished runs give seconds per
+/// predicted GiB (their median), and each config still to run is expected
+/// to take its prediction times that (the median run time where a config
+/// has no prediction). A running config needs its expected time less what
+/// it already ran. The ETA is the remaining work divided by the array's
+/// parallelism (`array_parallelism`, or as many as run now), and never less
+/// than the longest single remaining run.
+pub fn sweep_progress<'a>(records: impl IntoIterator<Item = &'a ConfigRecord>, parallelism: Option<u32>, now: f64) -> SweepProgress {
+    let mut p = SweepProgress { at: now, ..SweepProgress::default() };
     let mut durations = Vec::new();
+    let mut per_gib = Vec::new();
+    // (predicted GiB, seconds already run) of each live config.
+    let mut live: Vec<(Option<f64>, f64)> = Vec::new();
     for r in records {
         p.total += 1;
         let state = match r.latest() {
@@ -90,21 +105,32 @@ pub fn sweep_progress<'a>(records: impl IntoIterator<Item = &'a ConfigRecord>) -
             }
             Some(a) if a.array_job_id.is_none() => {
                 p.waiting += 1;
+                live.push((r.predicted_gib, 0.0));
                 "SUBMITTING".to_string()
             }
             Some(a) => match &a.state {
                 None => {
                     p.waiting += 1;
+                    live.push((r.predicted_gib, 0.0));
                     "SUBMITTED".to_string()
                 }
                 Some(s) => {
                     match s.activity() {
-                        Activity::Queued => p.waiting += 1,
-                        Activity::Running => p.running += 1,
+                        Activity::Queued => {
+                            p.waiting += 1;
+                            live.push((r.predicted_gib, 0.0));
+                        }
+                        Activity::Running => {
+                            p.running += 1;
+                            live.push((r.predicted_gib, started(r).map_or(0.0, |t| (now - t).max(0.0))));
+                        }
                         Activity::Ended => {
                             p.ended += 1;
                             if let Some(d) = duration(r) {
                                 durations.push(d);
+                                if let Some(g) = r.predicted_gib.filter(|g| *g > 0.0) {
+                                    per_gib.push(d / g);
+                                }
                             }
                         }
                     }
@@ -114,19 +140,37 @@ pub fn sweep_progress<'a>(records: impl IntoIterator<Item = &'a ConfigRecord>) -
         };
         *p.counts.entry(state).or_default() += 1;
     }
-    durations.sort_by(f64::total_cmp);
-    p.median_run_s = (!durations.is_empty()).then(|| durations[durations.len() / 2]);
-    let live = p.running + p.waiting;
-    p.eta_s = match (live, p.median_run_s) {
-        (0, _) => Some(0.0),
-        (_, None) => None,
-        (n, Some(m)) => Some(m * n.div_ceil(p.running.max(1)) as f64),
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| v[v.len() / 2])
+    };
+    p.median_run_s = median(&mut durations);
+    let s_per_gib = median(&mut per_gib);
+    p.eta_s = match p.median_run_s {
+        _ if live.is_empty() => Some(0.0),
+        None => None,
+        Some(m) => {
+            let expect = |g: Option<f64>| match (g, s_per_gib) {
+                (Some(g), Some(k)) if g > 0.0 => g * k,
+                _ => m,
+            };
+            let left: Vec<f64> = live.iter().map(|&(g, ran)| (expect(g) - ran).max(0.0)).collect();
+            let width = parallelism.map_or(0, |n| n as usize).max(p.running).max(1) as f64;
+            let longest = left.iter().copied().fold(0.0, f64::max);
+            Some((left.iter().sum::<f64>() / width).max(longest))
+        }
     };
     p
 }
 
 /// The progress of experiment `experiment` under `state_root`, read without the lock.
 pub fn read(state_root: &Path, experiment: &str) -> Result<SweepProgress, state::StateError> {
+    let sweep: Option<serde_json::Value> = state::read_json(&state_root.join(experiment).join("sweep.json"))?;
+    let parallelism = sweep
+        .as_ref()
+        .and_then(|v| v.pointer("/sweep/experiment/array_parallelism"))
+        .and_then(|v| v.as_u64())
+        .map(|n| n as u32);
     let dir = state_root.join(experiment).join("configs");
     let mut records = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&dir) {
@@ -138,7 +182,7 @@ pub fn read(state_root: &Path, experiment: &str) -> Result<SweepProgress, state:
             }
         }
     }
-    Ok(sweep_progress(&records))
+    Ok(sweep_progress(&records, parallelism, state::now()))
 }
 
 /// `1h02m`, `3m05s`, `12s`, `0.4s`.
@@ -170,15 +214,50 @@ impl SweepProgress {
         s
     }
 
-    /// Shows this progress on a `status --watch` bar (length = submitted configs).
-    pub fn show_on(&self, bar: &ProgressBar) {
-        bar.set_length((self.total - self.never_submitted) as u64);
-        bar.set_position(self.ended as u64);
-        bar.set_prefix(match self.eta_s {
-            Some(e) if self.running + self.waiting > 0 => format!("{} running, ETA ~{}", self.running, human_duration(e)),
-            _ => format!("{} running", self.running),
-        });
+    /// The ETA at time `now`: it counts down between polls.
+    pub fn eta_left(&self, now: f64) -> Option<f64> {
+        self.eta_s.map(|e| (e - (now - self.at).max(0.0)).max(0.0))
     }
+
+    /// Shows this progress on a [`watch_bar`] (length = submitted configs).
+    pub fn show_on(&self, bar: &WatchBar) {
+        bar.bar.set_length((self.total - self.never_submitted) as u64);
+        bar.bar.set_position(self.ended as u64);
+        bar.bar.set_prefix(format!("{} running", self.running));
+        if let Ok(mut g) = bar.progress.lock() {
+            *g = Some(self.clone());
+        }
+    }
+}
+
+/// The `status --watch` bar: its elapsed clock and ETA tick every second,
+/// between polls too.
+pub struct WatchBar {
+    pub bar: ProgressBar,
+    progress: std::sync::Arc<std::sync::Mutex<Option<SweepProgress>>>,
+}
+
+/// A [`WatchBar`] (hidden when stderr is not a terminal).
+pub fn watch_bar() -> WatchBar {
+    let progress: std::sync::Arc<std::sync::Mutex<Option<SweepProgress>>> = Default::default();
+    let shared = progress.clone();
+    let b = ProgressBar::with_draw_target(Some(0), target());
+    let style = ProgressStyle::with_template("{msg:>16} [{bar:30}] {pos}/{len} {elapsed_precise} {prefix}{eta_left}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+        .with_key("eta_left", move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let p = shared.lock().ok().and_then(|g| g.clone());
+            if let Some(p) = p.filter(|p| p.running + p.waiting > 0) {
+                let _ = match p.eta_left(state::now()) {
+                    Some(e) => write!(w, ", ETA ~{}", human_duration(e)),
+                    None => write!(w, ", ETA after the first run ends"),
+                };
+            }
+        });
+    b.set_style(style);
+    b.set_message("configs ended");
+    b.enable_steady_tick(std::time::Duration::from_secs(1));
+    WatchBar { bar: b, progress }
 }
 
 #[cfg(test)]
@@ -204,6 +283,9 @@ mod tests {
                 history: history.into_iter().map(|(t, state)| StateChange { t, state, detail: None }).collect(),
                 abandoned: false,
                 worker: None,
+                events_offset: 0,
+                events_mine: false,
+                live: None,
             }],
             result: wall.map(|w| serde_json::json!({"event": "result", "status": "ok", "wall_s": w})),
         }
@@ -220,7 +302,7 @@ mod tests {
         never.attempts.clear();
         let mut all = vec![done("a", 10.0), done("b", 20.0), failed, running, never];
         all.extend(pending);
-        let p = sweep_progress(&all);
+        let p = sweep_progress(&all, None, 1000.0);
         assert_eq!(p.total, 8);
         assert_eq!(p.ended, 3);
         assert_eq!((p.running, p.waiting, p.never_submitted), (1, 3, 1));
@@ -228,17 +310,40 @@ mod tests {
         assert_eq!(p.counts["PENDING"], 3);
         assert_eq!(p.counts["not submitted"], 1);
         assert_eq!(p.median_run_s, Some(20.0)); // of 10, 20, 30
-        // 4 live configs, 1 at a time, 20 s each.
-        assert_eq!(p.eta_s, Some(80.0));
-        assert!(p.line().contains("ETA ~1m20s"), "{}", p.line());
+        // 20 s per predicted GiB (all predict 1 GiB): 4 live configs, 1 at a
+        // time; the running one has run 995 s, longer than expected: 0 left.
+        assert_eq!(p.eta_s, Some(60.0));
+        assert!(p.line().contains("ETA ~1m00s"), "{}", p.line());
+        // It counts down between polls, to zero, never below.
+        assert_eq!(p.eta_left(1010.0), Some(50.0));
+        assert_eq!(p.eta_left(2000.0), Some(0.0));
+    }
+
+    /// The case seen in the field: the small configs finish first; the big
+    /// ones take longer in proportion to their predicted memory, and the
+    /// array runs 2 at a time.
+    #[test]
+    fn eta_scales_with_the_prediction_and_divides_by_the_parallelism() {
+        let mut small = rec("s", Some(SlurmState::Completed), vec![], Some(2.0));
+        small.predicted_gib = Some(1.0);
+        let mut big: Vec<ConfigRecord> = (0..4).map(|i| rec(&format!("b{i}"), Some(SlurmState::Pending), vec![], None)).collect();
+        for b in &mut big {
+            b.predicted_gib = Some(10.0);
+        }
+        let all: Vec<ConfigRecord> = std::iter::once(small).chain(big).collect();
+        // 2 s per GiB: each big one 20 s; 4 of them 2 at a time: 40 s (a median-run ETA would say 4 s).
+        let p = sweep_progress(&all, Some(2), 0.0);
+        assert_eq!(p.eta_s, Some(40.0));
+        let p = sweep_progress(&all, None, 0.0);
+        assert_eq!(p.eta_s, Some(80.0), "no parallelism known, none running: one at a time");
     }
 
     #[test]
     fn no_eta_before_anything_finished_and_zero_when_settled() {
-        let p = sweep_progress(&[rec("r", Some(SlurmState::Running), vec![], None)]);
+        let p = sweep_progress(&[rec("r", Some(SlurmState::Running), vec![], None)], None, 0.0);
         assert_eq!(p.eta_s, None);
         assert!(p.line().ends_with("ETA after the first run ends"));
-        let p = sweep_progress(&[rec("a", Some(SlurmState::Completed), vec![], Some(3.0))]);
+        let p = sweep_progress(&[rec("a", Some(SlurmState::Completed), vec![], Some(3.0))], None, 0.0);
         assert_eq!(p.eta_s, Some(0.0));
         assert!(!p.line().contains("ETA"));
     }

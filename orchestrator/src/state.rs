@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::slurm::{Activity, SlurmState, WorkerOutcome};
+use crate::submit::protocol::IntentState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -52,6 +53,24 @@ pub fn now() -> f64 {
 /// Writes `bytes` to `path` so that readers see the old or the new file, never
 /// a torn one, even across a power cut: temp file, fsync, rename, fsync dir.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
+    write_file(path, bytes, 0o644, true)
+}
+
+/// [`write_atomic`] with the file's mode set on the temp file, before the
+/// rename (an executable is never visible without its `x` bits).
+pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateError> {
+    write_file(path, bytes, mode, true)
+}
+
+/// Temp file and rename without fsync: readers never see a torn file, but a
+/// power cut may lose it. For files derived from durable ones (records are
+/// repaired from `submission.json`) and for rendered copies.
+pub fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
+    write_file(path, bytes, 0o644, false)
+}
+
+fn write_file(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<(), StateError> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io(dir))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
@@ -59,10 +78,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     {
         let mut f = File::create(&tmp).map_err(io(&tmp))?;
         f.write_all(bytes).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
+        f.set_permissions(fs::Permissions::from_mode(mode)).map_err(io(&tmp))?;
+        if durable {
+            f.sync_all().map_err(io(&tmp))?;
+        }
     }
     fs::rename(&tmp, path).map_err(io(path))?;
-    sync_dir(dir)
+    if durable {
+        sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StateError> {
@@ -82,6 +107,13 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StateErr
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(StateError::Io { path: path.into(), source: e }),
     }
+}
+
+/// What the state directory stores about the sweep (`sweep.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredSweep {
+    pub cluster: String,
+    pub sweep: crate::sweep::Sweep,
 }
 
 /// A state change as observed by a poll.
@@ -120,6 +152,32 @@ pub struct Attempt {
     /// (`ok`, `oom`, `failed`, `cancelled`). `None`: not seen (yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
+    /// Bytes of `events.jsonl` read while this attempt was the latest (the
+    /// next read starts here: one poll reads only what is new).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub events_offset: u64,
+    /// The last `start` line read was this attempt's own (its lines follow).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub events_mine: bool,
+    /// The worker's last reported phase and peak, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Live>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Live progress of a running attempt, from its heartbeats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Live {
+    pub phase: spec::event::Phase,
+    pub peak_bytes: u64,
+    /// When the worker started (its `start` line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_t: Option<f64>,
+    /// Time of the last event.
+    pub t: f64,
 }
 
 /// How long a submitted task may be absent from both squeue and sacct before
@@ -238,6 +296,35 @@ pub struct Submission {
     pub abandoned: bool,
     /// The script's path on the cluster.
     pub remote_script: String,
+    /// Where the submission protocol has it ([`crate::submit::protocol`]);
+    /// `array_job_id` and `abandoned` mirror its final states.
+    #[serde(default)]
+    pub intent: IntentState,
+}
+
+impl Submission {
+    /// The protocol state (files written before the protocol had states say
+    /// it only through `array_job_id` and `abandoned`).
+    pub fn state(&self) -> IntentState {
+        match (&self.array_job_id, self.abandoned) {
+            (Some(id), _) => IntentState::Submitted { job_id: id.clone() },
+            (None, true) => IntentState::Abandoned,
+            (None, false) => self.intent.clone(),
+        }
+    }
+
+    /// Moves to `s`, keeping the mirrored fields in step.
+    pub fn set_state(&mut self, s: IntentState) {
+        match &s {
+            IntentState::Submitted { job_id } => {
+                self.array_job_id = Some(job_id.clone());
+                self.submitted_at = Some(now());
+            }
+            IntentState::Abandoned => self.abandoned = true,
+            _ => {}
+        }
+        self.intent = s;
+    }
 }
 
 /// An open state directory, locked for the lifetime of this value.
@@ -314,8 +401,13 @@ impl StateDir {
         Ok(out)
     }
 
+    /// Records are rebuilt from the submissions by [`StateDir::repair`] and
+    /// re-polled from SLURM, so they are replaced atomically but not fsynced.
     pub fn save_record(&self, r: &ConfigRecord) -> Result<(), StateError> {
-        write_json(&self.record_path(&r.hash), r)
+        let path = self.record_path(&r.hash);
+        let mut bytes = serde_json::to_vec_pretty(r).map_err(|source| StateError::Json { path: path.clone(), source })?;
+        bytes.push(b'\n');
+        write_replace(&path, &bytes)
     }
 
     pub fn load_submissions(&self) -> Result<Vec<Submission>, StateError> {
@@ -340,14 +432,14 @@ impl StateDir {
         write_json(&self.submission_dir(&s.id).join("submission.json"), s)
     }
 
-    /// Appends one JSON line to `journal.jsonl` and fsyncs it.
+    /// Appends one JSON line to `journal.jsonl` (for humans and audits; the
+    /// protocol's record is `submission.json`, so no fsync here).
     pub fn journal(&self, entry: serde_json::Value) -> Result<(), StateError> {
         let path = self.root.join("journal.jsonl");
         let mut line = serde_json::to_vec(&entry).map_err(|source| StateError::Json { path: path.clone(), source })?;
         line.push(b'\n');
         let mut f = OpenOptions::new().create(true).append(true).open(&path).map_err(io(&path))?;
-        f.write_all(&line).map_err(io(&path))?;
-        f.sync_data().map_err(io(&path))
+        f.write_all(&line).map_err(io(&path))
     }
 
     /// Brings the per-config records in line with the submissions (the intent
@@ -381,6 +473,9 @@ impl StateDir {
                         history: vec![],
                         abandoned: s.abandoned,
                         worker: None,
+                        events_offset: 0,
+                        events_mine: false,
+                        live: None,
                     }),
                 }
                 if *r != before {
@@ -450,6 +545,9 @@ mod tests {
             history: vec![],
             abandoned: false,
             worker: None,
+            events_offset: 0,
+            events_mine: false,
+            live: None,
         };
         assert!(!a.missing(100.0, 105.0), "within the grace");
         assert!(a.is_live());
@@ -483,6 +581,7 @@ mod tests {
             submitted_at: None,
             abandoned: false,
             remote_script: "/x".into(),
+            intent: IntentState::Intended,
         };
         st.save_submission(&sub).expect("sub");
         let r = st.repair().expect("repair");

@@ -127,6 +127,8 @@ fn world(env: &ClusterEnv, test: &str, n: usize, parallel: u32, sleep: f64) -> W
         state_root: dir.join("state"),
         clusters_file: Some(dir.join("clusters.yaml")),
         template_dirs: vec![],
+        // The record template runs no worker: no result line ever comes, so no lag grace.
+        result_grace: Duration::from_secs(2),
         ..Options::default()
     };
     World { _tmp: tmp, dir, opts, exp_file, remote_work }
@@ -162,6 +164,7 @@ impl World {
         let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
         c.arg(sub).arg(arg);
         c.arg("--state-dir").arg(&self.opts.state_root).arg("--clusters").arg(self.opts.clusters_file.as_ref().expect("file"));
+        c.arg("--result-grace").arg(self.opts.result_grace.as_secs_f64().to_string());
         c
     }
 }
@@ -441,4 +444,98 @@ fn cluster_figures_for_a_120_config_sweep() {
     assert_eq!(ids.len(), 2);
     let r = watch(&w, "ct-fig120", Duration::from_secs(120));
     assert_eq!(r.count("COMPLETED") + r.count("CANCELLED"), 120, "{}", r.table());
+}
+
+#[path = "support/stall.rs"]
+mod stall;
+use stall::{wait_bounded, wait_for_intent, Stall};
+
+#[derive(Debug, Clone, Copy)]
+enum Moment {
+    /// The controller is stopped before `submit` starts.
+    BeforeSubmit,
+    /// Stopped the instant the intent is on disk: sbatch is about to run or in flight.
+    MidSbatch,
+    /// Stopped 0.3 s after the intent: sbatch has reached the controller or is waiting on it.
+    LateSbatch,
+    /// Stopped after `submit` returned; a `status` runs against the stalled controller.
+    AfterSubmit,
+    /// The controller goes down (killed) the instant the intent is on disk:
+    /// sbatch fails to connect, and SLURM never gets the job.
+    DownDuringSbatch,
+}
+
+/// The field report of issue 11: SIGSTOP slurmctld during a submit, SIGCONT
+/// later, then `resume`. At every moment SLURM must end up with exactly one
+/// array task per config, all completed: an sbatch that timed out leaves its
+/// intent unresolved (never abandoned) until SLURM answers by the job name.
+#[test]
+fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_config() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let t_all = Instant::now();
+    for moment in [Moment::BeforeSubmit, Moment::MidSbatch, Moment::LateSbatch, Moment::AfterSubmit, Moment::DownDuringSbatch] {
+        let t0 = Instant::now();
+        // Job names keep 24 characters of the experiment name: stay below.
+        let exp = format!("ct-stall-{}", format!("{moment:?}").to_lowercase().chars().take(12).collect::<String>());
+        let w = world(&env, &exp, 4, 4, 0.0);
+        let mut stall = Stall::new(&env);
+        let journal = w.opts.state_root.join(&exp).join("journal.jsonl");
+        let submit_out = match moment {
+            Moment::BeforeSubmit => {
+                stall.pause();
+                let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
+                std::thread::sleep(Duration::from_secs(8));
+                stall.resume();
+                wait_bounded(child, Duration::from_secs(90), "submit")
+            }
+            Moment::MidSbatch | Moment::LateSbatch => {
+                let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
+                wait_for_intent(&journal);
+                if matches!(moment, Moment::LateSbatch) {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                stall.pause();
+                std::thread::sleep(Duration::from_secs(8));
+                stall.resume();
+                wait_bounded(child, Duration::from_secs(90), "submit")
+            }
+            Moment::DownDuringSbatch => {
+                let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
+                wait_for_intent(&journal);
+                stall.stop();
+                let out = wait_bounded(child, Duration::from_secs(90), "submit");
+                stall.start();
+                out
+            }
+            Moment::AfterSubmit => {
+                let out = w.binary("submit", &w.exp_file).output().expect("submit");
+                assert!(out.status.success(), "submit: {}", String::from_utf8_lossy(&out.stderr));
+                stall.pause();
+                let child = w.binary("status", &exp).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("status");
+                let st = wait_bounded(child, Duration::from_secs(60), "status against a stalled controller");
+                eprintln!("status while stalled: {}", String::from_utf8_lossy(&st.stdout).lines().last().unwrap_or(""));
+                stall.resume();
+                out
+            }
+        };
+        eprintln!(
+            "{moment:?}: submit exit {:?}: {}{}",
+            submit_out.status.code(),
+            String::from_utf8_lossy(&submit_out.stdout),
+            String::from_utf8_lossy(&submit_out.stderr)
+        );
+        // resume after the controller is back: settles by name, then submits what SLURM never got.
+        let out = w.binary("resume", &exp).output().expect("resume");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{moment:?} resume: {}{text}", String::from_utf8_lossy(&out.stderr));
+        eprintln!("{moment:?}: resume: {}", text.trim());
+        let r = watch(&w, &exp, Duration::from_secs(90));
+        assert_eq!(r.count("COMPLETED"), 4, "{moment:?}\n{}", r.table());
+        let per = jobs_per_config(&env, &w, &exp);
+        eprintln!("{moment:?}: array tasks per config {:?} ({:.1} s)", per.values().collect::<Vec<_>>(), t0.elapsed().as_secs_f64());
+        assert_eq!(per.len(), 4, "{moment:?}: every config has a job: {per:?}");
+        assert!(per.values().all(|&n| n == 1), "{moment:?}: duplicates: {per:?}");
+    }
+    eprintln!("FIGURES: stall test, 5 moments: {:.1} s", t_all.elapsed().as_secs_f64());
 }

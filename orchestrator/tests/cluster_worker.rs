@@ -135,6 +135,8 @@ fn experiment(sh: &Shared, name: &str, body: &str) -> Exp {
         state_root: sh.dir.join(format!("state-{name}")),
         clusters_file: Some(sh.clusters.clone()),
         template_dirs: vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../templates")],
+        // No lag here (the lag test sets its own): a killed worker's missing result is final at once.
+        result_grace: Duration::from_secs(3),
         ..Options::default()
     };
     Exp { name: name.into(), file, opts }
@@ -407,4 +409,91 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
     let r = exp.watch(Duration::from_secs(120));
     assert_eq!(r.rows[0].state, "CANCELLED", "{}", r.table());
     assert_eq!(exp.records()[name].attempts.len(), 2);
+}
+
+/// Stops the test cluster's lagging mirror when dropped.
+struct Mirror<'a>(&'a BTreeMap<String, String>);
+
+impl Mirror<'_> {
+    fn script(env: &BTreeMap<String, String>, args: &[&str]) {
+        let out = Command::new(get(env, "SWEEP_TEST_SCRIPT"))
+            .args(args)
+            .env("SWEEP_TEST_CLUSTER_DIR", get(env, "SWEEP_TEST_CLUSTER_DIR"))
+            .output()
+            .expect("test-cluster.sh runs");
+        assert!(out.status.success(), "test-cluster.sh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+impl Drop for Mirror<'_> {
+    fn drop(&mut self) {
+        Mirror::script(self.0, &["lag-stop"]);
+    }
+}
+
+/// A lagging shared filesystem, for real: the jobs' workers write their
+/// events into a worker-side directory that `test-cluster.sh lag-start`
+/// mirrors into the one the orchestrator reads, 6 s late. SLURM says FAILED
+/// (the worker's exit 3) before the `oom` line is visible: `resume` then must
+/// not retry it, and every result is collected once it shows up.
+#[test]
+fn cluster_worker_lagging_events_are_all_collected_and_a_late_oom_is_not_retried() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let sh = shared(&env);
+    let profile = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../templates/profile.sbatch.hbs")).expect("template");
+    let lagging = profile.replace("--state-dir {{sh state_dir}}", "--state-dir {{sh work_dir}}/lagging-view/state");
+    assert_ne!(lagging, profile, "the template names the worker's state dir");
+    let template = sh.dir.join("profile-lagging.sbatch.hbs");
+    std::fs::write(&template, lagging).expect("template");
+    let mut exp = experiment(
+        sh,
+        "cw-lag",
+        &format!(
+            "template: {}\nworker: {{backend: flex, memory_limit: 32MiB}}\n\
+             model: {{family: dit, hidden: 64, heads: 4, depth: 2, patch: 4}}\n\
+             sweep:\n  configs:\n\
+             \x20   - {{name: small}}\n\
+             \x20   - {{name: big, input.spatial: [16, 16, 16], model: {{family: unet, channels: [32, 64], attention_levels: [false, true], num_res_blocks: 1, num_head_channels: 32}}}}\n",
+            template.display()
+        ),
+    );
+    exp.opts.result_grace = Duration::from_secs(120);
+    let src = format!("{}/lagging-view/state/cw-lag/runs", sh.remote_work);
+    let dst = format!("{}/state/cw-lag/runs", sh.remote_work);
+    Mirror::script(&env, &["lag-start", &src, &dst, "6"]);
+    let _mirror = Mirror(&env);
+    let sweep = exp.sweep();
+    let t0 = Instant::now();
+    rt().block_on(submit::submit(&sweep, &exp.opts, false)).expect("submit");
+    // The moment SLURM says `big` ended, its result is not visible yet: the lag is real.
+    loop {
+        assert!(t0.elapsed() < Duration::from_secs(240), "big never ended:\n{}", exp.status().table());
+        let r = exp.status();
+        let row = r.rows.iter().find(|x| x.name == "big").expect("row").clone();
+        if row.state == "FAILED" {
+            assert_eq!(row.result, None, "the oom line must still be in flight:\n{}", r.table());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // resume now: FAILED without a visible result is not taken for a killed worker.
+    let rep = rt().block_on(submit::submit(&sweep, &exp.opts, true)).expect("resume during the lag");
+    assert!(rep.submitted.is_empty(), "nothing resubmitted during the lag: {rep:?}");
+    let why = rep.skipped.iter().find(|(n, _)| n == "big").map(|(_, w)| w.clone()).unwrap_or_default();
+    assert!(why.contains("without a visible result"), "{why}");
+    // Every result arrives, late.
+    let r = exp.watch(Duration::from_secs(120));
+    eprintln!("{}", r.table());
+    let recs = exp.records();
+    assert_eq!(status_of(&recs["small"]), Some("ok"), "{:?}", recs["small"].result);
+    assert_eq!(status_of(&recs["big"]), Some("oom"), "{:?}", recs["big"].result);
+    let rep = rt().block_on(submit::submit(&sweep, &exp.opts, true)).expect("resume");
+    assert!(rep.submitted.is_empty(), "{rep:?}");
+    assert!(rep.skipped.iter().any(|(n, w)| n == "big" && w == "measured oom"), "{:?}", rep.skipped);
+    assert_eq!(exp.records()["big"].attempts.len(), 1, "the late oom is never retried");
+    let ms = std::fs::read_to_string(exp.opts.state_root.join("cw-lag").join("measurements.jsonl")).expect("measurements");
+    let ms = spec::record::read_jsonl(&ms).expect("parse");
+    assert_eq!(ms.len(), 2, "one measurement per result, appended once: {ms:?}");
+    eprintln!("FIGURES: lag test (6 s lagging view): {:.1} s", t0.elapsed().as_secs_f64());
 }

@@ -56,6 +56,9 @@ impl EventLog {
         line.push('\n');
         let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
         f.write_all(line.as_bytes())?;
-        f.flush()
+        f.flush()?;
+        // On a shared filesystem the line must be on the server before the
+        // job can end: the orchestrator may read it from another node.
+        f.sync_data()
     }
 }

@@ -26,8 +26,7 @@ use std::path::{Path, PathBuf};
 use crate::collect::{self, RunResult};
 use crate::precheck::Predictor;
 use crate::slurm::{Activity, SlurmState};
-use crate::state::{self, ConfigRecord, StateError};
-use crate::submit::StoredSweep;
+use crate::state::{self, ConfigRecord, StateError, StoredSweep};
 use crate::sweep::SweepConfig;
 
 const GIB: f64 = (1u64 << 30) as f64;

@@ -48,6 +48,9 @@ fn attempt(task: u32, state: Option<SlurmState>) -> Attempt {
         state,
         abandoned: false,
         worker: None,
+        events_offset: 0,
+        events_mine: false,
+        live: None,
     }
 }
 

@@ -18,6 +18,10 @@ pub struct Common {
     /// Template directory searched before ./templates and the built-ins.
     #[arg(long, global = true)]
     pub templates: Option<PathBuf>,
+    /// Seconds a job that ended without a visible result is read again before
+    /// it counts as killed (shared filesystems show the last lines late).
+    #[arg(long, global = true, default_value_t = 120.0)]
+    pub result_grace: f64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -120,7 +124,13 @@ pub enum ClusterCommand {
 }
 
 fn options(common: &Common, select: Option<&Selection>, retry: Option<&Retry>) -> Options {
-    let mut o = Options { state_root: common.state_dir.clone(), clusters_file: common.clusters.clone(), cluster: common.cluster.clone(), ..Options::default() };
+    let mut o = Options {
+        state_root: common.state_dir.clone(),
+        clusters_file: common.clusters.clone(),
+        cluster: common.cluster.clone(),
+        result_grace: Duration::from_secs_f64(common.result_grace.max(0.0)),
+        ..Options::default()
+    };
     if let Some(t) = &common.templates {
         o.template_dirs.insert(0, t.clone());
     }
@@ -156,6 +166,9 @@ fn print_submit(r: &SubmitReport) {
     for s in &r.abandoned {
         println!("settled interrupted submission {s}: SLURM never got it (its configs are free again)");
     }
+    for s in &r.unresolved {
+        println!("unresolved submission {s}: SLURM has not answered by its job name yet; its configs stay reserved");
+    }
     println!(
         "submitted {} configs in {} job array(s) [{}]; {} cluster commands, {} file transfers, {:.1} s",
         r.submitted.len(),
@@ -186,15 +199,29 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
         }
         ClusterCommand::Status { experiment, watch, interval, max_interval, json, common } => {
             let opts = options(&common, None, None);
-            let name = experiment_of(&experiment, &[], &opts)?.experiment.name;
+            let sweep = experiment_of(&experiment, &[], &opts)?;
+            let name = sweep.experiment.name.clone();
+            if Path::new(&experiment).is_file() && stored_sweep(&opts.state_root, &name).is_err() {
+                // A file never submitted: every config, not submitted, nothing to poll.
+                let r = view::unsubmitted(&sweep);
+                if json {
+                    for row in &r.rows {
+                        println!("{}", serde_json::to_string(row).unwrap_or_default());
+                    }
+                } else {
+                    print!("{}", r.table());
+                    println!("experiment `{name}` has not been submitted (no state under {})", opts.state_root.display());
+                }
+                return Ok(());
+            }
             let w = watch.then(|| Watch {
                 min: Duration::from_secs_f64(interval.max(0.1)),
                 max: Duration::from_secs_f64(max_interval.max(interval).max(0.1)),
                 max_polls: None,
             });
             // --watch on a terminal: one bar (configs ended, running, ETA) instead of a table per poll.
-            let bar = crate::progress::bar(0, "configs ended");
-            let live_bar = watch && !json && !bar.is_hidden();
+            let bar = crate::progress::watch_bar();
+            let live_bar = watch && !json && !bar.bar.is_hidden();
             let (root, exp) = (opts.state_root.clone(), name.clone());
             let mut show = move |r: &StatusReport| {
                 let progress = crate::progress::read(&root, &exp).ok();
@@ -205,7 +232,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
                     if !r.settled {
                         return;
                     }
-                    bar.finish_and_clear();
+                    bar.bar.finish_and_clear();
                 }
                 if json {
                     for row in &r.rows {

@@ -214,6 +214,11 @@ impl Transport for LocalTransport {
         }
     }
 
+    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
+        self.counters.file();
+        super::local_slurm::read_local_from(path, offset)
+    }
+
     fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
         use sha2::{Digest, Sha256};
         match std::fs::read(path) {

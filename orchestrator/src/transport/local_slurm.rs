@@ -54,6 +54,11 @@ impl Shell for LocalShell {
         }
     }
 
+    fn read_file_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
+        self.counters.file();
+        read_local_from(path, offset)
+    }
+
     fn absolute(&self, path: &str) -> Result<String, TransportError> {
         let p = match path.strip_prefix("~/") {
             Some(rest) => std::env::var_os("HOME")
@@ -73,13 +78,50 @@ impl Shell for LocalShell {
     }
 }
 
-/// Atomic local write with parents created; `executable` sets mode 0755.
+/// Atomic local write with parents created; `executable` sets mode 0755 on
+/// the temp file before the rename, so no one ever sees the new file without it.
 pub(crate) fn write_local(path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
     let p = Path::new(path);
-    crate::state::write_atomic(p, data).map_err(|e| file_err(path, e))?;
-    if executable {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).map_err(|e| file_err(path, e))?;
+    let mode = if executable { 0o755 } else { 0o644 };
+    crate::state::write_atomic_mode(p, data, mode).map_err(|e| file_err(path, e))
+}
+
+/// A local file's bytes from `offset` on (`None`: no such file).
+pub(crate) fn read_local_from(path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(file_err(path, e)),
+    };
+    let mut out = Vec::new();
+    f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_to_end(&mut out)).map_err(|e| file_err(path, e))?;
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn an_installed_executable_has_its_mode_when_it_appears() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("bin/worker");
+        write_local(p.to_str().expect("utf-8"), b"#!/bin/sh\n", true).expect("write");
+        assert_eq!(std::fs::metadata(&p).expect("stat").permissions().mode() & 0o777, 0o755);
+        write_local(p.to_str().expect("utf-8"), b"data", false).expect("rewrite");
+        assert_eq!(std::fs::metadata(&p).expect("stat").permissions().mode() & 0o777, 0o644);
     }
-    Ok(())
+
+    #[test]
+    fn reads_from_an_offset() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("events.jsonl");
+        std::fs::write(&p, b"abc\ndef\n").expect("write");
+        let path = p.to_str().expect("utf-8");
+        assert_eq!(read_local_from(path, 4).expect("read"), Some(b"def\n".to_vec()));
+        assert_eq!(read_local_from(path, 8).expect("read"), Some(vec![]));
+        assert_eq!(read_local_from(&format!("{path}.missing"), 0).expect("read"), None);
+    }
 }

@@ -101,6 +101,21 @@ pub trait Shell: Send + Sync {
     fn write_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError>;
     /// Reads a file; `None` if it does not exist.
     fn read_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError>;
+    /// The bytes of a file from `offset` on (`None`: no such file), so event
+    /// files are read incrementally. The default runs `tail -c` on the
+    /// cluster: one command, only the new bytes cross the link.
+    fn read_file_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
+        // The path is `$1` and the offset `$2`, never part of the script text; exit 2 means absent.
+        const SCRIPT: &str = r#"[ -e "$1" ] || exit 2; exec tail -c +"$2" -- "$1""#;
+        let argv: Vec<String> =
+            ["sh", "-c", SCRIPT, "sh", path, &(offset + 1).to_string()].iter().map(|s| s.to_string()).collect();
+        let out = self.run(&argv, true)?;
+        match out.status {
+            0 => Ok(Some(out.stdout.into_bytes())),
+            2 => Ok(None),
+            status => Err(TransportError::Command { command: format!("tail -c +{} {path}", offset + 1), status, stderr: out.stderr.trim().to_string() }),
+        }
+    }
     /// Makes a relative path absolute (relative to the login directory).
     fn absolute(&self, path: &str) -> Result<String, TransportError>;
     fn describe(&self) -> String;
@@ -137,6 +152,8 @@ pub trait Transport: Send + Sync {
     fn worker_path(&self) -> Result<String, TransportError>;
     fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError>;
     fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError>;
+    /// The bytes of a file from `offset` on; `None` when there is no such file.
+    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError>;
     /// Size and SHA-256 (hex) of a file on the cluster, computed there (so
     /// `install` skips an upload of a binary that is already in place);
     /// `None` when there is no such file.
@@ -198,11 +215,13 @@ impl SlurmTransport {
     }
 
     fn checked(&self, argv: Vec<String>, idempotent: bool) -> Result<ExecOutput, TransportError> {
+        // The message names the command, never the environment's values (tokens, secrets).
+        let shown = argv.join(" ");
         let argv = self.argv(argv);
         let out = self.shell.run(&argv, idempotent)?;
         if out.status != 0 {
             return Err(TransportError::Command {
-                command: argv.join(" "),
+                command: shown,
                 status: out.status,
                 stderr: out.stderr.trim().to_string(),
             });
@@ -237,6 +256,10 @@ impl Transport for SlurmTransport {
 
     fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
         self.shell.read_file(path)
+    }
+
+    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
+        self.shell.read_file_from(path, offset)
     }
 
     fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
@@ -358,6 +381,19 @@ mod tests {
         assert_eq!(parse_digest(&format!("0\n{h}  -\n")), Some((0, h.to_string())));
         assert_eq!(parse_digest("12\nnot-a-hash  -\n"), None);
         assert_eq!(parse_digest(""), None);
+    }
+
+    #[test]
+    fn a_failing_commands_error_names_the_command_not_the_environment() {
+        // A real process that fails (`sbatch` of a missing script; `env` exits 127 without SLURM).
+        let mut cfg = ClusterConfig::local();
+        cfg.transport = TransportKind::LocalSlurm;
+        cfg.env.insert("SWEEP_SECRET_TOKEN".into(), "hunter2-secret".into());
+        let t = SlurmTransport::new(Box::new(local_slurm::LocalShell::new(&cfg)), &cfg);
+        let e = t.submit("/nonexistent/job.sbatch").expect_err("fails");
+        let msg = e.to_string();
+        assert!(msg.contains("sbatch"), "{msg}");
+        assert!(!msg.contains("hunter2-secret") && !msg.contains("SWEEP_SECRET_TOKEN"), "{msg}");
     }
 
     #[test]

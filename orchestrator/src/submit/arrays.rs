@@ -1,0 +1,167 @@
+//! Rendering job arrays: one sbatch script and manifest per array, split below
+//! `MaxArraySize`, written under the submission's directory.
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::{allowed, cluster_name, experiment_hash, template_dirs, verdicts, CommandError, Options, StoredSweep, Target};
+use crate::cluster::{merge_resources, ClusterConfig, ClustersFile};
+use crate::render::{JobVars, Renderer};
+use crate::slurm;
+use crate::state::{self, StateError, Submission};
+use crate::submit::protocol::IntentState;
+use crate::sweep::{Sweep, SweepConfig};
+use crate::transport;
+
+/// Everything one submission needs, rendered.
+pub(crate) struct Prepared {
+    pub sub: Submission,
+    pub files: Vec<(String, Vec<u8>)>,
+    pub script_local: PathBuf,
+}
+
+fn random_suffix() -> String {
+    let mut h = Sha256::new();
+    h.update(std::process::id().to_le_bytes());
+    h.update(state::now().to_le_bytes());
+    h.update(format!("{:?}", Instant::now()).as_bytes());
+    hex::encode(&h.finalize()[..2])
+}
+
+/// Renders job arrays for `configs` (split below MaxArraySize); writes the
+/// scripts and manifests under `dir_for(sid)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn prepare_arrays(
+    sweep: &Sweep,
+    configs: &[&SweepConfig],
+    target: &Target,
+    remote_state: &str,
+    worker: &str,
+    max_array: u32,
+    first_seq: usize,
+    renderer: &mut Renderer,
+    dir_for: &dyn Fn(&str) -> PathBuf,
+) -> Result<Vec<Prepared>, CommandError> {
+    let exp = &sweep.experiment;
+    let exph = experiment_hash(&exp.name);
+    let resources = merge_resources(&exp.slurm, &target.config.defaults);
+    let template = exp.template.clone().unwrap_or_else(|| "profile".into());
+    let mut out = Vec::new();
+    for (k, range) in slurm::chunks(configs.len(), max_array).into_iter().enumerate() {
+        let chunk = &configs[range];
+        let sid = format!("s{:03}-{}", first_seq + k, random_suffix());
+        let job_name = format!("sw-{}-{exph}-{sid}", slurm::slug(&exp.name, 24));
+        let hashes: Vec<String> = chunk.iter().map(|c| c.hash.0.clone()).collect();
+        let mut comment = format!("sweep:exp={};exph={exph};sub={sid};configs={}", slurm::slug(&exp.name, 40), hashes.join(","));
+        // SLURM keeps comments in accounting; keep them to a sane length (the manifest has all).
+        if comment.len() > 1000 {
+            comment.truncate(990);
+            comment.push_str(",...");
+        }
+        let array = slurm::array_spec(chunk.len(), exp.array_parallelism);
+        let sub_dir = format!("{remote_state}/{}/submissions/{sid}", exp.name);
+        let vars = JobVars {
+            experiment: exp.name.clone(),
+            description: exp.description.clone(),
+            submission: sid.clone(),
+            job_name: job_name.clone(),
+            comment: comment.clone(),
+            array: array.clone(),
+            tasks: chunk.len(),
+            slurm: (&resources).into(),
+            work_dir: remote_state.trim_end_matches("/state").to_string(),
+            state_dir: remote_state.to_string(),
+            submission_dir: sub_dir.clone(),
+            log_dir: sub_dir.clone(),
+            manifest: format!("{sub_dir}/manifest.json"),
+            manifest_jsonl: format!("{sub_dir}/manifest.jsonl"),
+            worker: worker.to_string(),
+            worker_args: exp.worker.args(),
+        };
+        let script = renderer.render(&template, &vars)?;
+        let manifest = spec::run::Manifest {
+            experiment: exp.name.clone(),
+            task_offset: 0,
+            configs: chunk.iter().map(|c| c.config.clone()).collect(),
+        };
+        let manifest_json = serde_json::to_vec_pretty(&manifest).map_err(|e| CommandError::Refused(e.to_string()))?;
+        let mut jsonl = Vec::new();
+        for c in chunk {
+            jsonl.extend(serde_json::to_vec(&c.config).map_err(|e| CommandError::Refused(e.to_string()))?);
+            jsonl.push(b'\n');
+        }
+        let local_dir = dir_for(&sid);
+        let files = vec![
+            ("manifest.json".to_string(), manifest_json),
+            ("manifest.jsonl".to_string(), jsonl),
+            ("job.sbatch".to_string(), script.into_bytes()),
+        ];
+        for (name, data) in &files {
+            // Copies of what goes to the cluster: replaced atomically, no fsync (the intent is the durable record).
+            state::write_replace(&local_dir.join(name), data)?;
+        }
+        out.push(Prepared {
+            sub: Submission {
+                id: sid,
+                job_name,
+                comment,
+                array,
+                tasks: hashes,
+                intended_at: 0.0,
+                array_job_id: None,
+                submitted_at: None,
+                abandoned: false,
+                remote_script: format!("{sub_dir}/job.sbatch"),
+                intent: IntentState::Intended,
+            },
+            files: files.into_iter().map(|(n, d)| (format!("{sub_dir}/{n}"), d)).collect(),
+            script_local: local_dir.join("job.sbatch"),
+        });
+    }
+    Ok(out)
+}
+
+
+/// `render`: the scripts `submit` would send now, written under
+/// `state/<experiment>/render/` and returned; nothing is submitted and the
+/// state's records are left alone.
+pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, String)>, CommandError> {
+    if !state::valid_experiment_name(&sweep.experiment.name) {
+        return Err(StateError::BadName(sweep.experiment.name.clone()).into());
+    }
+    let prev = state::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
+    let cluster = cluster_name(opts, sweep, prev.as_ref());
+    let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
+    let (name, config) = file.get(&cluster, &label)?;
+    // Rendering needs no connection: the work dir is taken as written.
+    let remote_state = match (&config.work_dir, config.transport) {
+        (Some(w), _) => format!("{}/state", w.trim_end_matches('/')),
+        (None, _) => std::path::absolute(&opts.state_root).map(|p| p.display().to_string()).unwrap_or_default(),
+    };
+    let worker = config.worker.clone().unwrap_or_else(|| match &config.work_dir {
+        Some(w) => format!("{}/bin/worker", w.trim_end_matches('/')),
+        None => "worker".into(),
+    });
+    let target = Target { name, transport: transport::open(&cluster, &ClusterConfig::local(), &opts.state_root)?, config };
+    let v = verdicts(sweep);
+    let mut seen = BTreeSet::new();
+    let todo: Vec<&SweepConfig> = sweep
+        .configs
+        .iter()
+        .filter(|c| seen.insert(&c.hash.0))
+        .filter(|c| v.get(&c.hash.0).is_some_and(|(verdict, _)| allowed(verdict, opts)))
+        .collect();
+    let mut renderer = Renderer::new(template_dirs(opts, sweep));
+    let dir = opts.state_root.join(&sweep.experiment.name).join("render");
+    let prepared = prepare_arrays(sweep, &todo, &target, &remote_state, &worker, 1001, 1, &mut renderer, &|sid| dir.join(sid))?;
+    Ok(prepared
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p.script_local).unwrap_or_default();
+            (p.script_local, text)
+        })
+        .collect())
+}
+

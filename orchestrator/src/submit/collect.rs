@@ -1,0 +1,351 @@
+//! Collecting what the workers wrote, tolerant of a lagging shared filesystem.
+//!
+//! Each poll reads, for the latest attempt of each config that runs, just
+//! changed state, or ended without a visible result, only the bytes of its
+//! `events.jsonl` past the attempt's offset (one poll costs O(running + newly
+//! ended) small reads, not O(all events)). The new complete lines are parsed
+//! by the one event parser ([`crate::collect`]), folded into the attempt
+//! (live phase and peak, the worker's outcome, the result), appended to the
+//! local copy, and a new measurement is appended to `measurements.jsonl`.
+//!
+//! A job that ended FAILED, OUT_OF_MEMORY or COMPLETED without a visible
+//! result is read again on later polls for the grace period
+//! ([`super::Options::result_grace`]) before `resume` classifies it: on NFS
+//! or Lustre the worker's last line may reach the login node seconds after
+//! SLURM says the job ended, and a measured `oom` must never be retried.
+
+use spec::event::{Event, Phase};
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use super::{blocking, same_file, Target};
+use crate::collect::{complete_lines, parse_events, to_record};
+use crate::slurm::{Activity, SlurmState, WorkerOutcome};
+use crate::state::{self, Attempt, ConfigRecord, Live, StateDir};
+use crate::sweep::Sweep;
+
+/// What one collection pass read.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Collected {
+    pub files: u32,
+    pub bytes: u64,
+}
+
+/// When SLURM's end of this attempt was first seen (the grace starts there).
+fn ended_at(a: &Attempt) -> Option<f64> {
+    a.history.iter().rev().find(|h| h.state.is_ended()).map(|h| h.t)
+}
+
+/// Whether an ended attempt's missing result may still arrive: the states a
+/// worker that wrote its result ends in, within `grace_s` of the end.
+pub(crate) fn awaiting_result(a: &Attempt, grace_s: f64, now: f64) -> bool {
+    let Some(state) = &a.state else { return false };
+    matches!(state, SlurmState::Failed | SlurmState::OutOfMemory | SlurmState::Completed)
+        && !matches!(a.worker_outcome(), WorkerOutcome::Result(_))
+        && ended_at(a).is_some_and(|t| now - t < grace_s)
+}
+
+fn wants_read(a: &Attempt, changed: bool, settle: bool, grace_s: f64, now: f64) -> bool {
+    let activity = a.state.as_ref().map(SlurmState::activity);
+    // A queued task's job id is its array's (squeue, sacct): its worker's
+    // `start` (with the task's own id) could not be told apart. A task that
+    // started between polls is read at the next one, under its own id.
+    if matches!(activity, None | Some(Activity::Queued)) {
+        return false;
+    }
+    let no_result = !matches!(a.worker_outcome(), WorkerOutcome::Result(_));
+    activity == Some(Activity::Running)
+        || changed
+        || awaiting_result(a, grace_s, now)
+        || (settle && activity == Some(Activity::Ended) && a.job_id.is_some() && no_result)
+}
+
+/// Folds newly read events into the latest attempt and the record. `events`
+/// carry the byte offset where each line ends. Returns where folding stopped
+/// early (a `start` of a job the poll has not named yet is left for a later
+/// read), `None` when every event was used; and whether the result changed.
+pub(crate) fn fold(r: &mut ConfigRecord, events: Vec<(Event, usize)>) -> (Option<usize>, bool) {
+    let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) else { return (None, false) };
+    let before = r.result.clone();
+    let (mut last_end, mut stopped) = (0, None);
+    for (event, end) in events {
+        match event {
+            Event::Start { t, env, .. } => {
+                let mine = match (env.slurm_job_id.as_deref(), a.job_id.as_deref()) {
+                    (None, _) => true, // a worker run by hand: the latest attempt's
+                    (Some(_), None) => {
+                        stopped = Some(last_end); // not decidable yet: keep it for the next read
+                        break;
+                    }
+                    (Some(j), Some(ours)) => j == ours,
+                };
+                a.events_mine = mine;
+                if mine {
+                    a.worker = Some("started".into());
+                    a.live = Some(Live { phase: Phase::Model, peak_bytes: 0, started_t: Some(t), t });
+                    r.result = None;
+                }
+            }
+            Event::Heartbeat { t, phase, peak_bytes, .. } | Event::PhaseEnd { t, phase, peak_bytes, .. } if a.events_mine => {
+                let l = a.live.get_or_insert(Live { phase, peak_bytes: 0, started_t: None, t });
+                l.phase = phase;
+                l.peak_bytes = l.peak_bytes.max(peak_bytes);
+                l.t = t;
+            }
+            Event::Result { .. } if a.events_mine => {
+                if let Ok(v) = serde_json::to_value(&event) {
+                    a.worker = v.get("status").and_then(|s| s.as_str()).map(str::to_string);
+                    r.result = Some(v);
+                }
+            }
+            _ => {}
+        }
+        last_end = end;
+    }
+    let changed = r.result != before;
+    (stopped, changed)
+}
+
+/// Reads the new events of the configs that need it (see the module doc).
+/// Failures only warn: the job states are what a poll must not lose.
+pub(crate) async fn pull_events(
+    st: &StateDir,
+    target: &Target,
+    records: &mut BTreeMap<String, ConfigRecord>,
+    sweep: &Sweep,
+    changed: &[String],
+    settle: bool,
+    grace_s: f64,
+) -> Collected {
+    let mut got = Collected::default();
+    let Ok(remote_state) = blocking(&target.transport, |t| t.remote_state_root()).await else { return got };
+    let configs: BTreeMap<&str, &spec::RunConfig> = sweep.configs.iter().map(|c| (c.hash.0.as_str(), &c.config)).collect();
+    let now = state::now();
+    for r in records.values_mut() {
+        let Some(latest) = r.latest() else { continue };
+        if latest.array_job_id.is_none() || !wants_read(latest, changed.contains(&r.hash), settle, grace_s, now) {
+            continue;
+        }
+        let Some(cfg) = configs.get(r.hash.as_str()) else { continue };
+        if !state::valid_experiment_name(&cfg.name) {
+            continue; // not a safe path component: the worker cannot have written it either
+        }
+        // A new attempt reads on from where the one before it stopped.
+        let prev_offset = r.attempts.iter().filter(|a| !a.abandoned).rev().nth(1).map_or(0, |a| a.events_offset);
+        let offset = latest.events_offset.max(prev_offset);
+        let remote = format!("{remote_state}/{}/runs/{}/events.jsonl", sweep.experiment.name, cfg.name);
+        let data = match blocking(&target.transport, {
+            let remote = remote.clone();
+            move |t| t.read_from(&remote, offset)
+        })
+        .await
+        {
+            Ok(Some(d)) => d,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!("cannot read {remote}: {e}");
+                continue;
+            }
+        };
+        got.files += 1;
+        got.bytes += data.len() as u64;
+        let (events, consumed, _) = complete_lines(&data);
+        let (stopped, result_changed) = fold(r, events);
+        let used = stopped.unwrap_or(consumed);
+        if let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) {
+            a.events_offset = offset + used as u64;
+        }
+        let local = st.path(&format!("runs/{}/events.jsonl", cfg.name));
+        if used > 0 && !same_file(&local, &remote) {
+            if let Err(e) = append_local(&local, offset, &data[..used]) {
+                tracing::warn!("{}: {e}", local.display());
+            }
+        }
+        if result_changed && r.result.is_some() {
+            if let Err(e) = append_measurement(st, cfg, &local) {
+                tracing::warn!("{e}");
+            }
+        }
+        if let Err(e) = st.save_record(r) {
+            tracing::warn!("{e}");
+        }
+    }
+    got
+}
+
+/// Appends the bytes read from `offset` to the local copy (which then holds
+/// exactly the bytes read so far; a copy from older versions is replaced).
+fn append_local(local: &std::path::Path, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(d) = local.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(local)?;
+    if f.metadata()?.len() != offset {
+        // Out of step (an older copy, a first read): start over from the cluster's bytes.
+        drop(f);
+        if offset != 0 {
+            return Ok(()); // the next full read (offset 0) rewrites it
+        }
+        return std::fs::write(local, bytes);
+    }
+    f.write_all(bytes)
+}
+
+/// Appends the measurement of a finished run to `measurements.jsonl` (read
+/// from this one config's local events: O(one file) per new result).
+fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::Path) -> Result<(), state::StateError> {
+    let io = |source| state::StateError::Io { path: local.to_path_buf(), source };
+    let bytes = std::fs::read(local).map_err(io)?;
+    let Some(rec) = to_record(cfg, &parse_events(&bytes)) else { return Ok(()) };
+    let path = st.path("measurements.jsonl");
+    let mut line = serde_json::to_vec(&rec).map_err(|source| state::StateError::Json { path: path.clone(), source })?;
+    line.push(b'\n');
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|source| state::StateError::Io { path: path.clone(), source })?;
+    f.write_all(&line).map_err(|source| state::StateError::Io { path, source })
+}
+
+/// What an events file says about the attempt that ran as SLURM job
+/// `job_id`: whether its worker wrote `start`, and its `result` event (the
+/// same fold a poll uses).
+pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<serde_json::Value>) {
+    let mut r = ConfigRecord { hash: String::new(), name: String::new(), verdict: None, predicted_gib: None, attempts: vec![], result: None };
+    r.attempts.push(Attempt {
+        submission: String::new(),
+        task_id: 0,
+        array_job_id: None,
+        job_id: job_id.map(str::to_string),
+        intended_at: 0.0,
+        submitted_at: None,
+        state: None,
+        history: vec![],
+        abandoned: false,
+        worker: None,
+        events_offset: 0,
+        events_mine: false,
+        live: None,
+    });
+    let (events, _, _) = complete_lines(text.as_bytes());
+    fold(&mut r, events);
+    (r.attempts[0].worker.is_some(), r.result)
+}
+
+/// The `result` event of the last attempt in an events file, whichever job ran it.
+pub fn last_result(text: &str) -> Option<serde_json::Value> {
+    crate::collect::last_result(text)
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(job: Option<&str>, state: Option<SlurmState>) -> Attempt {
+        Attempt {
+            submission: "s".into(),
+            task_id: 0,
+            array_job_id: Some("1".into()),
+            job_id: job.map(str::to_string),
+            intended_at: 0.0,
+            submitted_at: None,
+            state,
+            history: vec![],
+            abandoned: false,
+            worker: None,
+            events_offset: 0,
+            events_mine: false,
+            live: None,
+        }
+    }
+
+    fn record(a: Attempt) -> ConfigRecord {
+        ConfigRecord { hash: "h".into(), name: "n".into(), verdict: None, predicted_gib: None, attempts: vec![a], result: None }
+    }
+
+    const START_11: &str = "{\"event\":\"start\",\"t\":1.0,\"config\":\"n\",\"config_hash\":\"0\",\"env\":{\"host\":\"h\",\"device\":\"cpu\",\"backend\":\"flex\",\"dtype\":\"f32\",\"grad_ckpt\":false,\"slurm_job_id\":\"11\"}}\n";
+    const START_12: &str = "{\"event\":\"start\",\"t\":5.0,\"config\":\"n\",\"config_hash\":\"0\",\"env\":{\"host\":\"h\",\"device\":\"cpu\",\"backend\":\"flex\",\"dtype\":\"f32\",\"grad_ckpt\":false,\"slurm_job_id\":\"12\"}}\n";
+    const BEAT: &str = "{\"event\":\"heartbeat\",\"t\":2.0,\"phase\":\"fwd\",\"current_bytes\":10,\"peak_bytes\":2048}\n";
+    const OOM: &str = "{\"event\":\"result\",\"t\":3.0,\"status\":\"oom\",\"params\":1,\"peaks\":{},\"peak_bytes\":4096,\"phase\":\"bwd\",\"wall_s\":2.0}\n";
+
+    /// Reads `text` in pieces (a lagging or live file), as a poll would: from the offset, complete lines only.
+    fn read_in_pieces(r: &mut ConfigRecord, text: &str, cuts: &[usize]) {
+        let bytes = text.as_bytes();
+        for &cut in cuts.iter().chain([bytes.len()].iter()) {
+            let off = r.attempts[0].events_offset as usize;
+            let (events, consumed, _) = complete_lines(&bytes[off..cut]);
+            let (stopped, _) = fold(r, events);
+            r.attempts[0].events_offset = (off + stopped.unwrap_or(consumed)) as u64;
+        }
+    }
+
+    #[test]
+    fn incremental_reads_in_any_pieces_give_the_same_result_and_read_each_byte_once() {
+        let text = format!("{START_11}{BEAT}{OOM}");
+        for cuts in [vec![], vec![10], vec![START_11.len()], vec![START_11.len() + 5, START_11.len() + BEAT.len() + 3]] {
+            let mut r = record(attempt(Some("11"), Some(SlurmState::Running)));
+            read_in_pieces(&mut r, &text, &cuts);
+            assert_eq!(r.attempts[0].worker.as_deref(), Some("oom"), "{cuts:?}");
+            assert_eq!(r.result.as_ref().and_then(|v| v["peak_bytes"].as_u64()), Some(4096));
+            assert_eq!(r.attempts[0].events_offset as usize, text.len(), "everything consumed once");
+        }
+    }
+
+    #[test]
+    fn live_phase_and_peak_come_from_heartbeats() {
+        let mut r = record(attempt(Some("11"), Some(SlurmState::Running)));
+        read_in_pieces(&mut r, &format!("{START_11}{BEAT}"), &[]);
+        let live = r.attempts[0].live.clone().expect("live");
+        assert_eq!((live.phase, live.peak_bytes, live.started_t), (Phase::Fwd, 2048, Some(1.0)));
+        assert!(r.result.is_none());
+    }
+
+    #[test]
+    fn another_jobs_lines_are_not_this_attempts() {
+        // A retry (job 12) reads on after the first attempt (job 11)'s lines.
+        let mut r = record(attempt(Some("12"), Some(SlurmState::Running)));
+        read_in_pieces(&mut r, &format!("{START_11}{OOM}{START_12}{BEAT}"), &[]);
+        assert_eq!(r.attempts[0].worker.as_deref(), Some("started"));
+        assert!(r.result.is_none(), "job 11's oom is not job 12's");
+    }
+
+    #[test]
+    fn a_start_of_an_unnamed_job_waits_for_the_poll_to_name_it() {
+        let mut r = record(attempt(None, Some(SlurmState::Running)));
+        read_in_pieces(&mut r, &format!("{START_11}{OOM}"), &[]);
+        assert_eq!(r.attempts[0].events_offset, 0, "nothing consumed");
+        r.attempts[0].job_id = Some("11".into());
+        read_in_pieces(&mut r, &format!("{START_11}{OOM}"), &[]);
+        assert_eq!(r.attempts[0].worker.as_deref(), Some("oom"));
+    }
+
+    #[test]
+    fn a_queued_task_is_not_read_its_job_id_is_the_arrays() {
+        let q = attempt(Some("303"), Some(SlurmState::Pending));
+        assert!(!wants_read(&q, true, true, 120.0, 0.0), "pending: the id is the array's, not the task's");
+        let r = attempt(Some("305"), Some(SlurmState::Running));
+        assert!(wants_read(&r, false, false, 120.0, 0.0));
+    }
+
+    #[test]
+    fn an_ended_job_without_a_result_is_awaited_for_the_grace_only() {
+        let mut a = attempt(Some("11"), Some(SlurmState::Failed));
+        a.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Failed, detail: None });
+        a.worker = Some("started".into());
+        assert!(awaiting_result(&a, 120.0, 150.0));
+        assert!(!awaiting_result(&a, 120.0, 221.0), "grace over: classified (killed)");
+        a.worker = Some("oom".into());
+        assert!(!awaiting_result(&a, 120.0, 150.0), "a result is final");
+        let mut c = attempt(Some("11"), Some(SlurmState::Cancelled));
+        c.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Cancelled, detail: None });
+        assert!(!awaiting_result(&c, 120.0, 150.0), "a cancelled task needs no result");
+    }
+
+    #[test]
+    fn events_are_matched_to_the_attempt_by_slurm_job_id() {
+        let text = format!("{START_11}{OOM}{START_12}{BEAT}{{\"event\":\"resu");
+        let (started, result) = attempt_events(&text, Some("11"));
+        assert!(started);
+        assert_eq!(result.and_then(|v| v["status"].as_str().map(str::to_string)).as_deref(), Some("oom"));
+        assert_eq!(attempt_events(&text, Some("12")), (true, None), "killed: started, no result");
+        assert_eq!(attempt_events(&text, Some("13")), (false, None), "never started");
+    }
+}

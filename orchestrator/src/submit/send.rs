@@ -1,0 +1,340 @@
+//! `submit` and `resume`: which configs to (re)submit, and sending their
+//! arrays through the submission protocol ([`super::protocol`]).
+
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use super::arrays::{prepare_arrays, Prepared};
+use super::collect::awaiting_result;
+use super::protocol::{self, Event};
+use super::{allowed, blocking, cluster_name, open_target, prepare, same_file, template_dirs, CommandError, Options, StoredSweep, Target};
+use crate::render::Renderer;
+use crate::slurm::{SlurmState, WorkerOutcome};
+use crate::state::{self, Attempt, ConfigRecord, StateDir};
+use crate::sweep::{Sweep, SweepConfig};
+use crate::transport::CounterSnapshot;
+
+/// Summary of a submit/resume.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SubmitReport {
+    pub submitted: Vec<String>,
+    pub arrays: Vec<String>,
+    /// (config name, why not submitted).
+    pub skipped: Vec<(String, String)>,
+    /// Open intents settled by asking SLURM by name: adopted (SLURM had the
+    /// job) / abandoned (SLURM positively has none) / still unresolved.
+    pub adopted: Vec<String>,
+    pub abandoned: Vec<String>,
+    pub unresolved: Vec<String>,
+    /// Transport commands and file transfers this command used.
+    pub counters: CounterSnapshot,
+    pub wall_s: f64,
+}
+
+
+/// Test-only: dies by SIGKILL right after sbatch returned, before anything is
+/// recorded, to prove `resume` settles the intent without a duplicate.
+fn crash_hook() {
+    if std::env::var_os("ORCHESTRATOR_TEST_KILL_AFTER_SBATCH").is_some() {
+        // SAFETY: raising a signal on our own process.
+        unsafe {
+            libc::raise(libc::SIGKILL);
+        }
+    }
+}
+
+/// Submits prepared arrays one by one: upload, intent (the one fsync the
+/// protocol needs), sbatch, outcome. An sbatch error leaves the intent
+/// unresolved and stops: the controller is likely not answering.
+async fn send(
+    st: &StateDir,
+    target: &Target,
+    records: &mut BTreeMap<String, ConfigRecord>,
+    prepared: Vec<Prepared>,
+    report: &mut SubmitReport,
+) -> Result<(), CommandError> {
+    let local = target.config.transport == crate::cluster::TransportKind::Local;
+    for mut p in prepared {
+        // 1. Files on the cluster (a fresh path per submission: nothing to clobber).
+        if !local || !same_file(&p.script_local, &p.sub.remote_script) {
+            for (path, data) in std::mem::take(&mut p.files) {
+                blocking(&target.transport, move |t| t.put_file(&path, &data, false)).await?;
+            }
+        }
+        // 2. The intent, durable before sbatch. The records' attempts follow
+        // from it (`StateDir::repair`), so they are written without fsync.
+        p.sub.intended_at = state::now();
+        st.save_submission(&p.sub)?;
+        st.journal(serde_json::json!({"t": p.sub.intended_at, "op": "intent", "submission": p.sub.id, "job_name": p.sub.job_name, "configs": p.sub.tasks}))?;
+        for (task, hash) in p.sub.tasks.iter().enumerate() {
+            if let Some(r) = records.get_mut(hash) {
+                r.attempts.push(Attempt {
+                    submission: p.sub.id.clone(),
+                    task_id: task as u32,
+                    array_job_id: None,
+                    job_id: None,
+                    intended_at: p.sub.intended_at,
+                    submitted_at: None,
+                    state: None,
+                    history: vec![],
+                    abandoned: false,
+                    worker: None,
+                    events_offset: 0,
+                    events_mine: false,
+                    live: None,
+                });
+                st.save_record(r)?;
+            }
+        }
+        // 3. sbatch, whose outcome moves the intent on.
+        let script = p.sub.remote_script.clone();
+        let result = blocking(&target.transport, move |t| t.submit(&script)).await;
+        crash_hook();
+        match result {
+            Ok(job_id) => {
+                protocol::advance(st, records, &mut p.sub, &Event::SbatchOk(job_id.clone()))?;
+                tracing::info!(submission = %p.sub.id, job = %job_id, "submitted {} configs", p.sub.tasks.len());
+                report.arrays.push(job_id);
+                report.submitted.extend(p.sub.tasks.iter().filter_map(|h| records.get(h).map(|r| r.name.clone())));
+            }
+            Err(e) => {
+                protocol::advance(st, records, &mut p.sub, &Event::SbatchFailed)?;
+                st.journal(serde_json::json!({"t": state::now(), "op": "sbatch_error", "submission": p.sub.id, "error": e.to_string()}))?;
+                // Did it reach SLURM anyway? Ask by name now; whatever stays open, every later command asks again.
+                if let Ok(s) = protocol::reconcile(st, target, records, false).await {
+                    report.merge(s);
+                }
+                let state = st.load_submissions()?.into_iter().find(|s| s.id == p.sub.id).map(|s| s.state());
+                if let Some(protocol::IntentState::Submitted { job_id }) = state {
+                    report.arrays.push(job_id);
+                    report.submitted.extend(p.sub.tasks.iter().filter_map(|h| records.get(h).map(|r| r.name.clone())));
+                    continue;
+                }
+                return Err(CommandError::Refused(format!(
+                    "sbatch of submission {} ({} configs) failed: {e}. SLURM may still have created the job: \
+                     its configs stay reserved until SLURM answers by the job name {} \
+                     (`orchestrator status` or `resume` asks again; nothing is submitted twice)",
+                    p.sub.id,
+                    p.sub.tasks.len(),
+                    p.sub.job_name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl SubmitReport {
+    fn merge(&mut self, s: protocol::Settled) {
+        self.adopted.extend(s.adopted);
+        self.abandoned.extend(s.abandoned);
+        self.unresolved = s.unresolved;
+    }
+}
+
+/// Why a config is not (re)submitted, or `None` when it should be.
+fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option<String> {
+    let verdict = r.verdict.as_deref().unwrap_or("invalid");
+    if !allowed(verdict, opts) {
+        return Some(match verdict {
+            "risky" => "risky (use --include-risky)".into(),
+            "oom" => "predicted oom (use --force)".into(),
+            v => v.to_string(),
+        });
+    }
+    if r.attempts.iter().any(|a| !a.abandoned && a.array_job_id.is_none()) {
+        return Some("submission unresolved (SLURM has not yet answered by job name; nothing is submitted twice)".into());
+    }
+    if r.live() {
+        return Some("queued or running".into());
+    }
+    let tried: Vec<&Attempt> = r.attempts.iter().filter(|a| !a.abandoned).collect();
+    let last = tried.last()?;
+    if awaiting_result(last, opts.result_grace.as_secs_f64(), state::now()) {
+        return Some(format!(
+            "ended {} without a visible result yet; read again for {:.0} s (shared filesystem lag)",
+            last.state.as_ref().map(|s| s.to_string()).unwrap_or_default(),
+            opts.result_grace.as_secs_f64()
+        ));
+    }
+    let state = last.state.clone().unwrap_or(SlurmState::Pending);
+    let worker = if r.attempts.iter().all(|a| a.worker.is_none()) {
+        // Records written before attempts carried the worker's outcome keep it only here.
+        legacy_outcome(r)
+    } else {
+        last.worker_outcome()
+    };
+    if let Some(why) = opts.retry.refusal(&state, worker) {
+        return Some(why);
+    }
+    if !resubmit_retryable {
+        return Some(format!("already submitted ({state}; `resume` retries)"));
+    }
+    if tried.len() as u32 >= opts.retry.max_attempts {
+        return Some(format!("ended {state} after {} attempts", tried.len()));
+    }
+    None
+}
+
+/// The worker outcome a record's `result` gives when its attempts do not say.
+fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
+    match r.result_status().and_then(|s| serde_json::from_value(serde_json::Value::String(s.into())).ok()) {
+        Some(status) => WorkerOutcome::Result(status),
+        None => WorkerOutcome::NotStarted,
+    }
+}
+
+
+/// `submit` (never-submitted configs only) and `resume` (also retryable ended ones).
+pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<SubmitReport, CommandError> {
+    let t0 = Instant::now();
+    let st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
+    let prev = state::read_json::<StoredSweep>(&st.path("sweep.json"))?;
+    let cluster = cluster_name(opts, sweep, prev.as_ref());
+    let target = open_target(opts, &cluster)?;
+    let mut records = prepare(&st, sweep, &cluster)?;
+    let before = target.transport.counters();
+    let mut report = SubmitReport::default();
+
+    // Settle what a crash left, then learn the current states, before deciding anything.
+    // An open intent's configs stay reserved (`ConfigRecord::live`) until SLURM answers by name.
+    let settled = protocol::reconcile(&st, &target, &mut records, true).await?;
+    report.merge(settled);
+    if resume {
+        let _ = super::poll::update(&st, &target, &mut records, sweep, true, opts.result_grace.as_secs_f64()).await?;
+    }
+
+    let mut todo: Vec<&SweepConfig> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for c in &sweep.configs {
+        if !seen.insert(&c.hash.0) {
+            continue;
+        }
+        let Some(r) = records.get(&c.hash.0) else { continue };
+        match blocker(r, opts, resume) {
+            None => todo.push(c),
+            Some(why) => report.skipped.push((c.name.clone(), why)),
+        }
+    }
+    if !todo.is_empty() {
+        let max_array = blocking(&target.transport, |t| t.max_array_size()).await?;
+        let remote_state = blocking(&target.transport, |t| t.remote_state_root()).await?;
+        let worker = blocking(&target.transport, |t| t.worker_path()).await?;
+        let mut renderer = Renderer::new(template_dirs(opts, sweep));
+        let first = st.load_submissions()?.len() + 1;
+        let prepared = prepare_arrays(
+            sweep,
+            &todo,
+            &target,
+            &remote_state,
+            &worker,
+            max_array,
+            first,
+            &mut renderer,
+            &|sid| st.submission_dir(sid),
+        )?;
+        send(&st, &target, &mut records, prepared, &mut report).await?;
+    }
+    let after = target.transport.counters();
+    report.counters = CounterSnapshot {
+        commands: after.commands - before.commands,
+        file_ops: after.file_ops - before.file_ops,
+        connects: after.connects - before.connects,
+    };
+    report.wall_s = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slurm::RetryPolicy;
+
+    fn rec(verdict: &str, attempts: Vec<Attempt>, result: Option<&str>) -> ConfigRecord {
+        ConfigRecord {
+            hash: "h".into(),
+            name: "n".into(),
+            verdict: Some(verdict.into()),
+            predicted_gib: None,
+            attempts,
+            result: result.map(|s| serde_json::json!({"event": "result", "status": s})),
+        }
+    }
+
+    fn ended(state: SlurmState) -> Attempt {
+        Attempt {
+            submission: "s".into(),
+            task_id: 0,
+            array_job_id: Some("1".into()),
+            job_id: None,
+            intended_at: 0.0,
+            submitted_at: None,
+            state: Some(state),
+            history: vec![],
+            abandoned: false,
+            worker: None,
+            events_offset: 0,
+            events_mine: false,
+            live: None,
+        }
+    }
+
+    #[test]
+    fn resume_never_resubmits_live_completed_or_measured_oom() {
+        let o = Options::default();
+        assert_eq!(blocker(&rec("fits", vec![], None), &o, true), None, "never submitted");
+        assert!(blocker(&rec("fits", vec![ended(SlurmState::Running)], None), &o, true).is_some());
+        assert!(blocker(&rec("fits", vec![ended(SlurmState::Pending)], None), &o, true).is_some());
+        assert!(blocker(&rec("fits", vec![ended(SlurmState::Completed)], None), &o, true).is_some());
+        assert!(blocker(&rec("fits", vec![ended(SlurmState::NodeFail)], Some("oom")), &o, true).is_some());
+        let mut intent = ended(SlurmState::Pending);
+        intent.state = None;
+        intent.array_job_id = None;
+        assert!(blocker(&rec("fits", vec![intent], None), &o, true).is_some(), "unsettled intent");
+        assert_eq!(blocker(&rec("fits", vec![ended(SlurmState::NodeFail)], None), &o, true), None);
+        assert_eq!(blocker(&rec("fits", vec![ended(SlurmState::Cancelled)], None), &o, true), None);
+        assert!(blocker(&rec("fits", vec![ended(SlurmState::Cancelled)], None), &o, false).is_some(), "submit does not retry");
+        let three = vec![ended(SlurmState::NodeFail), ended(SlurmState::NodeFail), ended(SlurmState::NodeFail)];
+        assert!(blocker(&rec("fits", three, None), &o, true).is_some(), "max attempts");
+    }
+
+    #[test]
+    fn verdict_gates() {
+        let o = Options::default();
+        assert!(blocker(&rec("invalid", vec![], None), &Options { force: true, ..o.clone() }, true).is_some());
+        assert!(blocker(&rec("oom", vec![], None), &o, true).is_some());
+        assert_eq!(blocker(&rec("oom", vec![], None), &Options { force: true, ..o.clone() }, true), None);
+        assert!(blocker(&rec("risky", vec![], None), &o, true).is_some());
+        assert_eq!(blocker(&rec("risky", vec![], None), &Options { include_risky: true, ..o }, true), None);
+    }
+
+    fn with_worker(mut a: Attempt, worker: &str) -> Attempt {
+        a.worker = Some(worker.into());
+        a
+    }
+
+    #[test]
+    fn resume_retries_a_killed_worker_but_not_a_measured_oom_or_a_real_error() {
+        let o = Options::default();
+        let failed = || ended(SlurmState::Failed);
+        // Exit 3 makes SLURM say FAILED; the worker's `oom` result wins.
+        let oom = rec("fits", vec![with_worker(failed(), "oom")], Some("oom"));
+        assert_eq!(blocker(&oom, &o, true).as_deref(), Some("measured oom"));
+        // Started, no result, FAILED (SIGKILL) or OUT_OF_MEMORY (host OOM killer): retried.
+        assert_eq!(blocker(&rec("fits", vec![with_worker(failed(), "started")], None), &o, true), None);
+        let host_oom = with_worker(ended(SlurmState::OutOfMemory), "started");
+        assert_eq!(blocker(&rec("fits", vec![host_oom], None), &o, true), None);
+        // A real error: only with --retry-failed.
+        let err = rec("fits", vec![with_worker(failed(), "failed")], Some("failed"));
+        assert!(blocker(&err, &o, true).is_some_and(|w| w.contains("--retry-failed")));
+        let retry_failed = Options { retry: RetryPolicy { failed: true, ..o.retry }, ..o.clone() };
+        assert_eq!(blocker(&err, &retry_failed, true), None);
+        // The latest attempt decides: a first attempt's failure does not stick to a killed retry.
+        let r = rec("fits", vec![with_worker(failed(), "failed"), with_worker(failed(), "started")], None);
+        assert_eq!(blocker(&r, &o, true), None);
+        // The job script failed before the worker started (missing binary): a real error.
+        assert!(blocker(&rec("fits", vec![failed()], None), &o, true).is_some());
+    }
+}

@@ -1,0 +1,305 @@
+//! `status`: the table (SLURM state, live phase and peak, results), its JSON
+//! rows, and `--watch`.
+
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::collect::awaiting_result;
+use super::poll::{update, PollSummary};
+use super::{open_target, protocol, stored_sweep, CommandError, Options};
+use crate::slurm::Activity;
+use crate::state::{self, ConfigRecord, StateDir};
+use crate::sweep::Sweep;
+
+/// One line of `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusRow {
+    pub name: String,
+    pub hash: String,
+    pub verdict: String,
+    pub predicted_gib: Option<f64>,
+    /// SLURM state of the latest attempt (`-` never submitted, `SUBMITTING` unsettled intent).
+    pub state: String,
+    pub job: Option<String>,
+    pub attempts: usize,
+    pub result: Option<String>,
+    /// The measured peak once there is a result; while RUNNING, the peak so far.
+    pub peak_gib: Option<f64>,
+    /// The phase the worker reports (live while RUNNING, where it stopped after).
+    pub phase: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StatusReport {
+    pub rows: Vec<StatusRow>,
+    pub poll: PollSummary,
+    /// Whether no config is queued, running or being submitted.
+    pub settled: bool,
+}
+
+impl StatusReport {
+    pub fn count(&self, state: &str) -> usize {
+        self.rows.iter().filter(|r| r.state == state).count()
+    }
+
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "{:<28} {:<12} {:<8} {:>8} {:<14} {:<12} {:>3} {:<10}\n",
+            "config", "hash", "verdict", "predicted", "state", "job", "try", "result"
+        );
+        for r in &self.rows {
+            s += &format!(
+                "{:<28} {:<12} {:<8} {:>8} {:<14} {:<12} {:>3} {:<10}\n",
+                r.name,
+                r.hash,
+                r.verdict,
+                r.predicted_gib.map(crate::precheck::memory).unwrap_or_else(|| "-".into()),
+                r.state,
+                r.job.clone().unwrap_or_else(|| "-".into()),
+                r.attempts,
+                match (&r.result, r.peak_gib, &r.phase) {
+                    (Some(st), Some(p), _) => format!("{st} {}", crate::precheck::memory(p)),
+                    (Some(st), None, _) => st.clone(),
+                    // Live: the phase and the peak so far.
+                    (None, Some(p), Some(ph)) => format!("{ph} {}", crate::precheck::memory(p)),
+                    (None, None, Some(ph)) => ph.clone(),
+                    _ => "-".into(),
+                }
+            );
+        }
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in &self.rows {
+            *counts.entry(r.state.as_str()).or_default() += 1;
+        }
+        s += &format!(
+            "{} configs: {}; {} SLURM commands this poll{}\n",
+            self.rows.len(),
+            counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", "),
+            self.poll.commands,
+            if self.poll.errors.is_empty() { String::new() } else { format!(" (warnings: {})", self.poll.errors.join("; ")) }
+        );
+        s
+    }
+}
+
+fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRow> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for c in &sweep.configs {
+        if !seen.insert(&c.hash.0) {
+            continue;
+        }
+        let Some(r) = records.get(&c.hash.0) else { continue };
+        let latest = r.latest();
+        let state = match latest {
+            None => "-".to_string(),
+            Some(a) if a.array_job_id.is_none() => "SUBMITTING".into(),
+            Some(a) => a.state.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "SUBMITTED".into()),
+        };
+        let job = latest.and_then(|a| a.array_job_id.as_ref().map(|j| format!("{j}_{}", a.task_id)));
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let live = latest.filter(|a| a.state.as_ref().is_some_and(|s| s.activity() == Activity::Running)).and_then(|a| a.live.as_ref());
+        let peak = match &r.result {
+            Some(v) => v.get("peak_bytes").and_then(|b| b.as_u64()).map(gib),
+            None => live.map(|l| gib(l.peak_bytes)),
+        };
+        let phase = match &r.result {
+            Some(v) => v.get("phase").and_then(|p| p.as_str()).map(str::to_string),
+            None => live.map(|l| l.phase.name().to_string()),
+        };
+        out.push(StatusRow {
+            name: r.name.clone(),
+            hash: r.hash.clone(),
+            verdict: r.verdict.clone().unwrap_or_default(),
+            predicted_gib: r.predicted_gib,
+            state,
+            job,
+            attempts: r.attempts.iter().filter(|a| !a.abandoned).count(),
+            result: r.result_status().map(str::to_string),
+            peak_gib: peak,
+            phase,
+        });
+    }
+    out
+}
+
+/// The status of a sweep never submitted: every config `-`, with its verdict.
+pub fn unsubmitted(sweep: &Sweep) -> StatusReport {
+    let v = super::verdicts(sweep);
+    let mut seen = BTreeSet::new();
+    let rows = sweep
+        .configs
+        .iter()
+        .filter(|c| seen.insert(&c.hash.0))
+        .map(|c| {
+            let (verdict, predicted_gib) = v.get(&c.hash.0).cloned().unwrap_or_default();
+            StatusRow {
+                name: c.name.clone(),
+                hash: c.hash.0.clone(),
+                verdict,
+                predicted_gib,
+                state: "-".into(),
+                job: None,
+                attempts: 0,
+                result: None,
+                peak_gib: None,
+                phase: None,
+            }
+        })
+        .collect();
+    StatusReport { rows, poll: PollSummary::default(), settled: true }
+}
+
+/// `--watch` pacing: polls every `min`, stretching ×1.5 up to `max` while nothing changes.
+#[derive(Debug, Clone, Copy)]
+pub struct Watch {
+    pub min: Duration,
+    pub max: Duration,
+    /// Stop after this many polls (tests); `None` = until settled or Ctrl-C.
+    pub max_polls: Option<u32>,
+}
+
+impl Default for Watch {
+    fn default() -> Self {
+        Watch { min: Duration::from_secs(5), max: Duration::from_secs(60), max_polls: None }
+    }
+}
+
+/// `status`: one poll (or, with `watch`, polls until every config settled),
+/// printing the table after each through `print`.
+pub async fn status(
+    experiment: &str,
+    opts: &Options,
+    watch: Option<Watch>,
+    print: &mut (dyn FnMut(&StatusReport) + Send),
+) -> Result<StatusReport, CommandError> {
+    let stored = stored_sweep(&opts.state_root, experiment)?;
+    let target = open_target(opts, &opts.cluster.clone().unwrap_or(stored.cluster.clone()))?;
+    let mut interval = watch.map(|w| w.min).unwrap_or_default();
+    let mut polls = 0u32;
+    loop {
+        polls += 1;
+        // The lock only while touching the state: cancel/resume may run between polls.
+        let result: Result<StatusReport, CommandError> = async {
+            let st = StateDir::open(&opts.state_root, experiment, opts.lock_wait)?;
+            let mut records = st.repair()?;
+            protocol::reconcile(&st, &target, &mut records, false).await?;
+            let grace = opts.result_grace.as_secs_f64();
+            let poll = update(&st, &target, &mut records, &stored.sweep, false, grace).await?;
+            let rows = rows(&stored.sweep, &records);
+            // Settled: nothing queued, running or unresolved, and no ended job's result still in flight.
+            let now = state::now();
+            let settled = !records.values().any(|r| r.live() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
+            Ok(StatusReport { rows, poll, settled })
+        }
+        .await;
+        let Some(w) = watch else { return result };
+        match &result {
+            Ok(rep) => {
+                print(rep);
+                if rep.settled || w.max_polls.is_some_and(|m| polls >= m) {
+                    return result;
+                }
+                interval = if rep.poll.changed > 0 { w.min } else { (interval.mul_f64(1.5)).min(w.max) };
+            }
+            Err(CommandError::Transport(e)) => {
+                // The connection or the controller is down: keep watching, more slowly.
+                tracing::warn!("poll failed, retrying in {:?}: {e}", interval);
+                eprintln!("status: poll failed ({e}); retrying");
+                if w.max_polls.is_some_and(|m| polls >= m) {
+                    return result;
+                }
+                interval = (interval.mul_f64(1.5)).min(w.max);
+            }
+            Err(_) => return result,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::signal::ctrl_c() => return result,
+        }
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slurm::SlurmState;
+    use crate::state::{Attempt, Live};
+    use spec::event::Phase;
+
+    fn demo() -> Sweep {
+        crate::sweep::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/demo.yaml"), &[]).expect("demo loads")
+    }
+
+    fn attempt(state: SlurmState, live: Option<Live>) -> Attempt {
+        Attempt {
+            submission: "s001-x".into(),
+            task_id: 0,
+            array_job_id: Some("7".into()),
+            job_id: Some("8".into()),
+            intended_at: 0.0,
+            submitted_at: Some(0.0),
+            state: Some(state),
+            history: vec![],
+            abandoned: false,
+            worker: Some("started".into()),
+            events_offset: 0,
+            events_mine: true,
+            live,
+        }
+    }
+
+    #[test]
+    fn running_configs_show_their_live_phase_and_peak() {
+        let sweep = demo();
+        let c = &sweep.configs[0];
+        let live = Live { phase: Phase::Bwd, peak_bytes: 3 << 30, started_t: Some(1.0), t: 2.0 };
+        let r = ConfigRecord {
+            hash: c.hash.0.clone(),
+            name: c.name.clone(),
+            verdict: Some("fits".into()),
+            predicted_gib: Some(4.0),
+            attempts: vec![attempt(SlurmState::Running, Some(live))],
+            result: None,
+        };
+        let records = BTreeMap::from([(r.hash.clone(), r)]);
+        let rows = rows(&sweep, &records);
+        assert_eq!(rows[0].phase.as_deref(), Some("bwd"));
+        assert_eq!(rows[0].peak_gib, Some(3.0));
+        let json = serde_json::to_value(&rows[0]).expect("json");
+        assert_eq!(json["phase"], "bwd");
+        assert_eq!(json["peak_gib"], 3.0);
+        let report = StatusReport { rows, poll: PollSummary::default(), settled: false };
+        let line = report.table().lines().nth(1).expect("row").to_string();
+        assert!(line.contains("RUNNING") && line.trim_end().ends_with("bwd 3.0G"), "{line}");
+    }
+
+    #[test]
+    fn an_ended_config_shows_its_result_not_its_last_heartbeat() {
+        let sweep = demo();
+        let c = &sweep.configs[0];
+        let live = Live { phase: Phase::Fwd, peak_bytes: 1 << 30, started_t: None, t: 2.0 };
+        let r = ConfigRecord {
+            hash: c.hash.0.clone(),
+            name: c.name.clone(),
+            verdict: Some("fits".into()),
+            predicted_gib: None,
+            attempts: vec![attempt(SlurmState::Completed, Some(live))],
+            result: Some(serde_json::json!({"event": "result", "status": "ok", "peak_bytes": 2u64 << 30})),
+        };
+        let rows = rows(&sweep, &BTreeMap::from([(r.hash.clone(), r)]));
+        assert_eq!(rows[0].result.as_deref(), Some("ok"));
+        assert_eq!(rows[0].peak_gib, Some(2.0));
+        assert_eq!(rows[0].phase, None);
+    }
+
+    #[test]
+    fn a_file_never_submitted_lists_every_config_unsubmitted() {
+        let sweep = demo();
+        let r = unsubmitted(&sweep);
+        assert_eq!(r.rows.len(), sweep.configs.len());
+        assert!(r.rows.iter().all(|x| x.state == "-" && !x.verdict.is_empty()));
+    }
+}
