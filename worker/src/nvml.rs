@@ -6,7 +6,7 @@
 //! libnvidia-ml is loaded at run time: a node without the driver simply has
 //! no NVML figures, never a failed run.
 
-use nvml_wrapper::enum_wrappers::device::UsedGpuMemory;
+use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
 
 /// An open NVML handle on the GPU this process sees first.
