@@ -27,6 +27,8 @@ pub struct RunResult {
     pub phase: Option<Phase>,
     pub message: Option<String>,
     pub wall_s: f64,
+    /// NVML's per-process peak, the second meter on GPU.
+    pub nvml_peak_bytes: Option<u64>,
 }
 
 /// What the events say about the latest attempt of one run.
@@ -95,13 +97,13 @@ impl RunProgress {
                 self.peak_bytes = self.peak_bytes.max(peak_bytes);
                 self.last_t = Some(t);
             }
-            Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, .. } => {
+            Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes } => {
                 if let Some(ph) = phase {
                     self.phase = Some(ph);
                 }
                 self.peak_bytes = self.peak_bytes.max(peak_bytes);
                 self.last_t = Some(t);
-                self.result = Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s });
+                self.result = Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes });
             }
         }
     }
@@ -168,6 +170,7 @@ pub fn result_json(r: &RunResult) -> Option<serde_json::Value> {
         phase: r.phase,
         message: r.message.clone(),
         wall_s: r.wall_s,
+        nvml_peak_bytes: r.nvml_peak_bytes,
     })
     .ok()
 }
@@ -199,7 +202,11 @@ pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementR
         family: cfg.model.family(),
         framework: format!("burn-{backend}"),
         gpu: env.map(|e| e.device.clone()).unwrap_or_else(|| "unknown".into()),
-        precision: cfg.precision,
+        // What ran, not what was asked: a device without the type fell back to f32.
+        precision: match env {
+            Some(e) if e.requested_dtype.is_some() && e.dtype == "f32" => spec::Precision::Fp32,
+            _ => cfg.precision,
+        },
         grad_ckpt: cfg.grad_ckpt,
         batch: cfg.batch,
         in_channels: cfg.input.channels,
@@ -340,6 +347,18 @@ mod tests {
         // The record round-trips through the shared JSONL format.
         let line = serde_json::to_string(&r).unwrap();
         assert_eq!(spec::record::read_jsonl(&line).unwrap()[0], r);
+    }
+
+    /// A bf16 config the device ran in f32 (the worker's fallback, as seen on
+    /// NVIDIA through Vulkan) is recorded as fp32: calibration fits what ran.
+    #[test]
+    fn record_precision_is_what_ran() {
+        let fell_back = r#"{"event":"start","t":1.0,"config":"tiny","config_hash":"0123456789ab","env":{"host":"n1","device":"NVIDIA H100 80GB HBM3","backend":"vulkan","dtype":"f32","requested_dtype":"bf16","grad_ckpt":false}}"#;
+        let asked = RunConfig { precision: Precision::Bf16, ..cfg() };
+        let r = to_record(&asked, &parse_events(&lines(&[fell_back, OK]))).unwrap();
+        assert_eq!((r.precision, r.framework.as_str()), (Precision::Fp32, "burn-vulkan"));
+        let r = to_record(&asked, &parse_events(&lines(&[START, OK]))).unwrap();
+        assert_eq!(r.precision, Precision::Bf16);
     }
 
     #[test]

@@ -422,8 +422,8 @@ fn apply_result(row: &mut Row, res: &RunResult, budget_gib: f64) {
 /// A result stored in a config record (the `result` event, verbatim).
 fn stored_result(r: &ConfigRecord) -> Option<RunResult> {
     match serde_json::from_value::<Event>(r.result.clone()?).ok()? {
-        Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, .. } => {
-            Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s })
+        Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes } => {
+            Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes })
         }
         _ => None,
     }
