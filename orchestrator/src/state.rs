@@ -521,7 +521,9 @@ mod tests {
             other => panic!("expected Locked, got {:?}", other.map(|s| s.root)),
         }
         drop(first);
-        StateDir::open(d.path(), "exp9", Duration::ZERO).expect("free after drop");
+        // Another test's fork may still hold the file description for a moment
+        // (until its exec closes it): wait briefly, as a second orchestrator would.
+        StateDir::open(d.path(), "exp9", Duration::from_secs(5)).expect("free after drop");
     }
 
     #[test]

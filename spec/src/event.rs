@@ -80,9 +80,10 @@ impl MemoryMeter {
 #[serde(rename_all = "kebab-case")]
 pub enum AttentionKernel {
     /// Matmul + softmax with the score tensor materialised and kept for
-    /// backward (Burn's attention under autodiff, every backend).
+    /// backward (Burn's attention under autodiff on the CPU backend).
     Materialised,
-    /// A fused (flash) kernel that never stores the scores.
+    /// The backend does not keep the scores: CubeCL's fused GPU backends
+    /// (measured on an H100, docs/gpu.md).
     Fused,
 }
 

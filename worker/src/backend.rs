@@ -4,7 +4,8 @@
 //!   local demo. Memory is measured exactly by the tracking allocator.
 //! - `vulkan` / `wgpu` (cargo features): the GPU backends that build offline.
 //!   On NVIDIA both run through the Vulkan driver; `vulkan` compiles CubeCL's
-//!   kernels to SPIR-V (bf16 where the driver has it), `wgpu` to WGSL (f32).
+//!   kernels to SPIR-V, `wgpu` to WGSL. Neither reported bf16 on an H100
+//!   (driver 580): a bf16 run falls back to f32 and says so.
 //! - `cuda` (cargo feature): CubeCL's CUDA runtime. Same code path; it builds
 //!   only where cargo may download CubeCL's LLVM bundle at build time (a login
 //!   node with network), never in this project's CI. See worker/README.md.

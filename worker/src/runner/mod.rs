@@ -341,9 +341,10 @@ fn run_with_setup(
             .and_then(|p| p.fell_back_from)
             .map(|d| backend::dtype_name(d).to_string()),
         checkpointing: prepared.as_ref().ok().map(|p| p.checkpointing),
-        // Burn 0.22's autodiff decomposes `attention` into matmul + softmax on
-        // every backend, so training always holds the scores.
-        attention: Some(AttentionKernel::Materialised),
+        // Burn 0.22's autodiff decomposes `attention` into matmul + softmax;
+        // on CPU the scores are held for backward, on CubeCL's fused GPU
+        // backends they are not (measured: docs/gpu.md).
+        attention: Some(if opts.backend.is_gpu() { AttentionKernel::Fused } else { AttentionKernel::Materialised }),
         meter: Some(if opts.backend.is_gpu() { MemoryMeter::CubeclPool } else { MemoryMeter::HostAllocator }),
         device_memory_bytes: device_memory,
         memory_limit_bytes: opts.memory_limit,
