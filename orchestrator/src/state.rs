@@ -185,6 +185,26 @@ pub struct Live {
 pub const MISSING_GRACE_S: f64 = 10.0;
 
 impl Attempt {
+    /// The intent to submit `task_id` of `submission`, before any sbatch:
+    /// what every attempt starts as (the protocol fills in the rest).
+    pub fn intended(submission: impl Into<String>, task_id: u32, intended_at: f64) -> Attempt {
+        Attempt {
+            submission: submission.into(),
+            task_id,
+            array_job_id: None,
+            job_id: None,
+            intended_at,
+            submitted_at: None,
+            state: None,
+            history: vec![],
+            abandoned: false,
+            worker: None,
+            events_offset: 0,
+            events_mine: false,
+            live: None,
+        }
+    }
+
     /// Whether this attempt still occupies the config (queued, running, or an
     /// unsettled intent): then nothing may submit it again.
     pub fn is_live(&self) -> bool {
@@ -537,19 +557,10 @@ mod tests {
     #[test]
     fn a_task_gone_from_squeue_and_sacct_counts_as_cancelled_after_the_grace() {
         let mut a = Attempt {
-            submission: "s".into(),
-            task_id: 2,
             array_job_id: Some("34".into()),
-            job_id: None,
-            intended_at: 0.0,
             submitted_at: Some(0.0),
             state: Some(SlurmState::Pending),
-            history: vec![],
-            abandoned: false,
-            worker: None,
-            events_offset: 0,
-            events_mine: false,
-            live: None,
+            ..Attempt::intended("s", 2, 0.0)
         };
         assert!(!a.missing(100.0, 105.0), "within the grace");
         assert!(a.is_live());

@@ -210,19 +210,8 @@ fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::P
 pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<serde_json::Value>) {
     let mut r = ConfigRecord { hash: String::new(), name: String::new(), verdict: None, predicted_gib: None, attempts: vec![], result: None };
     r.attempts.push(Attempt {
-        submission: String::new(),
-        task_id: 0,
-        array_job_id: None,
         job_id: job_id.map(str::to_string),
-        intended_at: 0.0,
-        submitted_at: None,
-        state: None,
-        history: vec![],
-        abandoned: false,
-        worker: None,
-        events_offset: 0,
-        events_mine: false,
-        live: None,
+        ..Attempt::intended(String::new(), 0, 0.0)
     });
     let (events, _, _) = complete_lines(text.as_bytes());
     fold(&mut r, events);

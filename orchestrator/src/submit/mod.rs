@@ -262,19 +262,8 @@ mod tests {
         let removed_submitted = edited.configs.remove(0);
         let removed_never = edited.configs.remove(0);
         let attempt = Attempt {
-            submission: "s001-x".into(),
-            task_id: 0,
             array_job_id: Some("5".into()),
-            job_id: None,
-            intended_at: 0.0,
-            submitted_at: None,
-            state: None,
-            history: vec![],
-            abandoned: false,
-            worker: None,
-            events_offset: 0,
-            events_mine: false,
-            live: None,
+            ..Attempt::intended("s001-x", 0, 0.0)
         };
         let rec = ConfigRecord {
             hash: removed_submitted.hash.0.clone(),

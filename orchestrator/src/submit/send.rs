@@ -69,21 +69,7 @@ async fn send(
         st.journal(serde_json::json!({"t": p.sub.intended_at, "op": "intent", "submission": p.sub.id, "job_name": p.sub.job_name, "configs": p.sub.tasks}))?;
         for (task, hash) in p.sub.tasks.iter().enumerate() {
             if let Some(r) = records.get_mut(hash) {
-                r.attempts.push(Attempt {
-                    submission: p.sub.id.clone(),
-                    task_id: task as u32,
-                    array_job_id: None,
-                    job_id: None,
-                    intended_at: p.sub.intended_at,
-                    submitted_at: None,
-                    state: None,
-                    history: vec![],
-                    abandoned: false,
-                    worker: None,
-                    events_offset: 0,
-                    events_mine: false,
-                    live: None,
-                });
+                r.attempts.push(Attempt::intended(p.sub.id.clone(), task as u32, p.sub.intended_at));
                 st.save_record(r)?;
             }
         }
@@ -265,19 +251,9 @@ mod tests {
 
     fn ended(state: SlurmState) -> Attempt {
         Attempt {
-            submission: "s".into(),
-            task_id: 0,
             array_job_id: Some("1".into()),
-            job_id: None,
-            intended_at: 0.0,
-            submitted_at: None,
             state: Some(state),
-            history: vec![],
-            abandoned: false,
-            worker: None,
-            events_offset: 0,
-            events_mine: false,
-            live: None,
+            ..Attempt::intended("s", 0, 0.0)
         }
     }
 
