@@ -273,19 +273,11 @@ mod tests {
             verdict: Some("fits".into()),
             predicted_gib: Some(1.0),
             attempts: vec![Attempt {
-                submission: "s001-x".into(),
-                task_id: 0,
                 array_job_id: Some("7".into()),
-                job_id: None,
-                intended_at: 0.0,
                 submitted_at: Some(0.0),
                 state,
                 history: history.into_iter().map(|(t, state)| StateChange { t, state, detail: None }).collect(),
-                abandoned: false,
-                worker: None,
-                events_offset: 0,
-                events_mine: false,
-                live: None,
+                ..Attempt::intended("s001-x", 0, 0.0)
             }],
             result: wall.map(|w| serde_json::json!({"event": "result", "status": "ok", "wall_s": w})),
         }

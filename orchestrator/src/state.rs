@@ -483,19 +483,10 @@ impl StateDir {
                         }
                     }
                     None => r.attempts.push(Attempt {
-                        submission: s.id.clone(),
-                        task_id,
                         array_job_id: s.array_job_id.clone(),
-                        job_id: None,
-                        intended_at: s.intended_at,
                         submitted_at: s.submitted_at,
-                        state: None,
-                        history: vec![],
                         abandoned: s.abandoned,
-                        worker: None,
-                        events_offset: 0,
-                        events_mine: false,
-                        live: None,
+                        ..Attempt::intended(s.id.clone(), task_id, s.intended_at)
                     }),
                 }
                 if *r != before {

@@ -38,19 +38,12 @@ fn start(name: &str, hash: &str) -> String {
 
 fn attempt(task: u32, state: Option<SlurmState>) -> Attempt {
     Attempt {
-        submission: "s001-abcd".into(),
-        task_id: task,
         array_job_id: Some("1000".into()),
         job_id: Some(format!("{}", 1001 + task)),
-        intended_at: 1795215780.0,
         submitted_at: Some(1795215781.0),
         history: state.iter().map(|s| StateChange { t: 1795215790.0, state: s.clone(), detail: None }).collect(),
         state,
-        abandoned: false,
-        worker: None,
-        events_offset: 0,
-        events_mine: false,
-        live: None,
+        ..Attempt::intended("s001-abcd", task, 1795215780.0)
     }
 }
 

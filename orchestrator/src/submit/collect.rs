@@ -230,19 +230,10 @@ mod tests {
 
     fn attempt(job: Option<&str>, state: Option<SlurmState>) -> Attempt {
         Attempt {
-            submission: "s".into(),
-            task_id: 0,
             array_job_id: Some("1".into()),
             job_id: job.map(str::to_string),
-            intended_at: 0.0,
-            submitted_at: None,
             state,
-            history: vec![],
-            abandoned: false,
-            worker: None,
-            events_offset: 0,
-            events_mine: false,
-            live: None,
+            ..Attempt::intended("s", 0, 0.0)
         }
     }
 

@@ -235,19 +235,14 @@ mod tests {
 
     fn attempt(state: SlurmState, live: Option<Live>) -> Attempt {
         Attempt {
-            submission: "s001-x".into(),
-            task_id: 0,
             array_job_id: Some("7".into()),
             job_id: Some("8".into()),
-            intended_at: 0.0,
             submitted_at: Some(0.0),
             state: Some(state),
-            history: vec![],
-            abandoned: false,
             worker: Some("started".into()),
-            events_offset: 0,
             events_mine: true,
             live,
+            ..Attempt::intended("s001-x", 0, 0.0)
         }
     }
 
