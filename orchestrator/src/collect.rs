@@ -230,6 +230,9 @@ pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementR
         bwd_gb: result.peaks.bwd.map(gib),
         oom_reported_gb: oom.then_some(peak),
         status,
+        // Unrounded: an OOM is scored against exactly the memory the run had.
+        device_memory_gb: env.and_then(|e| e.device_memory_bytes).map(|b| b as f64 / GIB),
+        memory_limit_gb: env.and_then(|e| e.memory_limit_bytes).map(|b| b as f64 / GIB),
         config_name: Some(cfg.name.clone()),
         note: env.map(|e| {
             let mut note = format!("{} on {}, dtype {}", e.backend, e.host, e.dtype);
@@ -375,6 +378,22 @@ mod tests {
         assert_eq!(r.oom_reported_gb, Some(2.0));
         assert_eq!(r.model_gb, Some(1.0));
         assert!(r.note.unwrap().contains("oom in fwd"));
+    }
+
+    #[test]
+    fn records_carry_the_memory_the_run_had() {
+        // A CPU run held to 40 MiB: its OOM is scored against 40 MiB, not a GPU.
+        let limited = r#"{"event":"start","t":1.0,"config":"tiny","config_hash":"0123456789ab","env":{"host":"n1","device":"cpu","backend":"flex","dtype":"f32","grad_ckpt":false,"memory_limit_bytes":41943040}}"#;
+        let oom = r#"{"event":"result","t":1.0,"status":"oom","params":10,"peaks":{"fwd":41000000},"peak_bytes":41000000,"phase":"fwd","wall_s":1.0}"#;
+        let r = to_record(&cfg(), &parse_events(&lines(&[limited, oom]))).unwrap();
+        assert_eq!((r.gpu.as_str(), r.memory_limit_gb, r.device_memory_gb), ("cpu", Some(40.0 / 1024.0), None));
+        assert_eq!(r.available_gib(), Some(40.0 / 1024.0));
+        let gpu = r#"{"event":"start","t":1.0,"config":"tiny","config_hash":"0123456789ab","env":{"host":"n1","device":"NVIDIA H100 80GB HBM3","backend":"vulkan","dtype":"f32","grad_ckpt":false,"device_memory_bytes":85520809984}}"#;
+        let r = to_record(&cfg(), &parse_events(&lines(&[gpu, oom]))).unwrap();
+        assert!((r.available_gib().unwrap() - 79.647).abs() < 1e-3, "{:?}", r.available_gib());
+        // Without a size or a limit, a CPU OOM cannot be scored.
+        let r = to_record(&cfg(), &parse_events(&lines(&[START, oom]))).unwrap();
+        assert_eq!(r.available_gib(), None);
     }
 
     #[test]

@@ -24,12 +24,24 @@ pub struct ExperimentArgs {
     pub file: PathBuf,
     /// `key.path=value` overrides applied to every config.
     pub overrides: Vec<String>,
+    /// State root whose finished sweeps refine the precheck (`<dir>/calibration.json`).
+    #[arg(long, default_value = "state")]
+    pub state_dir: PathBuf,
+    /// Predict with the shipped calibration only, not the local overlay.
+    #[arg(long)]
+    pub shipped_calibration: bool,
 }
 
 impl ExperimentArgs {
     fn load(&self) -> Result<sweep::Sweep> {
         // LoadError's message is complete (file:line:col: key: what); no extra context.
         Ok(sweep::load(&self.file, &self.overrides)?)
+    }
+
+    /// The sweep's predictor (local overlay unless `--shipped-calibration`) and which calibration it is.
+    fn predictor(&self, sweep: &sweep::Sweep) -> Result<(precheck::Predictor, precheck::overlay::Source)> {
+        let root = (!self.shipped_calibration).then_some(self.state_dir.as_path());
+        Ok(sweep.predictor_in(root)?)
     }
 }
 
@@ -151,7 +163,7 @@ fn run(command: Command) -> Result<()> {
     match command {
         Command::Plan { exp, json } => {
             let sweep = exp.load()?;
-            let predictor = sweep.predictor()?;
+            let (predictor, source) = exp.predictor(&sweep)?;
             let rows = plan::rows(&sweep, &predictor);
             if json {
                 for r in &rows {
@@ -159,6 +171,7 @@ fn run(command: Command) -> Result<()> {
                 }
             } else {
                 print!("{}", plan::table(&sweep, &rows));
+                println!("calibration: {source}");
             }
         }
         Command::Predict { records, calibration, budget_gb } => {
@@ -167,8 +180,14 @@ fn run(command: Command) -> Result<()> {
         Command::Calibrate { records, out, no_loto } => {
             precheck::cli::run_calibrate(&records, out.as_deref(), !no_loto)?;
         }
-        Command::Explain { exp, args } => orchestrator::advisor::cli::run_explain(&exp.load()?, &args)?,
-        Command::Fit { exp, args } => orchestrator::advisor::cli::run_fit(&exp.load()?, &args)?,
+        Command::Explain { exp, args } => {
+            let sweep = exp.load()?;
+            orchestrator::advisor::cli::run_explain(&sweep, &args, &exp.predictor(&sweep)?.0)?
+        }
+        Command::Fit { exp, args } => {
+            let sweep = exp.load()?;
+            orchestrator::advisor::cli::run_fit(&sweep, &args, &exp.predictor(&sweep)?.0)?
+        }
         Command::Cluster(c) => submit::cli::run(c)?,
         Command::Report(args) => orchestrator::report::cli::run(&args)?,
         Command::Completions { shell } => {

@@ -73,6 +73,14 @@ pub struct MeasurementRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_reported_gb: Option<f64>,
     pub status: MeasuredStatus,
+    /// Memory of the device the run had, in GiB (the worker's `device_memory_bytes`);
+    /// absent in the group's reports, whose `gpu` names a card of the catalog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_memory_gb: Option<f64>,
+    /// A memory limit the run was held to, in GiB (the worker's `--memory-limit`):
+    /// an OOM under a limit says the run needed more than the limit, not more than the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_gb: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -86,6 +94,18 @@ impl MeasurementRecord {
     /// The GPU from the catalog, when the record names one.
     pub fn gpu(&self) -> Option<Gpu> {
         self.gpu.parse().ok()
+    }
+
+    /// The memory the run could use, in GiB: the limit it was held to, else the
+    /// device's memory, else the catalog capacity of the GPU it names. `None`
+    /// for a device of unknown size (a CPU run without a limit): an OOM there
+    /// says nothing about how much was needed.
+    pub fn available_gib(&self) -> Option<f64> {
+        let device = self.device_memory_gb.or_else(|| self.gpu().map(Gpu::capacity_gib));
+        match (self.memory_limit_gb, device) {
+            (Some(l), Some(d)) => Some(l.min(d)),
+            (l, d) => l.or(d),
+        }
     }
 }
 

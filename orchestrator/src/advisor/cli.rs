@@ -11,6 +11,7 @@ use super::explain::{self, Explanation};
 use super::fit::{self, FitOptions, SearchSpace};
 use super::levers::{self, Lever};
 use super::scale::{self, NewInput, Scaling};
+use crate::precheck::Predictor;
 use crate::sweep::Sweep;
 
 /// Options of `orchestrator explain`.
@@ -106,12 +107,11 @@ struct ExplainJson<'a> {
 }
 
 /// `orchestrator explain`.
-pub fn run_explain(sweep: &Sweep, args: &ExplainArgs) -> Result<()> {
-    let predictor = sweep.predictor()?;
+pub fn run_explain(sweep: &Sweep, args: &ExplainArgs, predictor: &Predictor) -> Result<()> {
     let chosen = super::pick(sweep, args.config.as_deref())?;
     let cfg = &chosen.config;
-    let e = explain::explain(&predictor, cfg)?;
-    let lv = if args.no_levers { Vec::new() } else { levers::levers(&predictor, cfg)? };
+    let e = explain::explain(predictor, cfg)?;
+    let lv = if args.no_levers { Vec::new() } else { levers::levers(predictor, cfg)? };
     let to = match (args.scale_input, &args.input) {
         (Some(0), _) => anyhow::bail!("--scale-input must be at least 1"),
         (Some(f), _) => Some(NewInput::ScaleHw(f)),
@@ -125,7 +125,7 @@ pub fn run_explain(sweep: &Sweep, args: &ExplainArgs) -> Result<()> {
                 Some(_) => vec![chosen],
                 None => sweep.configs.iter().filter(|c| c.is_valid()).collect(),
             };
-            Some(targets.iter().map(|c| scale::scaling(&predictor, &c.config, to)).collect::<Result<Vec<_>, _>>()?)
+            Some(targets.iter().map(|c| scale::scaling(predictor, &c.config, to)).collect::<Result<Vec<_>, _>>()?)
         }
         None => None,
     };
@@ -151,7 +151,7 @@ pub fn run_explain(sweep: &Sweep, args: &ExplainArgs) -> Result<()> {
 }
 
 /// `orchestrator fit`.
-pub fn run_fit(sweep: &Sweep, args: &FitArgs) -> Result<()> {
+pub fn run_fit(sweep: &Sweep, args: &FitArgs, predictor: &Predictor) -> Result<()> {
     let gpu: Gpu = match &args.gpu {
         Some(name) => name.parse()?,
         None => sweep.experiment.gpu,
@@ -173,7 +173,7 @@ pub fn run_fit(sweep: &Sweep, args: &FitArgs) -> Result<()> {
     } else {
         fit::sweep_configs(sweep)
     };
-    let report = fit::fit(&sweep.predictor()?, &sweep.experiment.name, &configs, opts, args.search)?;
+    let report = fit::fit(predictor, &sweep.experiment.name, &configs, opts, args.search)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).context("serialising the fit report")?);
     } else {

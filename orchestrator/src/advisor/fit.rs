@@ -150,7 +150,9 @@ pub fn fit(predictor: &Predictor, experiment: &str, configs: &[(String, RunConfi
             params,
             peak_gib: peak,
             fits: peak <= limit,
-            risky: peak <= limit && peak * (1.0 + pred.rel_uncertainty) > limit,
+            // The same band the verdicts use: the limit inside it.
+            risky: peak <= limit
+                && matches!(crate::precheck::judge(peak, limit, None, pred.rel_uncertainty, None), crate::precheck::Verdict::Risky { .. }),
             config: cfg,
         });
     }

@@ -12,6 +12,7 @@ use serde::Serialize;
 use spec::record::{MeasuredStatus, MeasurementRecord};
 use spec::RunConfig;
 
+use super::uncertainty::{Regime, Uncertainty};
 use super::{runtime_key, Calibration, Coefficients, Predictor, GIB};
 
 /// One record the calibration can use.
@@ -25,7 +26,9 @@ pub struct Sample {
     /// Measured peak in GiB (None for OOM records).
     pub measured_gib: Option<f64>,
     pub oom: bool,
-    pub capacity_gib: f64,
+    /// The memory the run could use (a memory limit, the device, or the
+    /// catalog GPU): what an OOM record is scored against.
+    pub available_gib: f64,
 }
 
 /// Records turned into samples; the second list says why others were left out.
@@ -50,12 +53,26 @@ pub fn samples(records: &[MeasurementRecord]) -> (Vec<Sample>, Vec<String>) {
             skipped.push(format!("record `{}`: no peak_gb", r.id));
             continue;
         }
+        // An OOM only says "more than what the run had": unknown for a device
+        // of unknown size without a limit, and never a catalog GPU's capacity
+        // for a run that was not on one.
+        let available_gib = match r.available_gib() {
+            Some(a) => a,
+            None if oom => {
+                skipped.push(format!(
+                    "record `{}`: oom on `{}` with neither a memory limit nor the device's memory; cannot be scored",
+                    r.id, r.gpu
+                ));
+                continue;
+            }
+            None => f64::INFINITY,
+        };
         out.push(Sample {
             id: r.id.clone(),
             table: r.table.clone().unwrap_or_default(),
             family: r.family.name().to_string(),
             runtime: runtime_key(&r.framework, r.precision),
-            capacity_gib: cfg.gpu.capacity_gib(),
+            available_gib,
             cfg,
             measured_gib: if oom { None } else { r.peak_gb },
             oom,
@@ -105,7 +122,7 @@ pub fn stats(pred: &Predictor, samples: &[Sample]) -> BTreeMap<String, FitStats>
             if s.oom {
                 let e = ooms.entry(key.to_string()).or_default();
                 e.0 += 1;
-                if gib <= s.capacity_gib {
+                if gib <= s.available_gib {
                     e.1 += 1;
                 }
             }
@@ -124,9 +141,19 @@ pub fn stats(pred: &Predictor, samples: &[Sample]) -> BTreeMap<String, FitStats>
     out
 }
 
+/// Where a fit should stay unless the records say otherwise: the shipped
+/// coefficients, with a weight per record-equivalent (a local overlay fitted
+/// on a handful of runs moves only as far as those runs demand).
+#[derive(Debug, Clone, Copy)]
+pub struct Prior {
+    pub at: Coefficients,
+    pub weight: f64,
+}
+
 /// The objective: mean |log(pred/measured)| + a hinge for OOM records predicted
-/// to fit (they must come out above capacity, with 3% to spare).
-fn loss(c: &Coefficients, runtime: &str, samples: &[&Sample]) -> f64 {
+/// to fit (they must come out above what the run had, with 3% to spare), plus
+/// the pull of the prior.
+fn loss(c: &Coefficients, runtime: &str, samples: &[&Sample], prior: Option<&Prior>) -> f64 {
     let pred = Predictor::new(runtime, *c);
     let mut sum = 0.0;
     let mut n = 0usize;
@@ -137,19 +164,33 @@ fn loss(c: &Coefficients, runtime: &str, samples: &[&Sample]) -> f64 {
             sum += (gib / m).ln().abs();
             n += 1;
         } else if s.oom {
-            let need = s.capacity_gib * 1.03;
+            let need = s.available_gib * 1.03;
             if gib < need {
                 sum += 20.0 * (need / gib).ln();
             }
         }
     }
-    sum / n.max(1) as f64
+    let mut total = sum / n.max(1) as f64;
+    if let Some(p) = prior {
+        let mut pull = 0.0;
+        for i in 0..Coefficients::FITTED.len() {
+            let (v, v0) = (c.get(i), p.at.get(i));
+            pull += if Coefficients::FITTED[i] == "unet_ckpt_keep" { (v - v0).powi(2) } else { (v / v0).ln().powi(2) };
+        }
+        total += p.weight * pull / (n.max(1) as f64);
+    }
+    total
 }
 
 /// Fit the coefficients of one runtime from `start`.
 pub fn fit(runtime: &str, samples: &[&Sample], start: Coefficients) -> Coefficients {
+    fit_with(runtime, samples, start, None)
+}
+
+/// [`fit`], pulled towards `prior` (see [`Prior`]).
+pub fn fit_with(runtime: &str, samples: &[&Sample], start: Coefficients, prior: Option<&Prior>) -> Coefficients {
     let mut best = start;
-    let mut best_loss = loss(&best, runtime, samples);
+    let mut best_loss = loss(&best, runtime, samples, prior);
     let mut step = 0.5f64;
     while step > 2e-3 {
         let mut improved = false;
@@ -163,7 +204,7 @@ pub fn fit(runtime: &str, samples: &[&Sample], start: Coefficients) -> Coefficie
                     v * (1.0 + step).powf(dir)
                 };
                 c.set(i, nv);
-                let l = loss(&c, runtime, samples);
+                let l = loss(&c, runtime, samples, prior);
                 if l < best_loss - 1e-12 {
                     best = c;
                     best_loss = l;
@@ -188,60 +229,167 @@ pub fn start_for(runtime: &str) -> Coefficients {
     Coefficients::physical(runtime.starts_with("burn"))
 }
 
+/// One prediction of a record whose fold was left out of the fit.
+#[derive(Debug, Clone)]
+pub struct HeldOut {
+    /// Index into the samples.
+    pub sample: usize,
+    pub fold: String,
+    pub peak_gib: f64,
+    pub regime: Regime,
+}
+
+/// Cross-validation: every fold (a source table; or, with a single table, one
+/// of up to five interleaved parts) is left out in turn, the runtime refitted
+/// on the rest from `fitted`, and the left-out records predicted. Returns the
+/// predictions and a sentence saying how.
+pub fn cross_validate(runtime: &str, group: &[&Sample], fitted: Coefficients, prior: Option<&Prior>) -> (Vec<HeldOut>, String) {
+    let mut tables: Vec<&str> = group.iter().map(|s| s.table.as_str()).collect();
+    tables.sort_unstable();
+    tables.dedup();
+    let k = group.len().min(5);
+    let (fold_of, method): (Box<dyn Fn(usize) -> String>, String) = if tables.len() >= 2 {
+        (Box::new(|i| group[i].table.clone()), format!("leave one table out ({} tables, {} records)", tables.len(), group.len()))
+    } else {
+        (Box::new(move |i| format!("part {}", i % k.max(1))), format!("leave one of {k} parts out (one table, {} records)", group.len()))
+    };
+    let mut folds: Vec<String> = (0..group.len()).map(&fold_of).collect();
+    folds.sort_unstable();
+    folds.dedup();
+    let mut out = Vec::new();
+    for f in &folds {
+        let train: Vec<&Sample> = (0..group.len()).filter(|i| fold_of(*i) != *f).map(|i| group[i]).collect();
+        if train.is_empty() {
+            continue;
+        }
+        let pred = Predictor::new(runtime, fit_with(runtime, &train, fitted, prior));
+        for i in (0..group.len()).filter(|i| fold_of(*i) == *f) {
+            if let Ok(p) = pred.predict_peak(&group[i].cfg) {
+                out.push(HeldOut { sample: i, fold: f.clone(), peak_gib: p.peak_gib(), regime: Regime::of(p.peak_phase) });
+            }
+        }
+    }
+    (out, method)
+}
+
+/// Fit quality per group key of predictions made elsewhere (held out).
+fn held_out_stats(group: &[&Sample], held: &[HeldOut], key: impl Fn(&HeldOut) -> String) -> BTreeMap<String, FitStats> {
+    let mut errs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut ooms: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for h in held {
+        let s = group[h.sample];
+        for k in [key(h), "all".to_string()] {
+            if let Some(m) = s.measured_gib {
+                errs.entry(k.clone()).or_default().push((h.peak_gib - m).abs() / m);
+            }
+            if s.oom {
+                let e = ooms.entry(k).or_default();
+                e.0 += 1;
+                e.1 += usize::from(h.peak_gib <= s.available_gib);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (k, v) in errs {
+        let n = v.len();
+        let (median, p90, max) = summarise(v);
+        out.insert(k, FitStats { n, median, p90, max, ..Default::default() });
+    }
+    for (k, (n, bad)) in ooms {
+        let e = out.entry(k).or_default();
+        e.n_oom = n;
+        e.oom_predicted_fit = bad;
+    }
+    out
+}
+
+/// The bands and coverage of a runtime from its held-out predictions.
+pub fn uncertainty(group: &[&Sample], held: &[HeldOut], method: String) -> Uncertainty {
+    let residuals: Vec<_> = held
+        .iter()
+        .filter_map(|h| {
+            let s = group[h.sample];
+            let m = s.measured_gib?;
+            Some((s.cfg.model.family(), h.regime, (h.peak_gib - m).abs() / m))
+        })
+        .collect();
+    Uncertainty::estimate(method, &residuals, group.iter().map(|s| &s.cfg))
+}
+
+/// How many of the records that ran the predictor would hold back (`risky`
+/// or `oom` against the memory each run had; no budget).
+pub fn held_back(pred: &Predictor, group: &[&Sample]) -> (usize, usize) {
+    let mut ran = 0;
+    let mut held = 0;
+    for s in group.iter().filter(|s| s.measured_gib.is_some() && s.available_gib.is_finite()) {
+        let Ok(p) = pred.predict_peak(&s.cfg) else { continue };
+        ran += 1;
+        let v = super::judge(p.peak_gib(), s.available_gib, None, p.rel_uncertainty, p.distance.as_ref());
+        held += usize::from(!matches!(v, super::Verdict::Fits { .. }));
+    }
+    (held, ran)
+}
+
 /// The outcome of calibrating on a set of records.
 pub struct Report {
     pub calibration: Calibration,
     /// Per runtime: fit quality per family.
     pub in_sample: BTreeMap<String, BTreeMap<String, FitStats>>,
+    /// Per runtime: quality per family of records predicted by a fit without their table.
+    pub cross_validated: BTreeMap<String, BTreeMap<String, FitStats>>,
     /// Per runtime and held-out table: quality on that table when fitted without it.
     pub leave_one_table_out: BTreeMap<String, BTreeMap<String, FitStats>>,
+    /// Per runtime: (held back, ran) of the records that ran (see [`held_back`]).
+    pub held_back: BTreeMap<String, (usize, usize)>,
 }
 
-/// Fit every runtime found in `samples`; with `loto`, also refit once per table
-/// without it and measure the held-out table (extrapolation check).
-pub fn calibrate(samples: &[Sample], loto: bool) -> Report {
+/// Fit every runtime found in `samples`, each on its own records only. With
+/// `cv`, also cross-validate (see [`cross_validate`]): the bands shipped with
+/// the coefficients come from those held-out errors; without, from the
+/// in-sample ones (and say so).
+pub fn calibrate(samples: &[Sample], cv: bool) -> Report {
     let mut by_runtime: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
     for s in samples {
         by_runtime.entry(s.runtime.as_str()).or_default().push(s);
     }
-    let mut runtimes = BTreeMap::new();
-    let mut in_sample = BTreeMap::new();
-    let mut held = BTreeMap::new();
+    let mut rep = Report {
+        calibration: Calibration { note: String::new(), runtimes: BTreeMap::new(), uncertainty: BTreeMap::new() },
+        in_sample: BTreeMap::new(),
+        cross_validated: BTreeMap::new(),
+        leave_one_table_out: BTreeMap::new(),
+        held_back: BTreeMap::new(),
+    };
     for (rt, group) in by_runtime {
         let mut c = fit(rt, &group, start_for(rt));
         let owned: Vec<Sample> = group.iter().map(|s| (*s).clone()).collect();
         let st = stats(&Predictor::new(rt, c), &owned);
         c.rel_uncertainty = st.get("all").map(|s| s.p90).unwrap_or(0.15).max(0.05);
-        in_sample.insert(rt.to_string(), st);
-        runtimes.insert(rt.to_string(), c);
-        if loto {
-            let mut tables: Vec<&str> = group.iter().map(|s| s.table.as_str()).collect();
-            tables.sort_unstable();
-            tables.dedup();
-            let mut per_table = BTreeMap::new();
-            for t in tables {
-                let train: Vec<&Sample> = group.iter().copied().filter(|s| s.table != t).collect();
-                let test: Vec<Sample> = owned.iter().filter(|s| s.table == t).cloned().collect();
-                let ct = fit(rt, &train, c);
-                let mut st = stats(&Predictor::new(rt, ct), &test);
-                if let Some(all) = st.remove("all") {
-                    per_table.insert(t.to_string(), all);
-                }
-            }
-            held.insert(rt.to_string(), per_table);
-        }
+        rep.in_sample.insert(rt.to_string(), st);
+        let (held, method) = if cv {
+            let (held, method) = cross_validate(rt, &group, c, None);
+            rep.cross_validated.insert(rt.to_string(), held_out_stats(&group, &held, |h| group[h.sample].family.clone()));
+            rep.leave_one_table_out.insert(rt.to_string(), held_out_stats(&group, &held, |h| h.fold.clone()));
+            (held, format!("cross-validated: {method}"))
+        } else {
+            let pred = Predictor::new(rt, c);
+            let held = (0..group.len())
+                .filter_map(|i| {
+                    let p = pred.predict_peak(&group[i].cfg).ok()?;
+                    Some(HeldOut { sample: i, fold: String::new(), peak_gib: p.peak_gib(), regime: Regime::of(p.peak_phase) })
+                })
+                .collect();
+            (held, format!("in-sample ({} records; not cross-validated)", group.len()))
+        };
+        let u = uncertainty(&group, &held, method);
+        rep.held_back.insert(rt.to_string(), held_back(&Predictor::new(rt, c).with_uncertainty(u.clone()), &group));
+        rep.calibration.uncertainty.insert(rt.to_string(), u);
+        rep.calibration.runtimes.insert(rt.to_string(), c);
     }
-    Report {
-        calibration: Calibration {
-            note: format!(
-                "Fitted by `orchestrator calibrate` on {} records; coefficients documented in orchestrator/src/precheck/mod.rs (Coefficients).",
-                samples.len()
-            ),
-            runtimes,
-        },
-        in_sample,
-        leave_one_table_out: held,
-    }
+    rep.calibration.note = format!(
+        "Fitted by `orchestrator calibrate` on {} records; coefficients documented in orchestrator/src/precheck/mod.rs (Coefficients).",
+        samples.len()
+    );
+    rep
 }
 
 #[cfg(test)]

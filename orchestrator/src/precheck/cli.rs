@@ -138,28 +138,58 @@ fn print_stats(title: &str, st: &std::collections::BTreeMap<String, FitStats>, o
 }
 
 /// `orchestrator calibrate --records FILE... [--out FILE] [--no-loto]`: refit every
-/// runtime found in the records, print fit quality per family (and per held-out
-/// table), write the calibration JSON to `--out` (stdout when absent).
-pub fn run_calibrate(records: &[PathBuf], out_path: Option<&Path>, leave_one_table_out: bool) -> Result<()> {
+/// runtime found in the records, print fit quality per family in-sample and
+/// cross-validated (per held-out table too), and how many of the runs that
+/// ran the bands would hold back; write the calibration JSON to `--out`
+/// (stdout when absent).
+pub fn run_calibrate(records: &[PathBuf], out_path: Option<&Path>, cross_validate: bool) -> Result<()> {
     let recs = read_records(records)?;
     let (samples, skipped) = calibrate::samples(&recs);
     anyhow::ensure!(!samples.is_empty(), "no usable records in {} file(s)", records.len());
-    let report = calibrate::calibrate(&samples, leave_one_table_out);
+    let report = calibrate::calibrate(&samples, cross_validate);
     let stderr = std::io::stderr();
     let mut err = stderr.lock();
     for s in &skipped {
         writeln!(err, "skipped: {s}")?;
     }
     for (rt, st) in &report.in_sample {
-        print_stats(&format!("runtime {rt}: in-sample absolute relative error of peak_gb"), st, &mut err)?;
+        let cv = report.cross_validated.get(rt);
+        print_side_by_side(&format!("runtime {rt}: absolute relative error of peak_gb"), st, cv, &mut err)?;
         if let Some(t) = report.leave_one_table_out.get(rt) {
-            print_stats(&format!("runtime {rt}: leave-one-table-out (table held out, refit on the rest)"), t, &mut err)?;
+            print_stats(&format!("runtime {rt}: per held-out table (refitted without it)"), t, &mut err)?;
+        }
+        if let Some((held, ran)) = report.held_back.get(rt) {
+            writeln!(err, "runtime {rt}: {held} of {ran} runs that ran would be held back (risky or oom on their own device)")?;
         }
     }
     let json = serde_json::to_string_pretty(&report.calibration)? + "\n";
     match out_path {
         Some(p) => std::fs::write(p, json).with_context(|| format!("writing {}", p.display()))?,
         None => print!("{json}"),
+    }
+    Ok(())
+}
+
+/// In-sample and cross-validated quality per family, one line each.
+fn print_side_by_side(
+    title: &str,
+    ins: &std::collections::BTreeMap<String, FitStats>,
+    cv: Option<&std::collections::BTreeMap<String, FitStats>>,
+    out: &mut impl Write,
+) -> Result<()> {
+    writeln!(out, "{title}")?;
+    writeln!(out, "  {:<8} {:>4}  {:>17}  {:>17}  {:>13}", "family", "n", "in-sample med/p90", "held-out med/p90", "oom-pred-fits")?;
+    let pct = |s: Option<&FitStats>| match s {
+        Some(s) => format!("{:.1}% / {:.1}%", 100.0 * s.median, 100.0 * s.p90),
+        None => "-".into(),
+    };
+    for (k, s) in ins {
+        let c = cv.and_then(|c| c.get(k));
+        let oom = match c {
+            Some(c) => format!("{} / {} ({} held out)", s.oom_predicted_fit, s.n_oom, c.oom_predicted_fit),
+            None => format!("{} / {}", s.oom_predicted_fit, s.n_oom),
+        };
+        writeln!(out, "  {:<8} {:>4}  {:>17}  {:>17}  {}", k, s.n, pct(Some(s)), pct(c), oom)?;
     }
     Ok(())
 }

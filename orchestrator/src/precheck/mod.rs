@@ -26,6 +26,8 @@
 pub mod calibrate;
 pub mod cli;
 mod dit;
+pub mod overlay;
+pub mod uncertainty;
 mod hdit;
 mod unet;
 mod uvit;
@@ -33,8 +35,11 @@ mod uvit;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use spec::{ModelSpec, Precision, RunConfig};
+
+pub use uncertainty::{Distance, Uncertainty};
 
 /// Bytes in one GiB: the reports' "GB".
 pub const GIB: f64 = (1u64 << 30) as f64;
@@ -133,8 +138,12 @@ pub struct Prediction {
     pub peak_bytes: f64,
     /// Steady-state training with AdamW moments and an EMA copy resident all the time.
     pub train_peak_bytes: f64,
-    /// Relative uncertainty of `peak_bytes` (the calibration's p90 error).
+    /// Relative band of `peak_bytes`: the family's cross-validated p90 error
+    /// in the regime that sets the peak, widened by the distance from the
+    /// calibration data (see [`uncertainty`]).
     pub rel_uncertainty: f64,
+    /// Why the band is wider than the family's, if it is.
+    pub distance: Option<Distance>,
 }
 
 impl Prediction {
@@ -206,8 +215,8 @@ pub struct Coefficients {
     /// WGSL kernels have no bf16; the worker falls back and says so).
     #[serde(default)]
     pub f32_only: bool,
-    /// Relative uncertainty of the peak (p90 of the fit's absolute relative error),
-    /// used for `risky` verdicts.
+    /// Relative uncertainty of the peak (p90 of the fit's absolute relative
+    /// error): the band where the calibration file has no per-family bands.
     pub rel_uncertainty: f64,
 }
 
@@ -291,6 +300,10 @@ pub struct Calibration {
     #[serde(default)]
     pub note: String,
     pub runtimes: BTreeMap<String, Coefficients>,
+    /// Per runtime: cross-validated bands per family and regime, and what the
+    /// records covered.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub uncertainty: BTreeMap<String, Uncertainty>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -321,15 +334,20 @@ impl Calibration {
     /// other precision when only one was measured (the walk already counts the
     /// bytes per element of the precision asked for).
     pub fn coefficients(&self, framework: &str, precision: Precision) -> Result<Coefficients, PrecheckError> {
+        self.entry(framework, precision).map(|(_, c)| c)
+    }
+
+    /// The runtime key that answers for `framework` at `precision`, and its coefficients.
+    fn entry(&self, framework: &str, precision: Precision) -> Result<(String, Coefficients), PrecheckError> {
         let key = runtime_key(framework, precision);
         if let Some(c) = self.runtimes.get(&key) {
-            return Ok(*c);
+            return Ok((key, *c));
         }
         let prefix = format!("{framework}/");
         self.runtimes
             .iter()
             .find(|(k, _)| k.starts_with(&prefix))
-            .map(|(_, c)| *c)
+            .map(|(k, c)| (k.clone(), *c))
             .ok_or_else(|| {
                 PrecheckError::UnknownRuntime(key, self.runtimes.keys().cloned().collect::<Vec<_>>().join(", "))
             })
@@ -526,6 +544,7 @@ fn moment_terms(segs: &[Seg], moment: Moment, cache_bpp: f64, grad_bpp: f64, ter
 pub struct Predictor {
     runtime: String,
     coeffs: Coefficients,
+    uncertainty: Option<Arc<Uncertainty>>,
 }
 
 impl Predictor {
@@ -540,10 +559,20 @@ impl Predictor {
         Self::from_calibration(&Calibration::builtin(), framework, precision)
     }
     pub fn from_calibration(cal: &Calibration, framework: &str, precision: Precision) -> Result<Self, PrecheckError> {
-        Ok(Predictor { runtime: runtime_key(framework, precision), coeffs: cal.coefficients(framework, precision)? })
+        let (key, coeffs) = cal.entry(framework, precision)?;
+        let uncertainty = cal.uncertainty.get(&key).cloned().map(Arc::new);
+        Ok(Predictor { runtime: runtime_key(framework, precision), coeffs, uncertainty })
     }
+    /// Coefficients alone: the band is their single `rel_uncertainty`.
     pub fn new(runtime: impl Into<String>, coeffs: Coefficients) -> Self {
-        Predictor { runtime: runtime.into(), coeffs }
+        Predictor { runtime: runtime.into(), coeffs, uncertainty: None }
+    }
+    pub fn with_uncertainty(mut self, u: Uncertainty) -> Self {
+        self.uncertainty = Some(Arc::new(u));
+        self
+    }
+    pub fn uncertainty(&self) -> Option<&Uncertainty> {
+        self.uncertainty.as_deref()
     }
     pub fn runtime(&self) -> &str {
         &self.runtime
@@ -633,6 +662,13 @@ impl Predictor {
         let ema = 4.0 * trainable;
         let moments = 2.0 * dt.weight * trainable;
         let train = (fwd + moments + ema).max(stp + ema);
+        let (rel_uncertainty, distance) = match &self.uncertainty {
+            Some(u) => {
+                let a = u.assess(cfg, peak_phase);
+                (a.rel, a.distance)
+            }
+            None => (c.rel_uncertainty, None),
+        };
         Prediction {
             params,
             terms,
@@ -641,7 +677,8 @@ impl Predictor {
             peak_phase,
             peak_bytes: peak,
             train_peak_bytes: train,
-            rel_uncertainty: c.rel_uncertainty,
+            rel_uncertainty,
+            distance,
         }
     }
 
@@ -659,27 +696,43 @@ impl Predictor {
             spec::Mode::Profile => pred.peak_gib(),
             spec::Mode::Train => pred.train_peak_gib(),
         };
-        judge(gib, cfg.gpu.capacity_gib(), budget_gb, pred.rel_uncertainty)
+        judge(gib, cfg.gpu.capacity_gib(), budget_gb, pred.rel_uncertainty, pred.distance.as_ref())
     }
 }
 
 /// Classify a predicted peak against a capacity and an optional budget.
 ///
-/// `oom` when the prediction exceeds the capacity; `risky` when the capacity or
-/// the budget lies within the prediction's uncertainty band (or the prediction
-/// is over the budget but under the capacity); `fits` otherwise.
-pub fn judge(predicted_gib: f64, capacity_gib: f64, budget_gb: Option<f64>, rel_uncertainty: f64) -> Verdict {
-    let u = rel_uncertainty.max(0.0);
-    if predicted_gib > capacity_gib {
+/// With a relative band `u`, the measured peak lies in `[p/(1+u), p/(1-u)]`:
+/// `oom` when even its low end exceeds the capacity; `risky` when the capacity
+/// lies inside the band, on either side of the prediction, or the budget does
+/// (or the prediction is over the budget but under the capacity); `fits`
+/// otherwise. `why` is the distance from the data that widened the band.
+pub fn judge(predicted_gib: f64, capacity_gib: f64, budget_gb: Option<f64>, band: f64, why: Option<&Distance>) -> Verdict {
+    let u = band.clamp(0.0, 1.0);
+    let low = predicted_gib / (1.0 + u);
+    let high = if u < 1.0 { predicted_gib / (1.0 - u) } else { f64::INFINITY };
+    let risky = |limit_gib, reason| Verdict::Risky {
+        predicted_gib,
+        limit_gib,
+        reason,
+        band: u,
+        why: why.map(|d| d.to_string()),
+    };
+    if low > capacity_gib {
         return Verdict::Oom { predicted_gib, available_gib: capacity_gib };
     }
-    if predicted_gib * (1.0 + u) > capacity_gib {
-        return Verdict::Risky { predicted_gib, limit_gib: capacity_gib, reason: RiskReason::NearCapacity };
+    if predicted_gib > capacity_gib {
+        return risky(capacity_gib, RiskReason::AboveCapacity);
+    }
+    if high > capacity_gib {
+        return risky(capacity_gib, RiskReason::NearCapacity);
     }
     if let Some(b) = budget_gb {
-        if predicted_gib * (1.0 + u) > b {
-            let reason = if predicted_gib > b { RiskReason::OverBudget } else { RiskReason::NearBudget };
-            return Verdict::Risky { predicted_gib, limit_gib: b, reason };
+        if predicted_gib > b {
+            return risky(b, RiskReason::OverBudget);
+        }
+        if high > b {
+            return risky(b, RiskReason::NearBudget);
         }
     }
     Verdict::Fits { predicted_gib, available_gib: capacity_gib }
@@ -689,7 +742,9 @@ pub fn judge(predicted_gib: f64, capacity_gib: f64, budget_gb: Option<f64>, rel_
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RiskReason {
-    /// Within the uncertainty of the GPU's capacity.
+    /// Predicted above the GPU's capacity, but within the band of it.
+    AboveCapacity,
+    /// Predicted below the GPU's capacity, but within the band of it.
     NearCapacity,
     /// Within the uncertainty of the budget.
     NearBudget,
@@ -702,7 +757,17 @@ pub enum RiskReason {
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
     Fits { predicted_gib: f64, available_gib: f64 },
-    Risky { predicted_gib: f64, limit_gib: f64, reason: RiskReason },
+    Risky {
+        predicted_gib: f64,
+        limit_gib: f64,
+        reason: RiskReason,
+        /// The relative band the verdict used.
+        #[serde(default)]
+        band: f64,
+        /// Why the band is wider than the family's (distance from the calibration data).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+    },
     Oom { predicted_gib: f64, available_gib: f64 },
     Invalid { reasons: Vec<String> },
 }
@@ -717,9 +782,13 @@ impl Verdict {
             Verdict::Invalid { .. } => "invalid",
         }
     }
-    /// Predicted to run on the GPU without running out of memory.
+    /// Predicted (at its mean) to run on the GPU without running out of memory.
     pub fn fits_gpu(&self) -> bool {
-        matches!(self, Verdict::Fits { .. } | Verdict::Risky { .. })
+        match self {
+            Verdict::Fits { .. } => true,
+            Verdict::Risky { reason, .. } => *reason != RiskReason::AboveCapacity,
+            Verdict::Oom { .. } | Verdict::Invalid { .. } => false,
+        }
     }
     pub fn predicted_gib(&self) -> Option<f64> {
         match self {
@@ -747,13 +816,18 @@ impl fmt::Display for Verdict {
             Verdict::Fits { predicted_gib, available_gib } => {
                 write!(f, "fits ({} of {available_gib:.1} GiB)", memory(*predicted_gib))
             }
-            Verdict::Risky { predicted_gib, limit_gib, reason } => {
+            Verdict::Risky { predicted_gib, limit_gib, reason, band, why } => {
                 let what = match reason {
+                    RiskReason::AboveCapacity => "above capacity",
                     RiskReason::NearCapacity => "near capacity",
                     RiskReason::NearBudget => "near budget",
                     RiskReason::OverBudget => "over budget",
                 };
-                write!(f, "risky ({}, {what} {limit_gib:.1} GiB)", memory(*predicted_gib))
+                write!(f, "risky ({} ±{:.0}%, {what} {limit_gib:.1} GiB", memory(*predicted_gib), 100.0 * band)?;
+                match why {
+                    Some(w) => write!(f, "; {w})"),
+                    None => write!(f, ")"),
+                }
             }
             Verdict::Oom { predicted_gib, available_gib } => {
                 write!(f, "oom (needs {predicted_gib:.1} GiB, {available_gib:.1} GiB available)")
@@ -828,12 +902,26 @@ mod tests {
 
     #[test]
     fn judge_bands() {
-        assert_eq!(judge(90.0, 79.2, None, 0.05).name(), "oom");
-        assert_eq!(judge(77.0, 79.2, None, 0.05).name(), "risky");
-        assert_eq!(judge(40.0, 79.2, Some(60.0), 0.05).name(), "fits");
-        assert_eq!(judge(58.0, 79.2, Some(60.0), 0.05).name(), "risky");
-        assert_eq!(judge(65.0, 79.2, Some(60.0), 0.05).name(), "risky");
-        assert!(judge(65.0, 79.2, Some(60.0), 0.05).fits_gpu());
-        assert!(!judge(80.0, 79.2, Some(60.0), 0.05).fits_gpu());
+        assert_eq!(judge(90.0, 79.2, None, 0.05, None).name(), "oom");
+        assert_eq!(judge(77.0, 79.2, None, 0.05, None).name(), "risky");
+        assert_eq!(judge(40.0, 79.2, Some(60.0), 0.05, None).name(), "fits");
+        assert_eq!(judge(58.0, 79.2, Some(60.0), 0.05, None).name(), "risky");
+        assert_eq!(judge(65.0, 79.2, Some(60.0), 0.05, None).name(), "risky");
+        assert!(judge(65.0, 79.2, Some(60.0), 0.05, None).fits_gpu());
+    }
+
+    #[test]
+    fn risky_on_both_sides_of_the_capacity() {
+        // 81 GiB on a 79.2 GiB card with a 5% band: the measured peak may be 77.1 GiB.
+        let above = judge(81.0, 79.2, None, 0.05, None);
+        assert!(matches!(above, Verdict::Risky { reason: RiskReason::AboveCapacity, .. }), "{above}");
+        assert_eq!(above.to_string(), "risky (81.0G ±5%, above capacity 79.2 GiB)");
+        assert!(!above.fits_gpu(), "predicted above the card");
+        // Beyond the band on the far side: oom.
+        assert_eq!(judge(83.5, 79.2, None, 0.05, None).name(), "oom");
+        // A wide band from extrapolation keeps a prediction well above the card risky, and says why.
+        let d = Distance::Size { level: 0, tokens: false, ratio: 4.0 };
+        let far = judge(90.0, 79.2, None, 0.2, Some(&d));
+        assert_eq!(far.to_string(), "risky (90.0G ±20%, above capacity 79.2 GiB; level-0 volume 4.0x the largest measured)");
     }
 }

@@ -145,7 +145,7 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, Strin
         None => "worker".into(),
     });
     let target = Target { name, transport: transport::open(&cluster, &ClusterConfig::local(), &opts.state_root)?, config };
-    let v = verdicts(sweep);
+    let v = verdicts(sweep, &opts.state_root);
     let mut seen = BTreeSet::new();
     let todo: Vec<&SweepConfig> = sweep
         .configs

@@ -203,7 +203,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             let name = sweep.experiment.name.clone();
             if Path::new(&experiment).is_file() && stored_sweep(&opts.state_root, &name).is_err() {
                 // A file never submitted: every config, not submitted, nothing to poll.
-                let r = view::unsubmitted(&sweep);
+                let r = view::unsubmitted(&sweep, &opts.state_root);
                 if json {
                     for row in &r.rows {
                         println!("{}", serde_json::to_string(row).unwrap_or_default());

@@ -121,13 +121,19 @@ impl From<crate::target::TargetError> for CommandError {
 }
 
 /// Verdict name and predicted GiB of each config.
-pub(crate) fn verdicts(sweep: &Sweep) -> BTreeMap<String, (String, Option<f64>)> {
+pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, (String, Option<f64>)> {
     // The runtime was checked when the file was loaded; a sweep stored by an
     // older version may name one no longer shipped.
-    let p = sweep.predictor().unwrap_or_else(|e| {
-        tracing::warn!("{e}; predicting with the pytorch calibration");
-        Predictor::pytorch()
-    });
+    let p = match sweep.predictor_in(Some(state_root)) {
+        Ok((p, source)) => {
+            tracing::info!("precheck calibration: {source}");
+            p
+        }
+        Err(e) => {
+            tracing::warn!("{e}; predicting with the pytorch calibration");
+            Predictor::pytorch()
+        }
+    };
     sweep
         .configs
         .iter()
@@ -167,7 +173,7 @@ pub(crate) fn prepare(st: &StateDir, sweep: &Sweep, cluster: &str) -> Result<BTr
     }
     let mut records = st.repair()?;
     state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, &records) })?;
-    let v = verdicts(sweep);
+    let v = verdicts(sweep, st.root.parent().unwrap_or(Path::new(".")));
     let mut seen = BTreeSet::new();
     for c in &sweep.configs {
         if !seen.insert(c.hash.0.clone()) {

@@ -125,8 +125,8 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
 }
 
 /// The status of a sweep never submitted: every config `-`, with its verdict.
-pub fn unsubmitted(sweep: &Sweep) -> StatusReport {
-    let v = super::verdicts(sweep);
+pub fn unsubmitted(sweep: &Sweep, state_root: &std::path::Path) -> StatusReport {
+    let v = super::verdicts(sweep, state_root);
     let mut seen = BTreeSet::new();
     let rows = sweep
         .configs
@@ -293,7 +293,7 @@ mod tests {
     #[test]
     fn a_file_never_submitted_lists_every_config_unsubmitted() {
         let sweep = demo();
-        let r = unsubmitted(&sweep);
+        let r = unsubmitted(&sweep, std::path::Path::new("/nonexistent"));
         assert_eq!(r.rows.len(), sweep.configs.len());
         assert!(r.rows.iter().all(|x| x.state == "-" && !x.verdict.is_empty()));
     }

@@ -78,6 +78,17 @@ impl Sweep {
         let precision = self.configs.first().map(|c| c.config.precision).unwrap_or(spec::Precision::Bf16Amp);
         crate::precheck::Predictor::builtin(&self.experiment.runtime, precision)
     }
+
+    /// The precheck as `plan`, `submit` and `fit` use it: the local
+    /// calibration overlay of `state_root` where it has enough runs of this
+    /// runtime on this GPU, else the shipped calibration; and which it was.
+    pub fn predictor_in(
+        &self,
+        state_root: Option<&Path>,
+    ) -> Result<(crate::precheck::Predictor, crate::precheck::overlay::Source), crate::precheck::PrecheckError> {
+        let precision = self.configs.first().map(|c| c.config.precision).unwrap_or(spec::Precision::Bf16Amp);
+        crate::precheck::overlay::predictor(state_root, &self.experiment.runtime, precision, self.experiment.gpu)
+    }
 }
 
 /// Read `path`, apply command-line `overrides` (`key.path=value`) and expand.

@@ -1,0 +1,269 @@
+//! The closed loop: what finished sweeps measured refines the next precheck.
+//!
+//! Every sweep appends its runs to `<state>/<experiment>/measurements.jsonl`.
+//! The overlay refits each runtime on each device from those records alone
+//! (pulled towards the shipped coefficients, so a handful of runs moves only
+//! what they measure), cross-validates it for its bands, and keeps the result
+//! in `<state>/calibration.json`. It is refreshed whenever a measurement file
+//! has changed, so `plan`, `submit` and `fit` always use what is known; the
+//! shipped calibration answers for every runtime and device without enough
+//! local runs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use spec::record::{MeasuredStatus, MeasurementRecord};
+use spec::{Gpu, Precision};
+
+use super::calibrate::{self, Prior, Sample};
+use super::uncertainty::Uncertainty;
+use super::{runtime_key, Calibration, Coefficients, PrecheckError, Predictor};
+
+/// The overlay's file in the state root.
+pub const FILE: &str = "calibration.json";
+/// Measured (not OOM) runs a runtime on a device needs before its overlay is used.
+pub const MIN_MEASURED: usize = 3;
+/// The prior's pull, per record-equivalent (see [`Prior`]).
+const PRIOR_WEIGHT: f64 = 0.05;
+/// Records fitted per runtime and device at most (the most recent), so a
+/// refresh stays well under a second whatever the history.
+const MAX_FITTED: usize = 400;
+
+/// The device name records and experiments are matched by: the catalog name
+/// of a GPU (NVML's name mapped onto it), or what the worker reported (`cpu`).
+pub fn device_key(gpu: &str) -> String {
+    gpu.parse::<Gpu>().map(|g| g.name().to_string()).unwrap_or_else(|_| gpu.to_string())
+}
+
+/// One runtime on one device, fitted on local runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub runtime: String,
+    pub device: String,
+    /// Runs with a measured peak / runs that ran out of memory.
+    pub measured: usize,
+    pub oom: usize,
+    /// Experiments the runs came from.
+    pub experiments: Vec<String>,
+    pub coefficients: Coefficients,
+    pub uncertainty: Uncertainty,
+    /// Held-out quality on these runs: (median, p90) of the shipped
+    /// calibration and of the overlay (`calibrate --check` prints them).
+    pub shipped_error: (f64, f64),
+    pub overlay_error: (f64, f64),
+}
+
+/// The overlay file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Overlay {
+    /// Size of every measurement file when the overlay was fitted: any change refits.
+    pub sources: BTreeMap<String, u64>,
+    /// Keyed `runtime@device`.
+    pub entries: BTreeMap<String, Entry>,
+    /// Runtimes and devices with too few runs, and records that could not be used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OverlayError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}:{line}: {source}")]
+    Record { path: PathBuf, line: usize, source: serde_json::Error },
+}
+
+/// Which calibration answers for a runtime on a device, for people (`plan` says it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    Shipped { runtime: String },
+    Local { runtime: String, device: String, measured: usize, path: PathBuf },
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Shipped { runtime } => write!(f, "shipped {runtime}"),
+            Source::Local { runtime, device, measured, path } => {
+                write!(f, "local {runtime} on {device}, {measured} measured runs ({})", path.display())
+            }
+        }
+    }
+}
+
+/// The measurement files under a state root, with their sizes.
+fn measurement_files(state_root: &Path) -> Result<BTreeMap<String, u64>, OverlayError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| OverlayError::Io { path, source }
+    };
+    let mut out = BTreeMap::new();
+    let entries = match std::fs::read_dir(state_root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(io(state_root)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io(state_root))?;
+        let path = entry.path().join("measurements.jsonl");
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => {
+                out.insert(path.display().to_string(), m.len());
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+impl Overlay {
+    /// The overlay of `state_root`, refitted first when a measurement file
+    /// changed since it was written. An empty state gives an empty overlay
+    /// and writes nothing.
+    pub fn load(state_root: &Path) -> Result<Overlay, OverlayError> {
+        let sources = measurement_files(state_root)?;
+        let path = state_root.join(FILE);
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            match serde_json::from_str::<Overlay>(&text) {
+                Ok(o) if o.sources == sources => return Ok(o),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("{}: {e}; refitting it", path.display()),
+            }
+        }
+        if sources.is_empty() {
+            return Ok(Overlay::default());
+        }
+        let mut records = Vec::new();
+        for file in sources.keys() {
+            let text = std::fs::read_to_string(file).map_err(|source| OverlayError::Io { path: file.into(), source })?;
+            // A torn last line (a run being appended) is left for the next refresh.
+            for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                match serde_json::from_str::<MeasurementRecord>(line) {
+                    Ok(r) => records.push(r),
+                    Err(_) if i + 1 == text.lines().count() && !text.ends_with('\n') => {}
+                    Err(source) => return Err(OverlayError::Record { path: file.into(), line: i + 1, source }),
+                }
+            }
+        }
+        let mut overlay = Overlay::fit(&records, &Calibration::builtin());
+        overlay.sources = sources;
+        let json = serde_json::to_vec_pretty(&overlay).expect("an overlay serialises");
+        // A read-only state root still gets the fit, only not kept.
+        if let Err(e) = crate::state::write_atomic(&path, &json) {
+            tracing::warn!("cannot keep the calibration overlay: {e}");
+        }
+        Ok(overlay)
+    }
+
+    /// Fit every runtime and device found in `records` on its own records.
+    pub fn fit(records: &[MeasurementRecord], shipped: &Calibration) -> Overlay {
+        let (samples, skipped) = calibrate::samples(records);
+        let mut notes = skipped;
+        let mut groups: BTreeMap<(String, String), Vec<(&Sample, &MeasurementRecord)>> = BTreeMap::new();
+        let by_id: BTreeMap<&str, &MeasurementRecord> = records.iter().map(|r| (r.id.as_str(), r)).collect();
+        for s in &samples {
+            let Some(r) = by_id.get(s.id.as_str()) else { continue };
+            groups.entry((s.runtime.clone(), device_key(&r.gpu))).or_default().push((s, r));
+        }
+        let mut entries = BTreeMap::new();
+        for ((runtime, device), mut group) in groups {
+            let measured = group.iter().filter(|(s, _)| s.measured_gib.is_some()).count();
+            let oom = group.iter().filter(|(_, r)| r.status == MeasuredStatus::Oom).count();
+            if measured < MIN_MEASURED {
+                notes.push(format!(
+                    "{runtime} on {device}: {measured} measured runs, fewer than {MIN_MEASURED}; the shipped calibration stays"
+                ));
+                continue;
+            }
+            if group.len() > MAX_FITTED {
+                group.drain(..group.len() - MAX_FITTED);
+            }
+            let fitted: Vec<&Sample> = group.iter().map(|(s, _)| *s).collect();
+            let shipped_coeffs = shipped.runtimes.get(&runtime).copied().unwrap_or_else(|| calibrate::start_for(&runtime));
+            let prior = Prior { at: shipped_coeffs, weight: PRIOR_WEIGHT };
+            let mut c = calibrate::fit_with(&runtime, &fitted, shipped_coeffs, Some(&prior));
+            let (held, method) = calibrate::cross_validate(&runtime, &fitted, c, Some(&prior));
+            let local = calibrate::uncertainty(&fitted, &held, format!("local runs, cross-validated: {method}"));
+            let u = local.with_fallback(shipped.uncertainty.get(&runtime));
+            c.rel_uncertainty = u.bands.iter().map(|b| b.p90).fold(shipped_coeffs.rel_uncertainty, f64::max);
+            let shipped_pred = Predictor::new(&runtime, shipped_coeffs);
+            let mut experiments: Vec<String> = group.iter().filter_map(|(_, r)| r.table.clone()).collect();
+            experiments.sort();
+            experiments.dedup();
+            entries.insert(
+                format!("{runtime}@{device}"),
+                Entry {
+                    runtime: runtime.clone(),
+                    device,
+                    measured,
+                    oom,
+                    experiments,
+                    coefficients: c,
+                    uncertainty: u,
+                    shipped_error: error(
+                        fitted.iter().filter_map(|s| Some((shipped_pred.predict_peak(&s.cfg).ok()?.peak_gib(), s.measured_gib?))),
+                    ),
+                    overlay_error: error(held.iter().filter_map(|h| Some((h.peak_gib, fitted[h.sample].measured_gib?)))),
+                },
+            );
+        }
+        Overlay { sources: BTreeMap::new(), entries, notes }
+    }
+
+    /// The entry that answers for `runtime` on `gpu`: that device's, else the
+    /// runtime's runs on a device outside the catalog (a CPU runtime is
+    /// measured on `cpu` whatever GPU the experiment names).
+    pub fn entry(&self, runtime: &str, gpu: Gpu) -> Option<&Entry> {
+        self.entries.get(&format!("{runtime}@{}", gpu.name())).or_else(|| {
+            let mut off_catalog = self.entries.values().filter(|e| e.runtime == runtime && e.device.parse::<Gpu>().is_err());
+            match (off_catalog.next(), off_catalog.next()) {
+                (Some(e), None) => Some(e),
+                _ => None,
+            }
+        })
+    }
+}
+
+/// (median, p90) of the absolute relative error of (predicted, measured) pairs.
+fn error(pairs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
+    let (median, p90, _) = calibrate::summarise(pairs.map(|(p, m)| (p - m).abs() / m).collect());
+    (median, p90)
+}
+
+/// The predictor for `framework` at `precision` on `gpu`: the local overlay of
+/// `state_root` where it has enough runs, else the shipped calibration.
+pub fn predictor(
+    state_root: Option<&Path>,
+    framework: &str,
+    precision: Precision,
+    gpu: Gpu,
+) -> Result<(Predictor, Source), PrecheckError> {
+    let shipped = Calibration::builtin();
+    let fallback = Predictor::from_calibration(&shipped, framework, precision)?;
+    let runtime = fallback.runtime().to_string();
+    let Some(root) = state_root else {
+        return Ok((fallback, Source::Shipped { runtime }));
+    };
+    let overlay = match Overlay::load(root) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!("calibration overlay: {e}; using the shipped calibration");
+            return Ok((fallback, Source::Shipped { runtime }));
+        }
+    };
+    // The overlay is keyed by the precision that ran; the shipped lookup's fallback across precisions applies too.
+    let key = runtime_key(framework, precision);
+    let prefix = format!("{framework}/");
+    let entry = overlay.entry(&key, gpu).or_else(|| {
+        overlay.entries.values().map(|e| e.runtime.as_str()).filter(|r| r.starts_with(&prefix)).find_map(|r| overlay.entry(r, gpu))
+    });
+    match entry {
+        Some(e) => Ok((
+            Predictor::new(key, e.coefficients).with_uncertainty(e.uncertainty.clone()),
+            Source::Local { runtime: e.runtime.clone(), device: e.device.clone(), measured: e.measured, path: root.join(FILE) },
+        )),
+        None => Ok((fallback, Source::Shipped { runtime })),
+    }
+}

@@ -1,0 +1,396 @@
+//! How far a prediction can be trusted.
+//!
+//! A verdict decides whether a job is submitted, so its band must be as honest
+//! as the mean. Two things set it:
+//!
+//! * the calibration's **cross-validated** error of the config's family in the
+//!   regime that sets its peak (activations of forward/backward, or the
+//!   optimizer step, which is ~20 B/param and nearly exact): each source table
+//!   is held out in turn, the runtime refitted on the rest and the held-out
+//!   table predicted, so the error is what a config from a new table sees;
+//! * the config's **distance** from what was measured: an input volume or a
+//!   token count beyond the largest measured at a level, widths outside the
+//!   measured range, a variant or a batch never measured. Each doubling beyond
+//!   the data adds half the base band.
+//!
+//! Both are computed by `calibrate` and shipped in the calibration file next to
+//! the coefficients; [`Uncertainty::assess`] applies them to one config.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use spec::model::{Family, Variant};
+use spec::{ModelSpec, RunConfig};
+
+use super::PeakPhase;
+
+/// Which part of the run sets the peak; the two are predicted with very
+/// different accuracy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Regime {
+    /// Forward/backward: activations held for backward.
+    Activation,
+    /// The optimizer step: weights, gradients, moments.
+    Optimizer,
+}
+
+impl Regime {
+    pub fn of(phase: PeakPhase) -> Self {
+        match phase {
+            PeakPhase::FwdBwd => Regime::Activation,
+            PeakPhase::Step => Regime::Optimizer,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Regime::Activation => "activation",
+            Regime::Optimizer => "optimizer",
+        }
+    }
+}
+
+/// The band of one family in one regime: p90 of the absolute relative error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Band {
+    pub family: Family,
+    pub regime: Regime,
+    pub p90: f64,
+    /// Held-out records behind it.
+    pub n: usize,
+}
+
+/// What the calibration records of one family covered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Coverage {
+    pub family: Family,
+    /// Largest voxels (UNet) or tokens (transformers) measured at each level.
+    pub max_per_level: Vec<u64>,
+    /// Range of widths measured (UNet channels, transformer hidden size).
+    pub width: (u32, u32),
+    /// Named transformer variants measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<Variant>,
+    pub max_batch: u32,
+}
+
+/// Bands and coverage of one runtime, as `calibrate` computed them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Uncertainty {
+    /// How the bands were obtained, for people reading the file.
+    pub method: String,
+    pub bands: Vec<Band>,
+    pub coverage: Vec<Coverage>,
+}
+
+/// Fewer held-out records than this in a family/regime: use the family's pooled band.
+const MIN_BAND_RECORDS: usize = 5;
+/// No band is narrower than this (the measurement's own resolution).
+const FLOOR: f64 = 0.01;
+/// Nor wider: beyond it the prediction says little, and the verdict says why.
+const CEILING: f64 = 1.0;
+
+/// Why a config's band is wider than its family's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Distance {
+    /// Voxels or tokens at a level beyond the largest measured there.
+    Size { level: usize, tokens: bool, ratio: f64 },
+    /// A width outside the measured range.
+    Width { width: u32, measured: (u32, u32) },
+    Variant(Variant),
+    Batch { batch: u32, measured: u32 },
+    /// No record of the family at all for this runtime.
+    Family(Family),
+}
+
+impl Distance {
+    /// How many times the base band this distance stands for.
+    fn factor(&self) -> f64 {
+        let doublings = |r: f64| 1.0 + 0.5 * r.max(1.0).log2();
+        match self {
+            Distance::Size { ratio, .. } => doublings(*ratio),
+            Distance::Width { width, measured: (lo, hi) } => {
+                let w = (*width).max(1) as f64;
+                doublings((w / *hi as f64).max(*lo as f64 / w))
+            }
+            Distance::Variant(_) => 2.0,
+            Distance::Batch { batch, measured } => doublings(*batch as f64 / (*measured).max(1) as f64),
+            Distance::Family(_) => f64::INFINITY,
+        }
+    }
+}
+
+/// Serialised as the sentence a verdict gives (`explain --json`).
+impl Serialize for Distance {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl fmt::Display for Distance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Distance::Size { level, tokens: false, ratio } => {
+                write!(f, "level-{level} volume {ratio:.1}x the largest measured")
+            }
+            Distance::Size { level, tokens: true, ratio } => {
+                write!(f, "level-{level} tokens {ratio:.1}x the largest measured")
+            }
+            Distance::Width { width, measured: (lo, hi) } => {
+                write!(f, "width {width} outside the measured {lo}..{hi}")
+            }
+            Distance::Variant(v) => write!(f, "variant {v} never measured"),
+            Distance::Batch { batch, measured } => write!(f, "batch {batch}, largest measured {measured}"),
+            Distance::Family(fam) => write!(f, "no {fam} config measured for this runtime"),
+        }
+    }
+}
+
+/// The band of one config and the distance that widened it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assessment {
+    /// Relative band of the peak: the measured peak lies within
+    /// `[p/(1+rel), p/(1-rel)]` nine times in ten.
+    pub rel: f64,
+    /// The family's cross-validated band before widening.
+    pub base: f64,
+    pub distance: Option<Distance>,
+}
+
+/// What a config looks like to the coverage check.
+struct Shape {
+    family: Family,
+    per_level: Vec<u64>,
+    widths: Vec<u32>,
+    variant: Option<Variant>,
+    batch: u32,
+}
+
+impl Shape {
+    fn of(cfg: &RunConfig) -> Self {
+        let per_level = spec::params::level_grids(&cfg.model, &cfg.input).iter().map(|g| g.voxels()).collect();
+        let (widths, variant) = match &cfg.model {
+            ModelSpec::Unet(u) => (u.channels.clone(), None),
+            ModelSpec::Dit(m) => (hidden(cfg), m.variant),
+            ModelSpec::Uvit(m) => (hidden(cfg), m.variant),
+            ModelSpec::Hdit(m) => (hidden(cfg), m.variant),
+        };
+        Shape { family: cfg.model.family(), per_level, widths, variant, batch: cfg.batch.max(1) }
+    }
+    fn tokens(&self) -> bool {
+        self.family != Family::Unet
+    }
+}
+
+fn hidden(cfg: &RunConfig) -> Vec<u32> {
+    cfg.model.transformer_dims().and_then(|d| d.ok()).map(|d| vec![d.hidden]).unwrap_or_default()
+}
+
+impl Uncertainty {
+    /// Bands from held-out residuals (`(config, regime, |relative error|)`) and
+    /// coverage from every config the runtime was calibrated on.
+    pub fn estimate<'a>(
+        method: String,
+        residuals: &[(Family, Regime, f64)],
+        calibrated: impl IntoIterator<Item = &'a RunConfig>,
+    ) -> Self {
+        let mut bands = Vec::new();
+        for family in [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit] {
+            for regime in [Regime::Activation, Regime::Optimizer] {
+                let errs: Vec<f64> =
+                    residuals.iter().filter(|r| r.0 == family && r.1 == regime).map(|r| r.2).collect();
+                if !errs.is_empty() {
+                    bands.push(Band { family, regime, p90: p90(errs.clone()), n: errs.len() });
+                }
+            }
+        }
+        let mut coverage: Vec<Coverage> = Vec::new();
+        for cfg in calibrated {
+            let s = Shape::of(cfg);
+            let c = match coverage.iter_mut().position(|c| c.family == s.family) {
+                Some(i) => &mut coverage[i],
+                None => {
+                    coverage.push(Coverage {
+                        family: s.family,
+                        max_per_level: vec![],
+                        width: (u32::MAX, 0),
+                        variants: vec![],
+                        max_batch: 0,
+                    });
+                    coverage.last_mut().expect("just pushed")
+                }
+            };
+            if c.max_per_level.len() < s.per_level.len() {
+                c.max_per_level.resize(s.per_level.len(), 0);
+            }
+            for (m, v) in c.max_per_level.iter_mut().zip(&s.per_level) {
+                *m = (*m).max(*v);
+            }
+            for w in &s.widths {
+                c.width = (c.width.0.min(*w), c.width.1.max(*w));
+            }
+            if let Some(v) = s.variant.filter(|v| !c.variants.contains(v)) {
+                c.variants.push(v);
+            }
+            c.max_batch = c.max_batch.max(s.batch);
+        }
+        Uncertainty { method, bands, coverage }
+    }
+
+    /// These bands where enough records stand behind them, `shipped`'s
+    /// elsewhere; coverage is what either covered (a local overlay is pulled
+    /// towards the shipped fit, so the shipped data still stands behind it).
+    pub fn with_fallback(mut self, shipped: Option<&Uncertainty>) -> Self {
+        let Some(shipped) = shipped else { return self };
+        self.bands.retain(|b| b.n >= MIN_BAND_RECORDS);
+        for b in &shipped.bands {
+            if !self.bands.iter().any(|o| o.family == b.family && o.regime == b.regime) {
+                self.bands.push(b.clone());
+            }
+        }
+        for sc in &shipped.coverage {
+            match self.coverage.iter_mut().find(|c| c.family == sc.family) {
+                None => self.coverage.push(sc.clone()),
+                Some(c) => {
+                    if c.max_per_level.len() < sc.max_per_level.len() {
+                        c.max_per_level.resize(sc.max_per_level.len(), 0);
+                    }
+                    for (m, v) in c.max_per_level.iter_mut().zip(&sc.max_per_level) {
+                        *m = (*m).max(*v);
+                    }
+                    c.width = (c.width.0.min(sc.width.0), c.width.1.max(sc.width.1));
+                    for v in &sc.variants {
+                        if !c.variants.contains(v) {
+                            c.variants.push(*v);
+                        }
+                    }
+                    c.max_batch = c.max_batch.max(sc.max_batch);
+                }
+            }
+        }
+        self
+    }
+
+    /// The band of the family in a regime: its own where enough records stand
+    /// behind it, else the family's records pooled, else the widest band known.
+    fn base(&self, family: Family, regime: Regime) -> f64 {
+        let own = self.bands.iter().find(|b| b.family == family && b.regime == regime);
+        let family_bands: Vec<&Band> = self.bands.iter().filter(|b| b.family == family).collect();
+        let widest = self.bands.iter().map(|b| b.p90).fold(FLOOR, f64::max);
+        let band = match own {
+            Some(b) if b.n >= MIN_BAND_RECORDS => b.p90,
+            _ if family_bands.iter().map(|b| b.n).sum::<usize>() >= MIN_BAND_RECORDS || own.is_some() => {
+                family_bands.iter().map(|b| b.p90).fold(FLOOR, f64::max)
+            }
+            _ => widest,
+        };
+        band.clamp(FLOOR, CEILING)
+    }
+
+    /// The band of `cfg` predicted with its peak set in `phase`.
+    pub fn assess(&self, cfg: &RunConfig, phase: PeakPhase) -> Assessment {
+        let s = Shape::of(cfg);
+        let base = self.base(s.family, Regime::of(phase));
+        let distance = self.distance(&s);
+        let factor = distance.as_ref().map(Distance::factor).unwrap_or(1.0);
+        Assessment { rel: (base * factor).clamp(FLOOR, CEILING), base, distance }
+    }
+
+    /// The farthest the config lies from the measured data, if outside it.
+    fn distance(&self, s: &Shape) -> Option<Distance> {
+        let Some(c) = self.coverage.iter().find(|c| c.family == s.family) else {
+            return Some(Distance::Family(s.family));
+        };
+        let mut found: Vec<Distance> = Vec::new();
+        for (level, v) in s.per_level.iter().enumerate() {
+            // A level deeper than any measured is compared with the deepest measured.
+            let Some(m) = c.max_per_level.get(level).or(c.max_per_level.last()).filter(|m| **m > 0) else { continue };
+            if v > m {
+                found.push(Distance::Size { level, tokens: s.tokens(), ratio: *v as f64 / *m as f64 });
+            }
+        }
+        for w in &s.widths {
+            if *w < c.width.0 || *w > c.width.1 {
+                found.push(Distance::Width { width: *w, measured: c.width });
+            }
+        }
+        if let Some(v) = s.variant.filter(|v| !c.variants.is_empty() && !c.variants.contains(v)) {
+            found.push(Distance::Variant(v));
+        }
+        if s.batch > c.max_batch {
+            found.push(Distance::Batch { batch: s.batch, measured: c.max_batch });
+        }
+        // The first of equals: level 0 before the levels below it.
+        found.into_iter().rev().max_by(|a, b| a.factor().total_cmp(&b.factor()))
+    }
+}
+
+/// Nearest-rank 90th percentile.
+fn p90(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((0.9 * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spec::{Input, Spatial, UnetSpec};
+
+    fn unet(channels: Vec<u32>, spatial: Spatial, batch: u32) -> RunConfig {
+        let n = channels.len();
+        RunConfig {
+            experiment: "t".into(),
+            name: "t".into(),
+            model: ModelSpec::Unet(UnetSpec {
+                channels,
+                attention_levels: vec![false; n],
+                num_res_blocks: spec::PerLevel::All(2),
+                num_head_channels: spec::PerLevel::All(32),
+                norm_num_groups: 16,
+            }),
+            input: Input { channels: 16, spatial },
+            out_channels: 8,
+            batch,
+            precision: spec::Precision::Bf16Amp,
+            grad_ckpt: true,
+            mode: spec::Mode::Profile,
+            steps: 1,
+            gpu: spec::Gpu::H100_80,
+        }
+    }
+
+    fn measured() -> Uncertainty {
+        let cfgs = [unet(vec![32, 64, 256], Spatial::new(80, 64, 64), 1), unet(vec![64, 128, 512], Spatial::new(80, 64, 64), 1)];
+        let residuals: Vec<(Family, Regime, f64)> =
+            (1..=10).map(|i| (Family::Unet, Regime::Activation, i as f64 / 100.0)).collect();
+        Uncertainty::estimate("test".into(), &residuals, cfgs.iter())
+    }
+
+    #[test]
+    fn a_config_beside_the_data_gets_the_family_band() {
+        let u = measured();
+        let a = u.assess(&unet(vec![64, 128, 256], Spatial::new(80, 64, 64), 1), PeakPhase::FwdBwd);
+        assert_eq!((a.rel, a.distance), (0.09, None));
+    }
+
+    #[test]
+    fn a_larger_input_widens_the_band_per_doubling_and_says_why() {
+        let u = measured();
+        let a = u.assess(&unet(vec![64, 128, 256], Spatial::new(80, 128, 128), 1), PeakPhase::FwdBwd);
+        assert!((a.rel - 0.09 * 2.0).abs() < 1e-9, "4x volume = two doublings, half a band each: {}", a.rel);
+        assert_eq!(a.distance.unwrap().to_string(), "level-0 volume 4.0x the largest measured");
+    }
+
+    #[test]
+    fn widths_batch_and_unmeasured_families_widen_too() {
+        let u = measured();
+        let wide = u.assess(&unet(vec![64, 128, 2048], Spatial::new(80, 64, 64), 1), PeakPhase::FwdBwd);
+        assert_eq!(wide.distance.unwrap().to_string(), "width 2048 outside the measured 32..512");
+        assert!((wide.rel - 0.09 * 2.0).abs() < 1e-9);
+        let batch = u.assess(&unet(vec![64, 128, 256], Spatial::new(80, 64, 64), 2), PeakPhase::FwdBwd);
+        assert_eq!(batch.distance.unwrap().to_string(), "batch 2, largest measured 1");
+        // The optimizer regime has no band of its own: the family's is used.
+        assert_eq!(u.assess(&unet(vec![64, 128, 256], Spatial::new(80, 64, 64), 1), PeakPhase::Step).rel, 0.09);
+    }
+}
