@@ -70,14 +70,21 @@ enum Command {
     /// Refit the precheck's coefficients per runtime from measurement records; print fit quality.
     Calibrate {
         /// Measurement JSONL file(s).
-        #[arg(long, required = true, num_args = 1..)]
+        #[arg(long, required_unless_present = "check", num_args = 1..)]
         records: Vec<PathBuf>,
         /// Write the calibration JSON here (default: stdout).
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Skip the leave-one-table-out extrapolation check.
+        /// Skip cross-validation (bands then come from the in-sample errors).
         #[arg(long)]
         no_loto: bool,
+        /// Show the local overlay fitted on this state's sweeps: the shipped
+        /// calibration's error on your runs, and the overlay's (held out).
+        #[arg(long, conflicts_with_all = ["records", "out", "no_loto"])]
+        check: bool,
+        /// State root for --check.
+        #[arg(long, default_value = "state")]
+        state_dir: PathBuf,
     },
     /// Where one config's predicted peak goes (terms, phase, hotspots), the single changes that save most, input scaling.
     Explain {
@@ -177,7 +184,8 @@ fn run(command: Command) -> Result<()> {
         Command::Predict { records, calibration, budget_gb } => {
             precheck::cli::run_predict(&records, calibration.as_deref(), budget_gb)?;
         }
-        Command::Calibrate { records, out, no_loto } => {
+        Command::Calibrate { check: true, state_dir, .. } => precheck::cli::run_check(&state_dir)?,
+        Command::Calibrate { records, out, no_loto, .. } => {
             precheck::cli::run_calibrate(&records, out.as_deref(), !no_loto)?;
         }
         Command::Explain { exp, args } => {

@@ -396,6 +396,75 @@ pub fn calibrate(samples: &[Sample], cv: bool) -> Report {
 mod tests {
     use super::*;
 
+    use spec::record::read_jsonl;
+
+    /// The demo sweep run by this project's worker on CPU under a 40 MiB
+    /// memory limit (`--memory-limit`): three runs ran out of memory at the
+    /// limit, three fitted (recorded output; see testdata/).
+    const LIMITED: &str = include_str!("testdata/demo-cpu-40mib.jsonl");
+    /// The same sweep without a limit: six runs measured.
+    const FREE: &str = include_str!("testdata/demo-cpu.jsonl");
+
+    fn records(text: &str) -> Vec<MeasurementRecord> {
+        read_jsonl(text).expect("recorded measurements parse")
+    }
+
+    fn predicted_gib(cal: &Calibration, rt: &str, r: &MeasurementRecord) -> f64 {
+        let c = cal.runtimes[rt];
+        Predictor::new(rt, c).predict_peak(&r.run_config().unwrap()).unwrap().peak_gib()
+    }
+
+    #[test]
+    fn a_cpu_oom_under_a_memory_limit_is_scored_against_the_limit() {
+        let mut recs = records(LIMITED);
+        recs.extend(records(FREE));
+        let (samples, skipped) = samples(&recs);
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let oom: Vec<&Sample> = samples.iter().filter(|s| s.oom).collect();
+        assert_eq!(oom.len(), 3);
+        assert!(oom.iter().all(|s| (s.available_gib - 40.0 / 1024.0).abs() < 1e-12), "the limit, not a GPU");
+        let rep = calibrate(&samples, false);
+        let rt = "burn-flex/fp32";
+        // dit_p2 peaked at 38-42 MiB: it must stay there, not be pushed to a GPU's capacity.
+        let dit_p2 = recs.iter().find(|r| r.config_name.as_deref() == Some("dit_p2")).unwrap();
+        let p = predicted_gib(&rep.calibration, rt, dit_p2);
+        assert!(p < 0.1, "dit_p2 predicted {p} GiB");
+        // And the OOMs come out above the 40 MiB they did not fit in.
+        for r in recs.iter().filter(|r| r.status == MeasuredStatus::Oom) {
+            assert!(predicted_gib(&rep.calibration, rt, r) > 0.039, "{}", r.id);
+        }
+        assert_eq!(rep.in_sample[rt]["all"].oom_predicted_fit, 0);
+    }
+
+    #[test]
+    fn an_oom_on_a_device_of_unknown_size_is_left_out_and_said_so() {
+        // The same records as an older collector wrote them: `gpu: cpu`, no limit.
+        let mut recs = records(LIMITED);
+        for r in &mut recs {
+            r.memory_limit_gb = None;
+        }
+        let (samples, skipped) = samples(&recs);
+        assert_eq!((samples.len(), skipped.len()), (3, 3));
+        assert!(skipped[0].contains("oom on `cpu` with neither a memory limit nor the device's memory"), "{}", skipped[0]);
+        let rep = calibrate(&samples, false);
+        for r in &recs {
+            let p = predicted_gib(&rep.calibration, "burn-flex/fp32", r);
+            assert!(p < 1.0, "{}: {p} GiB (an 80 GiB A100 would have been scored)", r.id);
+        }
+    }
+
+    #[test]
+    fn a_runtime_is_fitted_on_its_own_records_only() {
+        let group = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/vram-measurements.jsonl")).unwrap();
+        let alone = records(&group).into_iter().filter(|r| r.table.as_deref() == Some("unet_latent_8x")).collect::<Vec<_>>();
+        let mut mixed = alone.clone();
+        mixed.extend(records(LIMITED));
+        let a = calibrate(&samples(&alone).0, false);
+        let m = calibrate(&samples(&mixed).0, false);
+        assert_eq!(a.calibration.runtimes["pytorch/bf16-amp"], m.calibration.runtimes["pytorch/bf16-amp"]);
+        assert_eq!(m.calibration.runtimes.len(), 2);
+    }
+
     #[test]
     fn percentiles_nearest_rank() {
         let (m, p90, max) = summarise(vec![0.05, 0.01, 0.02, 0.03, 0.04, 0.06, 0.07, 0.08, 0.09, 0.10]);

@@ -193,3 +193,41 @@ fn print_side_by_side(
     }
     Ok(())
 }
+
+/// `orchestrator calibrate --check`: the local overlay of `state_root`, before
+/// (the shipped calibration on your runs) and after (the overlay, each
+/// experiment's runs predicted by a fit without them).
+pub fn run_check(state_root: &Path) -> Result<()> {
+    let overlay = super::overlay::Overlay::load(state_root)
+        .with_context(|| format!("fitting the calibration overlay of {}", state_root.display()))?;
+    let path = state_root.join(super::overlay::FILE);
+    let mut out = std::io::stdout().lock();
+    if overlay.sources.is_empty() {
+        writeln!(out, "no measurements under {} yet: plan, submit and fit use the shipped calibration", state_root.display())?;
+        return Ok(());
+    }
+    writeln!(out, "calibration overlay {} (from {} measurement files)", path.display(), overlay.sources.len())?;
+    let pct = |(m, p): (f64, f64)| format!("{:.1}% / {:.1}%", 100.0 * m, 100.0 * p);
+    let mut cells = vec![["runtime on device", "runs", "oom", "shipped med/p90", "overlay med/p90 (held out)", "experiments"]
+        .map(String::from)
+        .to_vec()];
+    for e in overlay.entries.values() {
+        cells.push(vec![
+            format!("{} on {}", e.runtime, e.device),
+            e.measured.to_string(),
+            e.oom.to_string(),
+            pct(e.shipped_error),
+            pct(e.overlay_error),
+            e.experiments.join(", "),
+        ]);
+    }
+    if overlay.entries.is_empty() {
+        writeln!(out, "no runtime has enough runs for an overlay yet")?;
+    } else {
+        write!(out, "{}", crate::plan::render_table(&cells))?;
+    }
+    for n in &overlay.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    Ok(())
+}

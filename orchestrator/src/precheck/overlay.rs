@@ -78,14 +78,15 @@ pub enum OverlayError {
 /// Which calibration answers for a runtime on a device, for people (`plan` says it).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Source {
-    Shipped { runtime: String },
+    Shipped { runtime: String, records: Option<usize> },
     Local { runtime: String, device: String, measured: usize, path: PathBuf },
 }
 
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Source::Shipped { runtime } => write!(f, "shipped {runtime}"),
+            Source::Shipped { runtime, records: Some(n) } => write!(f, "shipped {runtime}, fitted on {n} records"),
+            Source::Shipped { runtime, records: None } => write!(f, "shipped {runtime}"),
             Source::Local { runtime, device, measured, path } => {
                 write!(f, "local {runtime} on {device}, {measured} measured runs ({})", path.display())
             }
@@ -139,10 +140,11 @@ impl Overlay {
         for file in sources.keys() {
             let text = std::fs::read_to_string(file).map_err(|source| OverlayError::Io { path: file.into(), source })?;
             // A torn last line (a run being appended) is left for the next refresh.
+            let last = text.lines().count();
             for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
                 match serde_json::from_str::<MeasurementRecord>(line) {
                     Ok(r) => records.push(r),
-                    Err(_) if i + 1 == text.lines().count() && !text.ends_with('\n') => {}
+                    Err(_) if i + 1 == last && !text.ends_with('\n') => {}
                     Err(source) => return Err(OverlayError::Record { path: file.into(), line: i + 1, source }),
                 }
             }
@@ -242,15 +244,18 @@ pub fn predictor(
 ) -> Result<(Predictor, Source), PrecheckError> {
     let shipped = Calibration::builtin();
     let fallback = Predictor::from_calibration(&shipped, framework, precision)?;
-    let runtime = fallback.runtime().to_string();
+    let shipped_source = Source::Shipped {
+        runtime: fallback.runtime().to_string(),
+        records: fallback.uncertainty().map(|u| u.records),
+    };
     let Some(root) = state_root else {
-        return Ok((fallback, Source::Shipped { runtime }));
+        return Ok((fallback, shipped_source));
     };
     let overlay = match Overlay::load(root) {
         Ok(o) => o,
         Err(e) => {
             tracing::warn!("calibration overlay: {e}; using the shipped calibration");
-            return Ok((fallback, Source::Shipped { runtime }));
+            return Ok((fallback, shipped_source));
         }
     };
     // The overlay is keyed by the precision that ran; the shipped lookup's fallback across precisions applies too.
@@ -264,6 +269,83 @@ pub fn predictor(
             Predictor::new(key, e.coefficients).with_uncertainty(e.uncertainty.clone()),
             Source::Local { runtime: e.runtime.clone(), device: e.device.clone(), measured: e.measured, path: root.join(FILE) },
         )),
-        None => Ok((fallback, Source::Shipped { runtime })),
+        None => Ok((fallback, shipped_source)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The demo sweep measured by this project's worker on CPU (recorded output).
+    const FREE: &str = include_str!("testdata/demo-cpu.jsonl");
+
+    fn state_with(experiment: &str, text: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(experiment)).unwrap();
+        std::fs::write(dir.path().join(experiment).join("measurements.jsonl"), text).unwrap();
+        dir
+    }
+
+    #[test]
+    fn finished_runs_refine_the_next_prediction() {
+        let state = state_with("demo", FREE);
+        let (pred, source) = predictor(Some(state.path()), "burn-flex", Precision::Fp32, Gpu::A100_40).unwrap();
+        assert!(matches!(&source, Source::Local { measured: 6, device, .. } if device == "cpu"), "{source}");
+        assert!(source.to_string().starts_with("local burn-flex/fp32 on cpu, 6 measured runs ("), "{source}");
+        let overlay = Overlay::load(state.path()).unwrap();
+        let e = &overlay.entries["burn-flex/fp32@cpu"];
+        assert_eq!((e.measured, e.oom, e.experiments.clone()), (6, 0, vec!["demo".to_string()]));
+        // Held out, the overlay predicts the user's runs better than the shipped fit did.
+        assert!(e.overlay_error.0 < e.shipped_error.0 / 2.0, "{:?} vs {:?}", e.overlay_error, e.shipped_error);
+        // And in use: every run within the shipped fit's error or better.
+        let shipped = Predictor::builtin("burn-flex", Precision::Fp32).unwrap();
+        let (mut local_err, mut shipped_err) = (0.0, 0.0);
+        for r in spec::record::read_jsonl(FREE).unwrap() {
+            let (cfg, m) = (r.run_config().unwrap(), r.peak_gb.unwrap());
+            local_err += (pred.peak_bytes(&cfg).unwrap() / super::super::GIB / m).ln().abs();
+            shipped_err += (shipped.peak_bytes(&cfg).unwrap() / super::super::GIB / m).ln().abs();
+        }
+        assert!(local_err < shipped_err, "{local_err} vs {shipped_err}");
+    }
+
+    #[test]
+    fn the_overlay_is_kept_and_refitted_only_when_a_measurement_file_changes() {
+        let lines: Vec<&str> = FREE.lines().collect();
+        let state = state_with("demo", &(lines[..4].join("\n") + "\n"));
+        let first = Overlay::load(state.path()).unwrap();
+        assert_eq!(first.entries["burn-flex/fp32@cpu"].measured, 4);
+        let kept = std::fs::read_to_string(state.path().join(FILE)).unwrap();
+        assert_eq!(serde_json::from_str::<Overlay>(&kept).unwrap(), first);
+        // Unchanged files: the kept overlay is read back as it is.
+        assert_eq!(Overlay::load(state.path()).unwrap(), first);
+        // A sweep appends: refitted.
+        std::fs::write(state.path().join("demo/measurements.jsonl"), FREE).unwrap();
+        assert_eq!(Overlay::load(state.path()).unwrap().entries["burn-flex/fp32@cpu"].measured, 6);
+    }
+
+    #[test]
+    fn too_few_runs_or_another_gpu_keep_the_shipped_calibration() {
+        let two: String = FREE.lines().take(2).map(|l| format!("{l}\n")).collect();
+        let state = state_with("demo", &two);
+        let (_, source) = predictor(Some(state.path()), "burn-flex", Precision::Fp32, Gpu::A100_40).unwrap();
+        assert!(matches!(source, Source::Shipped { .. }), "{source}");
+        let overlay = Overlay::load(state.path()).unwrap();
+        assert!(overlay.notes.iter().any(|n| n.contains("2 measured runs, fewer than 3")), "{:?}", overlay.notes);
+        // Runs of one runtime never answer for another.
+        let state = state_with("demo", FREE);
+        let (_, source) = predictor(Some(state.path()), "pytorch", Precision::Bf16Amp, Gpu::A100_40).unwrap();
+        assert_eq!(source.to_string(), "shipped pytorch/bf16-amp, fitted on 152 records");
+        // An empty state writes nothing.
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(Overlay::load(empty.path()).unwrap(), Overlay::default());
+        assert!(!empty.path().join(FILE).exists());
+    }
+
+    #[test]
+    fn a_bad_record_names_its_file_and_line() {
+        let state = state_with("demo", &format!("{}{{\"id\": 3}}\n", FREE));
+        let e = Overlay::load(state.path()).unwrap_err().to_string();
+        assert!(e.contains("demo/measurements.jsonl:7: "), "{e}");
     }
 }

@@ -79,6 +79,9 @@ pub struct Coverage {
 pub struct Uncertainty {
     /// How the bands were obtained, for people reading the file.
     pub method: String,
+    /// Records the runtime was calibrated on.
+    #[serde(default)]
+    pub records: usize,
     pub bands: Vec<Band>,
     pub coverage: Vec<Coverage>,
 }
@@ -205,7 +208,9 @@ impl Uncertainty {
             }
         }
         let mut coverage: Vec<Coverage> = Vec::new();
+        let mut records = 0;
         for cfg in calibrated {
+            records += 1;
             let s = Shape::of(cfg);
             let c = match coverage.iter_mut().position(|c| c.family == s.family) {
                 Some(i) => &mut coverage[i],
@@ -234,7 +239,7 @@ impl Uncertainty {
             }
             c.max_batch = c.max_batch.max(s.batch);
         }
-        Uncertainty { method, bands, coverage }
+        Uncertainty { method, records, bands, coverage }
     }
 
     /// These bands where enough records stand behind them, `shipped`'s
@@ -242,6 +247,7 @@ impl Uncertainty {
     /// towards the shipped fit, so the shipped data still stands behind it).
     pub fn with_fallback(mut self, shipped: Option<&Uncertainty>) -> Self {
         let Some(shipped) = shipped else { return self };
+        self.records += shipped.records;
         self.bands.retain(|b| b.n >= MIN_BAND_RECORDS);
         for b in &shipped.bands {
             if !self.bands.iter().any(|o| o.family == b.family && o.regime == b.regime) {
