@@ -69,4 +69,63 @@ fn leave_one_table_out_stays_usable() {
         worst_median = worst_median.max(s.median);
     }
     assert!(worst_median < 0.25, "a held-out table is off by a median {:.0}%", 100.0 * worst_median);
+    // The bands shipped in runtimes.json are exactly these held-out errors.
+    let shipped = Calibration::builtin();
+    assert_eq!(
+        report.calibration.uncertainty["pytorch/bf16-amp"].bands,
+        shipped.uncertainty["pytorch/bf16-amp"].bands,
+        "runtimes.json's bands are stale: rerun `orchestrator calibrate --records data/vram-measurements.jsonl`"
+    );
+    let cv = &report.cross_validated["pytorch/bf16-amp"];
+    for (family, s) in cv {
+        eprintln!("cross-validated {family:<5} n={:<3} median {:.1}%  p90 {:.1}%", s.n, 100.0 * s.median, 100.0 * s.p90);
+    }
+    assert!(cv["all"].median <= 0.02 && cv["all"].p90 <= 0.10, "{:?}", cv["all"]);
+    // With those bands, the runs that ran are not held back.
+    let (held_back, ran) = report.held_back["pytorch/bf16-amp"];
+    assert_eq!(ran, 140);
+    assert!(held_back * 20 <= ran, "{held_back} of {ran} runs that ran would be held back as risky or oom");
+}
+
+/// Scaling a UNet to a larger input is where the group extrapolates: their
+/// S2D runs at 128x128 (80x64x64 after space-to-depth) are in the data, the
+/// 256x256 ones (80x128x128) are not. They report the peak growing 1.3-1.8x
+/// for narrow-early / wide-deep widths (the optimizer state of the deep levels
+/// dominates) and 3.3-4.4x for wide-early ones (activations at full
+/// resolution, 4x the voxels). The walk must scale the same way; 5% slack is
+/// the measurement's own spread between tables.
+#[test]
+fn unet_scaling_from_128_to_256_matches_the_groups_ratios() {
+    let pred = orchestrator::precheck::Predictor::pytorch();
+    let (mut narrow, mut wide) = (0, 0);
+    for r in records().iter().filter(|r| r.table.as_deref().is_some_and(|t| t.starts_with("s2d_128")) && r.peak_gb.is_some()) {
+        let widths = r.channels.clone().unwrap();
+        let attn = r.attention_levels.clone().unwrap();
+        // Attention only at the two deepest levels: the group's 5-level family.
+        if widths.len() != 5 || attn[..3].iter().any(|a| *a) {
+            continue;
+        }
+        let mut cfg = r.run_config().unwrap();
+        let at_128 = pred.peak_bytes(&cfg).unwrap();
+        cfg.input.spatial = spec::Spatial::new(80, 128, 128);
+        let ratio = pred.peak_bytes(&cfg).unwrap() / at_128;
+        let range = if widths[0] <= 32 && widths[4] >= 1024 {
+            narrow += 1;
+            (1.3, 1.8)
+        } else if widths[0] >= 64 && widths[4] <= 512 {
+            wide += 1;
+            (3.3, 4.4)
+        } else {
+            continue;
+        };
+        eprintln!("{:<44} {widths:?} 128->256 x{ratio:.2} (group: {}-{})", r.id, range.0, range.1);
+        assert!(
+            ratio >= range.0 * 0.95 && ratio <= range.1 * 1.05,
+            "{} {widths:?}: predicted x{ratio:.2} from 128 to 256, the group measures {}-{}x",
+            r.id,
+            range.0,
+            range.1
+        );
+    }
+    assert!(narrow >= 4 && wide >= 8, "narrow-early {narrow}, wide-early {wide}");
 }
