@@ -42,8 +42,11 @@ pub struct Explanation {
     pub peak_gib: f64,
     pub peak_phase: PeakPhase,
     pub train_peak_gib: f64,
-    /// ± this fraction (the calibration's p90 error).
+    /// ± this fraction (the family's cross-validated p90 error, widened away from the data).
     pub rel_uncertainty: f64,
+    /// Why the band is wider than the family's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub band_reason: Option<String>,
     /// The phase that sets the peak, term by term.
     pub peak: PhaseBreakdown,
     /// The other phase, for the stacked-bar comparison.
@@ -131,6 +134,7 @@ pub fn from_prediction(cfg: &RunConfig, pred: &Prediction) -> Explanation {
         peak_phase: pred.peak_phase,
         train_peak_gib: mode_peak_gib(pred, spec::Mode::Train),
         rel_uncertainty: pred.rel_uncertainty,
+        band_reason: pred.distance.as_ref().map(|d| d.to_string()),
         peak,
         other: breakdown(pred, other_phase),
         by_kind,
@@ -151,9 +155,10 @@ pub fn render(e: &Explanation) -> String {
     let mut out = String::new();
     out.push_str(&format!("{}: {}  input {}  {} params\n", e.config, e.summary, e.input, millions(e.params)));
     out.push_str(&format!(
-        "predicted peak {:.1} GiB ±{:.0}% on {} ({:.1} GiB), set by {}; the other phase peaks at {:.1} GiB; training (AdamW + EMA) {:.1} GiB\n\n",
+        "predicted peak {:.1} GiB ±{:.0}%{} on {} ({:.1} GiB), set by {}; the other phase peaks at {:.1} GiB; training (AdamW + EMA) {:.1} GiB\n\n",
         e.peak_gib,
         100.0 * e.rel_uncertainty,
+        e.band_reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default(),
         e.gpu,
         e.capacity_gib,
         phase_words(e.peak_phase),
