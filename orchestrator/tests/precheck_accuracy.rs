@@ -129,3 +129,49 @@ fn unet_scaling_from_128_to_256_matches_the_groups_ratios() {
     }
     assert!(narrow >= 4 && wide >= 8, "narrow-early {narrow}, wide-early {wide}");
 }
+
+/// The verdicts on configs that are not in the data, simulated: each table in
+/// turn is new (the runtime refitted without it, its distance measured from
+/// the other tables' coverage, the shipped bands), as the group's next
+/// experiment will be. Of its runs that ran, at most 5% may be held back
+/// (`risky` or `oom`), and none of its OOMs may be called `fits`.
+#[test]
+fn verdicts_on_a_new_table_hold_back_little_and_never_pass_an_oom() {
+    use orchestrator::precheck::uncertainty::Uncertainty;
+    use orchestrator::precheck::{judge, Verdict};
+    let (samples, _) = calibrate::samples(&records());
+    let group: Vec<&calibrate::Sample> = samples.iter().collect();
+    let shipped = Calibration::builtin();
+    let rt = "pytorch/bf16-amp";
+    let (held, _) = calibrate::cross_validate(rt, &group, shipped.runtimes[rt], None);
+    let bands = shipped.uncertainty[rt].bands.clone();
+    let (mut ran, mut held_back, mut oom_fits) = (0, Vec::new(), Vec::new());
+    for h in &held {
+        let s = group[h.sample];
+        let others = group.iter().filter(|o| o.table != s.table).map(|o| &o.cfg);
+        let mut u = Uncertainty::estimate(String::new(), &[], others);
+        u.bands = bands.clone();
+        let phase = match h.regime {
+            orchestrator::precheck::uncertainty::Regime::Activation => orchestrator::precheck::PeakPhase::FwdBwd,
+            orchestrator::precheck::uncertainty::Regime::Optimizer => orchestrator::precheck::PeakPhase::Step,
+        };
+        let a = u.assess(&s.cfg, phase);
+        let v = judge(h.peak_gib, s.available_gib, None, a.rel, a.distance.as_ref());
+        match s.measured_gib {
+            Some(m) => {
+                ran += 1;
+                if !matches!(v, Verdict::Fits { .. }) {
+                    held_back.push(format!("{} (measured {m:.1}): {v}", s.id));
+                }
+            }
+            None if matches!(v, Verdict::Fits { .. }) => oom_fits.push(format!("{}: {v}", s.id)),
+            None => {}
+        }
+    }
+    eprintln!("new-table simulation: {} of {ran} runs that ran held back; {} OOMs called fits", held_back.len(), oom_fits.len());
+    for l in held_back.iter().chain(&oom_fits) {
+        eprintln!("  {l}");
+    }
+    assert!(oom_fits.is_empty(), "OOMs called fits: {oom_fits:?}");
+    assert!(held_back.len() * 20 <= ran, "{} of {ran} held back", held_back.len());
+}
