@@ -24,22 +24,35 @@
 //! (weights, gradients, moments, temporaries; activations are freed by then).
 
 pub mod calibrate;
+mod calibration;
 pub mod cli;
 mod dit;
+mod hdit;
 pub mod overlay;
 pub mod uncertainty;
-mod hdit;
 mod unet;
 mod uvit;
+mod verdict;
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 
 use spec::{ModelSpec, Precision, RunConfig};
 
+pub use calibration::{runtime_key, Calibration, Coefficients};
 pub use uncertainty::{Distance, Uncertainty};
+pub use verdict::{judge, memory, RiskReason, Verdict};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrecheckError {
+    #[error("calibration file: {0}")]
+    Calibration(#[from] serde_json::Error),
+    #[error("no calibration for runtime `{0}` (known: {1})")]
+    UnknownRuntime(String, String),
+    #[error("config cannot be built: {0}")]
+    Invalid(#[from] spec::Invalid),
+}
+
 
 /// Bytes in one GiB: the reports' "GB".
 pub const GIB: f64 = (1u64 << 30) as f64;
@@ -169,188 +182,6 @@ impl Prediction {
         v.sort_by(|a, b| b.bytes.total_cmp(&a.bytes));
         v.truncate(n);
         v
-    }
-}
-
-/// Physically meaningful coefficients of one runtime. Byte counts from the walks
-/// are what the tensors hold; these absorb what a walk does not see (allocator
-/// rounding, kernel workspaces, small tensors) and the runtime's own choices.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Coefficients {
-    /// Multiplier on the walked in-block activation bytes saved for backward
-    /// (explicit single tensors such as skips and checkpointed inputs are exact).
-    pub act_scale: f64,
-    /// Gradient buffers live at the backward peak, in multiples of the largest
-    /// block's saved activations.
-    pub bwd_transient: f64,
-    /// Bytes per materialised attention-score element held for backward
-    /// (fp32 softmax output + bf16 copy for the second matmul + what the kernel keeps).
-    pub score_saved_bytes: f64,
-    /// Extra bytes per score element of the largest attention block while it runs
-    /// (scaled logits, fp32 upcast, softmax gradient).
-    pub score_transient_bytes: f64,
-    /// Parameter-sized temporaries of the optimizer step (foreach AdamW: ~1).
-    pub opt_temp: f64,
-    /// Full-resolution fp32 volumes alive (input, noise, noisy input, prediction, loss).
-    pub data_tensors: f64,
-    /// Fixed allocator-visible overhead (cuBLAS/cuDNN workspaces, RNG state, small buffers), GiB.
-    pub overhead_gib: f64,
-    /// Bytes materialised while one checkpointed block is recomputed and
-    /// back-propagated, as a multiple of its walked saved bytes.
-    pub recompute_scale: f64,
-    /// Fraction of the UNet's in-block activations still saved with `grad_ckpt`
-    /// on: 1 when the runtime's UNet does not checkpoint (MONAI's DiffusionModelUNet
-    /// has no checkpointing hooks), 0 for perfect per-block checkpointing.
-    pub unet_ckpt_keep: f64,
-    /// Whether transformer attention materialises heads x N x N scores
-    /// (Burn's attention does; PyTorch's SDPA does not).
-    #[serde(default)]
-    pub transformer_scores_materialised: bool,
-    /// Whether the runtime has autocast. Burn has none: an `-amp` precision
-    /// runs entirely in the half type, weights and optimizer state included.
-    #[serde(default = "yes")]
-    pub autocast: bool,
-    /// Whether the runtime computes in f32 whatever precision is asked (wgpu's
-    /// WGSL kernels have no bf16; the worker falls back and says so).
-    #[serde(default)]
-    pub f32_only: bool,
-    /// Relative uncertainty of the peak (p90 of the fit's absolute relative
-    /// error): the band where the calibration file has no per-family bands.
-    pub rel_uncertainty: f64,
-}
-
-impl Coefficients {
-    /// The fitted coefficients in a fixed order (the calibrator's search space).
-    pub const FITTED: [&'static str; 9] = [
-        "act_scale",
-        "bwd_transient",
-        "score_saved_bytes",
-        "score_transient_bytes",
-        "opt_temp",
-        "data_tensors",
-        "overhead_gib",
-        "unet_ckpt_keep",
-        "recompute_scale",
-    ];
-    pub fn get(&self, i: usize) -> f64 {
-        match i {
-            0 => self.act_scale,
-            1 => self.bwd_transient,
-            2 => self.score_saved_bytes,
-            3 => self.score_transient_bytes,
-            4 => self.opt_temp,
-            5 => self.data_tensors,
-            6 => self.overhead_gib,
-            7 => self.unet_ckpt_keep,
-            _ => self.recompute_scale,
-        }
-    }
-    pub fn set(&mut self, i: usize, v: f64) {
-        match i {
-            0 => self.act_scale = v,
-            1 => self.bwd_transient = v,
-            2 => self.score_saved_bytes = v,
-            3 => self.score_transient_bytes = v,
-            4 => self.opt_temp = v,
-            5 => self.data_tensors = v,
-            6 => self.overhead_gib = v,
-            7 => self.unet_ckpt_keep = v.clamp(0.0, 1.0),
-            _ => self.recompute_scale = v,
-        }
-    }
-    /// Starting point of a fit: the bare physics (walk counts as is, no extras).
-    pub fn physical(materialised: bool) -> Self {
-        Coefficients {
-            act_scale: 1.0,
-            bwd_transient: 1.0,
-            score_saved_bytes: 6.0,
-            score_transient_bytes: 10.0,
-            opt_temp: 1.0,
-            data_tensors: 4.0,
-            overhead_gib: 0.1,
-            unet_ckpt_keep: 0.5,
-            recompute_scale: 1.0,
-            transformer_scores_materialised: materialised,
-            autocast: !materialised,
-            f32_only: false,
-            rel_uncertainty: 0.15,
-        }
-    }
-
-    /// The bytes per element this runtime really uses at `precision`.
-    pub(crate) fn dtypes(&self, precision: Precision) -> Dtypes {
-        let runs_as = match precision {
-            _ if self.f32_only => Precision::Fp32,
-            Precision::Bf16Amp | Precision::Fp16Amp if !self.autocast => Precision::Bf16,
-            p => p,
-        };
-        Dtypes::of(runs_as)
-    }
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// The calibration file: coefficients per runtime key (`pytorch/bf16-amp`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Calibration {
-    /// What was fitted on, for humans reading the file.
-    #[serde(default)]
-    pub note: String,
-    pub runtimes: BTreeMap<String, Coefficients>,
-    /// Per runtime: cross-validated bands per family and regime, and what the
-    /// records covered.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub uncertainty: BTreeMap<String, Uncertainty>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum PrecheckError {
-    #[error("calibration file: {0}")]
-    Calibration(#[from] serde_json::Error),
-    #[error("no calibration for runtime `{0}` (known: {1})")]
-    UnknownRuntime(String, String),
-    #[error("config cannot be built: {0}")]
-    Invalid(#[from] spec::Invalid),
-}
-
-/// The runtime key of a framework and precision: `pytorch/bf16-amp`, `burn-cuda/bf16`.
-pub fn runtime_key(framework: &str, precision: Precision) -> String {
-    format!("{}/{}", framework, precision.name())
-}
-
-impl Calibration {
-    pub fn from_json(text: &str) -> Result<Self, PrecheckError> {
-        Ok(serde_json::from_str(text)?)
-    }
-    /// The calibration shipped in the repository.
-    pub fn builtin() -> Self {
-        // The embedded file is checked by a unit test; a parse failure is a build defect.
-        Self::from_json(BUILTIN_CALIBRATION).expect("embedded calibration/runtimes.json parses")
-    }
-    /// Coefficients of `framework` at `precision`; falls back to the framework's
-    /// other precision when only one was measured (the walk already counts the
-    /// bytes per element of the precision asked for).
-    pub fn coefficients(&self, framework: &str, precision: Precision) -> Result<Coefficients, PrecheckError> {
-        self.entry(framework, precision).map(|(_, c)| c)
-    }
-
-    /// The runtime key that answers for `framework` at `precision`, and its coefficients.
-    fn entry(&self, framework: &str, precision: Precision) -> Result<(String, Coefficients), PrecheckError> {
-        let key = runtime_key(framework, precision);
-        if let Some(c) = self.runtimes.get(&key) {
-            return Ok((key, *c));
-        }
-        let prefix = format!("{framework}/");
-        self.runtimes
-            .iter()
-            .find(|(k, _)| k.starts_with(&prefix))
-            .map(|(k, c)| (k.clone(), *c))
-            .ok_or_else(|| {
-                PrecheckError::UnknownRuntime(key, self.runtimes.keys().cloned().collect::<Vec<_>>().join(", "))
-            })
     }
 }
 
@@ -700,143 +531,6 @@ impl Predictor {
     }
 }
 
-/// Classify a predicted peak against a capacity and an optional budget.
-///
-/// With a relative band `u`, the measured peak lies in `[p/(1+u), p/(1-u)]`:
-/// `oom` when even its low end exceeds the capacity; `risky` when the capacity
-/// lies inside the band, on either side of the prediction, or the budget does
-/// (or the prediction is over the budget but under the capacity); `fits`
-/// otherwise. `why` is the distance from the data that widened the band.
-pub fn judge(predicted_gib: f64, capacity_gib: f64, budget_gb: Option<f64>, band: f64, why: Option<&Distance>) -> Verdict {
-    let u = band.clamp(0.0, 1.0);
-    let low = predicted_gib / (1.0 + u);
-    let high = if u < 1.0 { predicted_gib / (1.0 - u) } else { f64::INFINITY };
-    let risky = |limit_gib, reason| Verdict::Risky {
-        predicted_gib,
-        limit_gib,
-        reason,
-        band: u,
-        why: why.map(|d| d.to_string()),
-    };
-    if low > capacity_gib {
-        return Verdict::Oom { predicted_gib, available_gib: capacity_gib };
-    }
-    if predicted_gib > capacity_gib {
-        return risky(capacity_gib, RiskReason::AboveCapacity);
-    }
-    if high > capacity_gib {
-        return risky(capacity_gib, RiskReason::NearCapacity);
-    }
-    if let Some(b) = budget_gb {
-        if predicted_gib > b {
-            return risky(b, RiskReason::OverBudget);
-        }
-        if high > b {
-            return risky(b, RiskReason::NearBudget);
-        }
-    }
-    Verdict::Fits { predicted_gib, available_gib: capacity_gib }
-}
-
-/// Why a config is `risky`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RiskReason {
-    /// Predicted above the GPU's capacity, but within the band of it.
-    AboveCapacity,
-    /// Predicted below the GPU's capacity, but within the band of it.
-    NearCapacity,
-    /// Within the uncertainty of the budget.
-    NearBudget,
-    /// Predicted above the budget (runs, but over the group's policy).
-    OverBudget,
-}
-
-/// The precheck's call on one config.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "verdict", rename_all = "snake_case")]
-pub enum Verdict {
-    Fits { predicted_gib: f64, available_gib: f64 },
-    Risky {
-        predicted_gib: f64,
-        limit_gib: f64,
-        reason: RiskReason,
-        /// The relative band the verdict used.
-        #[serde(default)]
-        band: f64,
-        /// Why the band is wider than the family's (distance from the calibration data).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        why: Option<String>,
-    },
-    Oom { predicted_gib: f64, available_gib: f64 },
-    Invalid { reasons: Vec<String> },
-}
-
-impl Verdict {
-    /// `fits`, `risky`, `oom`, `invalid`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Verdict::Fits { .. } => "fits",
-            Verdict::Risky { .. } => "risky",
-            Verdict::Oom { .. } => "oom",
-            Verdict::Invalid { .. } => "invalid",
-        }
-    }
-    /// Predicted (at its mean) to run on the GPU without running out of memory.
-    pub fn fits_gpu(&self) -> bool {
-        match self {
-            Verdict::Fits { .. } => true,
-            Verdict::Risky { reason, .. } => *reason != RiskReason::AboveCapacity,
-            Verdict::Oom { .. } | Verdict::Invalid { .. } => false,
-        }
-    }
-    pub fn predicted_gib(&self) -> Option<f64> {
-        match self {
-            Verdict::Fits { predicted_gib, .. } | Verdict::Risky { predicted_gib, .. } | Verdict::Oom { predicted_gib, .. } => {
-                Some(*predicted_gib)
-            }
-            Verdict::Invalid { .. } => None,
-        }
-    }
-}
-
-/// Memory for people: `49.8G` with one decimal, `85M` (MiB) below one GiB so
-/// small configs do not all read `0.0G`.
-pub fn memory(gib: f64) -> String {
-    if gib >= 1.0 {
-        format!("{gib:.1}G")
-    } else {
-        format!("{:.0}M", gib * 1024.0)
-    }
-}
-
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Verdict::Fits { predicted_gib, available_gib } => {
-                write!(f, "fits ({} of {available_gib:.1} GiB)", memory(*predicted_gib))
-            }
-            Verdict::Risky { predicted_gib, limit_gib, reason, band, why } => {
-                let what = match reason {
-                    RiskReason::AboveCapacity => "above capacity",
-                    RiskReason::NearCapacity => "near capacity",
-                    RiskReason::NearBudget => "near budget",
-                    RiskReason::OverBudget => "over budget",
-                };
-                write!(f, "risky ({} ±{:.0}%, {what} {limit_gib:.1} GiB", memory(*predicted_gib), 100.0 * band)?;
-                match why {
-                    Some(w) => write!(f, "; {w})"),
-                    None => write!(f, ")"),
-                }
-            }
-            Verdict::Oom { predicted_gib, available_gib } => {
-                write!(f, "oom (needs {predicted_gib:.1} GiB, {available_gib:.1} GiB available)")
-            }
-            Verdict::Invalid { reasons } => write!(f, "invalid ({})", reasons.join("; ")),
-        }
-    }
-}
-
 /// The verdict with the shipped PyTorch calibration (the group's runtime).
 pub fn verdict(cfg: &RunConfig, budget_gb: Option<f64>) -> Verdict {
     Predictor::pytorch().verdict(cfg, budget_gb)
@@ -898,30 +592,5 @@ mod tests {
         let ratio = (c - b) / (b - a);
         assert!((1.9..2.1).contains(&ratio), "increments should double with tokens: {ratio}");
         assert!(peak(160, true) < 0.5 * c);
-    }
-
-    #[test]
-    fn judge_bands() {
-        assert_eq!(judge(90.0, 79.2, None, 0.05, None).name(), "oom");
-        assert_eq!(judge(77.0, 79.2, None, 0.05, None).name(), "risky");
-        assert_eq!(judge(40.0, 79.2, Some(60.0), 0.05, None).name(), "fits");
-        assert_eq!(judge(58.0, 79.2, Some(60.0), 0.05, None).name(), "risky");
-        assert_eq!(judge(65.0, 79.2, Some(60.0), 0.05, None).name(), "risky");
-        assert!(judge(65.0, 79.2, Some(60.0), 0.05, None).fits_gpu());
-    }
-
-    #[test]
-    fn risky_on_both_sides_of_the_capacity() {
-        // 81 GiB on a 79.2 GiB card with a 5% band: the measured peak may be 77.1 GiB.
-        let above = judge(81.0, 79.2, None, 0.05, None);
-        assert!(matches!(above, Verdict::Risky { reason: RiskReason::AboveCapacity, .. }), "{above}");
-        assert_eq!(above.to_string(), "risky (81.0G ±5%, above capacity 79.2 GiB)");
-        assert!(!above.fits_gpu(), "predicted above the card");
-        // Beyond the band on the far side: oom.
-        assert_eq!(judge(83.5, 79.2, None, 0.05, None).name(), "oom");
-        // A wide band from extrapolation keeps a prediction well above the card risky, and says why.
-        let d = Distance::Size { level: 0, tokens: false, ratio: 4.0 };
-        let far = judge(90.0, 79.2, None, 0.2, Some(&d));
-        assert_eq!(far.to_string(), "risky (90.0G ±20%, above capacity 79.2 GiB; level-0 volume 4.0x the largest measured)");
     }
 }

@@ -1,0 +1,183 @@
+//! A runtime's calibration: the coefficients that scale the walks' byte
+//! counts to what the allocator reports, and the file that ships them per
+//! runtime (`orchestrator/calibration/runtimes.json`) with their bands.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use spec::Precision;
+
+use super::uncertainty::Uncertainty;
+use super::{Dtypes, PrecheckError, BUILTIN_CALIBRATION};
+
+/// Physically meaningful coefficients of one runtime. Byte counts from the walks
+/// are what the tensors hold; these absorb what a walk does not see (allocator
+/// rounding, kernel workspaces, small tensors) and the runtime's own choices.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Coefficients {
+    /// Multiplier on the walked in-block activation bytes saved for backward
+    /// (explicit single tensors such as skips and checkpointed inputs are exact).
+    pub act_scale: f64,
+    /// Gradient buffers live at the backward peak, in multiples of the largest
+    /// block's saved activations.
+    pub bwd_transient: f64,
+    /// Bytes per materialised attention-score element held for backward
+    /// (fp32 softmax output + bf16 copy for the second matmul + what the kernel keeps).
+    pub score_saved_bytes: f64,
+    /// Extra bytes per score element of the largest attention block while it runs
+    /// (scaled logits, fp32 upcast, softmax gradient).
+    pub score_transient_bytes: f64,
+    /// Parameter-sized temporaries of the optimizer step (foreach AdamW: ~1).
+    pub opt_temp: f64,
+    /// Full-resolution fp32 volumes alive (input, noise, noisy input, prediction, loss).
+    pub data_tensors: f64,
+    /// Fixed allocator-visible overhead (cuBLAS/cuDNN workspaces, RNG state, small buffers), GiB.
+    pub overhead_gib: f64,
+    /// Bytes materialised while one checkpointed block is recomputed and
+    /// back-propagated, as a multiple of its walked saved bytes.
+    pub recompute_scale: f64,
+    /// Fraction of the UNet's in-block activations still saved with `grad_ckpt`
+    /// on: 1 when the runtime's UNet does not checkpoint (MONAI's DiffusionModelUNet
+    /// has no checkpointing hooks), 0 for perfect per-block checkpointing.
+    pub unet_ckpt_keep: f64,
+    /// Whether transformer attention materialises heads x N x N scores
+    /// (Burn's attention does; PyTorch's SDPA does not).
+    #[serde(default)]
+    pub transformer_scores_materialised: bool,
+    /// Whether the runtime has autocast. Burn has none: an `-amp` precision
+    /// runs entirely in the half type, weights and optimizer state included.
+    #[serde(default = "yes")]
+    pub autocast: bool,
+    /// Whether the runtime computes in f32 whatever precision is asked (wgpu's
+    /// WGSL kernels have no bf16; the worker falls back and says so).
+    #[serde(default)]
+    pub f32_only: bool,
+    /// Relative uncertainty of the peak (p90 of the fit's absolute relative
+    /// error): the band where the calibration file has no per-family bands.
+    pub rel_uncertainty: f64,
+}
+
+impl Coefficients {
+    /// The fitted coefficients in a fixed order (the calibrator's search space).
+    pub const FITTED: [&'static str; 9] = [
+        "act_scale",
+        "bwd_transient",
+        "score_saved_bytes",
+        "score_transient_bytes",
+        "opt_temp",
+        "data_tensors",
+        "overhead_gib",
+        "unet_ckpt_keep",
+        "recompute_scale",
+    ];
+    pub fn get(&self, i: usize) -> f64 {
+        match i {
+            0 => self.act_scale,
+            1 => self.bwd_transient,
+            2 => self.score_saved_bytes,
+            3 => self.score_transient_bytes,
+            4 => self.opt_temp,
+            5 => self.data_tensors,
+            6 => self.overhead_gib,
+            7 => self.unet_ckpt_keep,
+            _ => self.recompute_scale,
+        }
+    }
+    pub fn set(&mut self, i: usize, v: f64) {
+        match i {
+            0 => self.act_scale = v,
+            1 => self.bwd_transient = v,
+            2 => self.score_saved_bytes = v,
+            3 => self.score_transient_bytes = v,
+            4 => self.opt_temp = v,
+            5 => self.data_tensors = v,
+            6 => self.overhead_gib = v,
+            7 => self.unet_ckpt_keep = v.clamp(0.0, 1.0),
+            _ => self.recompute_scale = v,
+        }
+    }
+    /// Starting point of a fit: the bare physics (walk counts as is, no extras).
+    pub fn physical(materialised: bool) -> Self {
+        Coefficients {
+            act_scale: 1.0,
+            bwd_transient: 1.0,
+            score_saved_bytes: 6.0,
+            score_transient_bytes: 10.0,
+            opt_temp: 1.0,
+            data_tensors: 4.0,
+            overhead_gib: 0.1,
+            unet_ckpt_keep: 0.5,
+            recompute_scale: 1.0,
+            transformer_scores_materialised: materialised,
+            autocast: !materialised,
+            f32_only: false,
+            rel_uncertainty: 0.15,
+        }
+    }
+
+    /// The bytes per element this runtime really uses at `precision`.
+    pub(crate) fn dtypes(&self, precision: Precision) -> Dtypes {
+        let runs_as = match precision {
+            _ if self.f32_only => Precision::Fp32,
+            Precision::Bf16Amp | Precision::Fp16Amp if !self.autocast => Precision::Bf16,
+            p => p,
+        };
+        Dtypes::of(runs_as)
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The calibration file: coefficients per runtime key (`pytorch/bf16-amp`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// What was fitted on, for humans reading the file.
+    #[serde(default)]
+    pub note: String,
+    pub runtimes: BTreeMap<String, Coefficients>,
+    /// Per runtime: cross-validated bands per family and regime, and what the
+    /// records covered.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub uncertainty: BTreeMap<String, Uncertainty>,
+}
+
+/// The runtime key of a framework and precision: `pytorch/bf16-amp`, `burn-cuda/bf16`.
+pub fn runtime_key(framework: &str, precision: Precision) -> String {
+    format!("{}/{}", framework, precision.name())
+}
+
+impl Calibration {
+    pub fn from_json(text: &str) -> Result<Self, PrecheckError> {
+        Ok(serde_json::from_str(text)?)
+    }
+    /// The calibration shipped in the repository.
+    pub fn builtin() -> Self {
+        // The embedded file is checked by a unit test; a parse failure is a build defect.
+        Self::from_json(BUILTIN_CALIBRATION).expect("embedded calibration/runtimes.json parses")
+    }
+    /// Coefficients of `framework` at `precision`; falls back to the framework's
+    /// other precision when only one was measured (the walk already counts the
+    /// bytes per element of the precision asked for).
+    pub fn coefficients(&self, framework: &str, precision: Precision) -> Result<Coefficients, PrecheckError> {
+        self.entry(framework, precision).map(|(_, c)| c)
+    }
+
+    /// The runtime key that answers for `framework` at `precision`, and its coefficients.
+    pub(super) fn entry(&self, framework: &str, precision: Precision) -> Result<(String, Coefficients), PrecheckError> {
+        let key = runtime_key(framework, precision);
+        if let Some(c) = self.runtimes.get(&key) {
+            return Ok((key, *c));
+        }
+        let prefix = format!("{framework}/");
+        self.runtimes
+            .iter()
+            .find(|(k, _)| k.starts_with(&prefix))
+            .map(|(k, c)| (k.clone(), *c))
+            .ok_or_else(|| {
+                PrecheckError::UnknownRuntime(key, self.runtimes.keys().cloned().collect::<Vec<_>>().join(", "))
+            })
+    }
+}

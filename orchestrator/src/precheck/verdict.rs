@@ -1,0 +1,174 @@
+//! The precheck's call on one config: `fits`, `risky`, `oom` or `invalid`,
+//! from a predicted peak, the memory available and the prediction's band.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use super::uncertainty::Distance;
+
+/// Classify a predicted peak against a capacity and an optional budget.
+///
+/// With a relative band `u`, the measured peak lies in `[p/(1+u), p/(1-u)]`:
+/// `oom` when even its low end exceeds the capacity; `risky` when the capacity
+/// lies inside the band, on either side of the prediction, or the budget does
+/// (or the prediction is over the budget but under the capacity); `fits`
+/// otherwise. `why` is the distance from the data that widened the band.
+pub fn judge(predicted_gib: f64, capacity_gib: f64, budget_gb: Option<f64>, band: f64, why: Option<&Distance>) -> Verdict {
+    let u = band.clamp(0.0, 1.0);
+    let low = predicted_gib / (1.0 + u);
+    let high = if u < 1.0 { predicted_gib / (1.0 - u) } else { f64::INFINITY };
+    let risky = |limit_gib, reason| Verdict::Risky {
+        predicted_gib,
+        limit_gib,
+        reason,
+        band: u,
+        why: why.map(|d| d.to_string()),
+    };
+    if low > capacity_gib {
+        return Verdict::Oom { predicted_gib, available_gib: capacity_gib };
+    }
+    if predicted_gib > capacity_gib {
+        return risky(capacity_gib, RiskReason::AboveCapacity);
+    }
+    if high > capacity_gib {
+        return risky(capacity_gib, RiskReason::NearCapacity);
+    }
+    if let Some(b) = budget_gb {
+        if predicted_gib > b {
+            return risky(b, RiskReason::OverBudget);
+        }
+        if high > b {
+            return risky(b, RiskReason::NearBudget);
+        }
+    }
+    Verdict::Fits { predicted_gib, available_gib: capacity_gib }
+}
+
+/// Why a config is `risky`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RiskReason {
+    /// Predicted above the GPU's capacity, but within the band of it.
+    AboveCapacity,
+    /// Predicted below the GPU's capacity, but within the band of it.
+    NearCapacity,
+    /// Within the uncertainty of the budget.
+    NearBudget,
+    /// Predicted above the budget (runs, but over the group's policy).
+    OverBudget,
+}
+
+/// The precheck's call on one config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    Fits { predicted_gib: f64, available_gib: f64 },
+    Risky {
+        predicted_gib: f64,
+        limit_gib: f64,
+        reason: RiskReason,
+        /// The relative band the verdict used.
+        #[serde(default)]
+        band: f64,
+        /// Why the band is wider than the family's (distance from the calibration data).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+    },
+    Oom { predicted_gib: f64, available_gib: f64 },
+    Invalid { reasons: Vec<String> },
+}
+
+impl Verdict {
+    /// `fits`, `risky`, `oom`, `invalid`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Fits { .. } => "fits",
+            Verdict::Risky { .. } => "risky",
+            Verdict::Oom { .. } => "oom",
+            Verdict::Invalid { .. } => "invalid",
+        }
+    }
+    /// Predicted (at its mean) to run on the GPU without running out of memory.
+    pub fn fits_gpu(&self) -> bool {
+        match self {
+            Verdict::Fits { .. } => true,
+            Verdict::Risky { reason, .. } => *reason != RiskReason::AboveCapacity,
+            Verdict::Oom { .. } | Verdict::Invalid { .. } => false,
+        }
+    }
+    pub fn predicted_gib(&self) -> Option<f64> {
+        match self {
+            Verdict::Fits { predicted_gib, .. } | Verdict::Risky { predicted_gib, .. } | Verdict::Oom { predicted_gib, .. } => {
+                Some(*predicted_gib)
+            }
+            Verdict::Invalid { .. } => None,
+        }
+    }
+}
+
+/// Memory for people: `49.8G` with one decimal, `85M` (MiB) below one GiB so
+/// small configs do not all read `0.0G`.
+pub fn memory(gib: f64) -> String {
+    if gib >= 1.0 {
+        format!("{gib:.1}G")
+    } else {
+        format!("{:.0}M", gib * 1024.0)
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Fits { predicted_gib, available_gib } => {
+                write!(f, "fits ({} of {available_gib:.1} GiB)", memory(*predicted_gib))
+            }
+            Verdict::Risky { predicted_gib, limit_gib, reason, band, why } => {
+                let what = match reason {
+                    RiskReason::AboveCapacity => "above capacity",
+                    RiskReason::NearCapacity => "near capacity",
+                    RiskReason::NearBudget => "near budget",
+                    RiskReason::OverBudget => "over budget",
+                };
+                write!(f, "risky ({} ±{:.0}%, {what} {limit_gib:.1} GiB", memory(*predicted_gib), 100.0 * band)?;
+                match why {
+                    Some(w) => write!(f, "; {w})"),
+                    None => write!(f, ")"),
+                }
+            }
+            Verdict::Oom { predicted_gib, available_gib } => {
+                write!(f, "oom (needs {predicted_gib:.1} GiB, {available_gib:.1} GiB available)")
+            }
+            Verdict::Invalid { reasons } => write!(f, "invalid ({})", reasons.join("; ")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn judge_bands() {
+        assert_eq!(judge(90.0, 79.2, None, 0.05, None).name(), "oom");
+        assert_eq!(judge(77.0, 79.2, None, 0.05, None).name(), "risky");
+        assert_eq!(judge(40.0, 79.2, Some(60.0), 0.05, None).name(), "fits");
+        assert_eq!(judge(58.0, 79.2, Some(60.0), 0.05, None).name(), "risky");
+        assert_eq!(judge(65.0, 79.2, Some(60.0), 0.05, None).name(), "risky");
+        assert!(judge(65.0, 79.2, Some(60.0), 0.05, None).fits_gpu());
+    }
+
+    #[test]
+    fn risky_on_both_sides_of_the_capacity() {
+        // 81 GiB on a 79.2 GiB card with a 5% band: the measured peak may be 77.1 GiB.
+        let above = judge(81.0, 79.2, None, 0.05, None);
+        assert!(matches!(above, Verdict::Risky { reason: RiskReason::AboveCapacity, .. }), "{above}");
+        assert_eq!(above.to_string(), "risky (81.0G ±5%, above capacity 79.2 GiB)");
+        assert!(!above.fits_gpu(), "predicted above the card");
+        // Beyond the band on the far side: oom.
+        assert_eq!(judge(83.5, 79.2, None, 0.05, None).name(), "oom");
+        // A wide band from extrapolation keeps a prediction well above the card risky, and says why.
+        let d = Distance::Size { level: 0, tokens: false, ratio: 4.0 };
+        let far = judge(90.0, 79.2, None, 0.2, Some(&d));
+        assert_eq!(far.to_string(), "risky (90.0G ±20%, above capacity 79.2 GiB; level-0 volume 4.0x the largest measured)");
+    }
+}
