@@ -38,6 +38,10 @@ fn main() {
     println!("  predict (full breakdown):  {:>10.0} predictions/s  ({:.0} ns each)  [checksum {acc:.3e}]", r, 1e9 / r);
     let (r, acc) = rate(&cfgs, budget, |c| p.predict_peak(c).map(|x| x.peak_bytes).unwrap_or(0.0));
     println!("  predict_peak (no terms):    {:>9.0} predictions/s  ({:.0} ns each)  [checksum {acc:.3e}]", r, 1e9 / r);
+    // The same without per-family bands and the coverage check: what the bands cost.
+    let bare = Predictor::new(p.runtime(), *p.coefficients());
+    let (r, acc) = rate(&cfgs, budget, |c| bare.predict_peak(c).map(|x| x.peak_bytes).unwrap_or(0.0));
+    println!("  predict_peak, no bands:     {:>9.0} predictions/s  ({:.0} ns each)  [checksum {acc:.3e}]", r, 1e9 / r);
     let (r, acc) = rate(&cfgs, budget, |c| p.verdict(c, Some(60.0)).predicted_gib().unwrap_or(0.0));
     println!("  verdict (validate+predict): {:>9.0} verdicts/s     ({:.0} ns each)  [checksum {acc:.3e}]", r, 1e9 / r);
     for family in ["unet", "dit", "hdit", "uvit"] {

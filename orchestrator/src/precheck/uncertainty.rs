@@ -162,33 +162,37 @@ pub struct Assessment {
     pub distance: Option<Distance>,
 }
 
-/// What a config looks like to the coverage check.
-struct Shape {
+/// What a config looks like to the coverage check (borrowed: this runs with
+/// every prediction, inside the advisor's searches too).
+struct Shape<'a> {
     family: Family,
-    per_level: Vec<u64>,
-    widths: Vec<u32>,
+    /// The grid at each level (voxels: UNet; tokens: transformers).
+    per_level: Vec<spec::Spatial>,
+    /// UNet channels; transformers have the one hidden size.
+    channels: &'a [u32],
+    hidden: Option<u32>,
     variant: Option<Variant>,
     batch: u32,
 }
 
-impl Shape {
-    fn of(cfg: &RunConfig) -> Self {
-        let per_level = spec::params::level_grids(&cfg.model, &cfg.input).iter().map(|g| g.voxels()).collect();
-        let (widths, variant) = match &cfg.model {
-            ModelSpec::Unet(u) => (u.channels.clone(), None),
-            ModelSpec::Dit(m) => (hidden(cfg), m.variant),
-            ModelSpec::Uvit(m) => (hidden(cfg), m.variant),
-            ModelSpec::Hdit(m) => (hidden(cfg), m.variant),
+impl<'a> Shape<'a> {
+    fn of(cfg: &'a RunConfig) -> Self {
+        let per_level = spec::params::level_grids(&cfg.model, &cfg.input);
+        let hidden = || cfg.model.transformer_dims().and_then(|d| d.ok()).map(|d| d.hidden);
+        let (channels, hidden, variant) = match &cfg.model {
+            ModelSpec::Unet(u) => (u.channels.as_slice(), None, None),
+            ModelSpec::Dit(m) => (&[][..], hidden(), m.variant),
+            ModelSpec::Uvit(m) => (&[][..], hidden(), m.variant),
+            ModelSpec::Hdit(m) => (&[][..], hidden(), m.variant),
         };
-        Shape { family: cfg.model.family(), per_level, widths, variant, batch: cfg.batch.max(1) }
+        Shape { family: cfg.model.family(), per_level, channels, hidden, variant, batch: cfg.batch.max(1) }
+    }
+    fn widths(&self) -> impl Iterator<Item = u32> + '_ {
+        self.channels.iter().copied().chain(self.hidden)
     }
     fn tokens(&self) -> bool {
         self.family != Family::Unet
     }
-}
-
-fn hidden(cfg: &RunConfig) -> Vec<u32> {
-    cfg.model.transformer_dims().and_then(|d| d.ok()).map(|d| vec![d.hidden]).unwrap_or_default()
 }
 
 impl Uncertainty {
@@ -230,11 +234,11 @@ impl Uncertainty {
             if c.max_per_level.len() < s.per_level.len() {
                 c.max_per_level.resize(s.per_level.len(), 0);
             }
-            for (m, v) in c.max_per_level.iter_mut().zip(&s.per_level) {
-                *m = (*m).max(*v);
+            for (m, g) in c.max_per_level.iter_mut().zip(&s.per_level) {
+                *m = (*m).max(g.voxels());
             }
-            for w in &s.widths {
-                c.width = (c.width.0.min(*w), c.width.1.max(*w));
+            for w in s.widths() {
+                c.width = (c.width.0.min(w), c.width.1.max(w));
             }
             if let Some(v) = s.variant.filter(|v| !c.variants.contains(v)) {
                 c.variants.push(v);
@@ -283,14 +287,13 @@ impl Uncertainty {
     /// behind it, else the family's records pooled, else the widest band known.
     fn base(&self, family: Family, regime: Regime) -> f64 {
         let own = self.bands.iter().find(|b| b.family == family && b.regime == regime);
-        let family_bands: Vec<&Band> = self.bands.iter().filter(|b| b.family == family).collect();
-        let widest = self.bands.iter().map(|b| b.p90).fold(FLOOR, f64::max);
+        let family_bands = || self.bands.iter().filter(|b| b.family == family);
         let band = match own {
             Some(b) if b.n >= MIN_BAND_RECORDS => b.p90,
-            _ if family_bands.iter().map(|b| b.n).sum::<usize>() >= MIN_BAND_RECORDS || own.is_some() => {
-                family_bands.iter().map(|b| b.p90).fold(FLOOR, f64::max)
+            _ if family_bands().map(|b| b.n).sum::<usize>() >= MIN_BAND_RECORDS || own.is_some() => {
+                family_bands().map(|b| b.p90).fold(FLOOR, f64::max)
             }
-            _ => widest,
+            _ => self.bands.iter().map(|b| b.p90).fold(FLOOR, f64::max),
         };
         band.clamp(FLOOR, CEILING)
     }
@@ -309,27 +312,34 @@ impl Uncertainty {
         let Some(c) = self.coverage.iter().find(|c| c.family == s.family) else {
             return Some(Distance::Family(s.family));
         };
-        let mut found: Vec<Distance> = Vec::new();
-        for (level, v) in s.per_level.iter().enumerate() {
+        // The farthest wins; the first of equals (level 0 before the levels below it).
+        let mut best: Option<(f64, Distance)> = None;
+        let mut consider = |d: Distance| {
+            let f = d.factor();
+            if best.as_ref().is_none_or(|(bf, _)| f > *bf) {
+                best = Some((f, d));
+            }
+        };
+        for (level, g) in s.per_level.iter().enumerate() {
             // A level deeper than any measured is compared with the deepest measured.
             let Some(m) = c.max_per_level.get(level).or(c.max_per_level.last()).filter(|m| **m > 0) else { continue };
+            let v = &g.voxels();
             if v > m {
-                found.push(Distance::Size { level, tokens: s.tokens(), ratio: *v as f64 / *m as f64 });
+                consider(Distance::Size { level, tokens: s.tokens(), ratio: *v as f64 / *m as f64 });
             }
         }
-        for w in &s.widths {
-            if *w < c.width.0 || *w > c.width.1 {
-                found.push(Distance::Width { width: *w, measured: c.width });
+        for w in s.widths() {
+            if w < c.width.0 || w > c.width.1 {
+                consider(Distance::Width { width: w, measured: c.width });
             }
         }
         if let Some(v) = s.variant.filter(|v| !c.variants.is_empty() && !c.variants.contains(v)) {
-            found.push(Distance::Variant(v));
+            consider(Distance::Variant(v));
         }
         if s.batch > c.max_batch {
-            found.push(Distance::Batch { batch: s.batch, measured: c.max_batch });
+            consider(Distance::Batch { batch: s.batch, measured: c.max_batch });
         }
-        // The first of equals: level 0 before the levels below it.
-        found.into_iter().rev().max_by(|a, b| a.factor().total_cmp(&b.factor()))
+        best.map(|(_, d)| d)
     }
 }
 
