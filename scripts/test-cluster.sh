@@ -493,6 +493,8 @@ clusters:
     user: $user
     token_file: $DIR/rest/token
     files: local
+    # The API does not publish MaxArraySize: the clusters file says it.
+    max_array_size: 100
     work_dir: $DIR/work
     defaults:
       partition: gpu
@@ -507,6 +509,7 @@ clusters:
     port: $SSH_PORT
     identity_file: $DIR/ssh/id_ed25519
     known_hosts: $DIR/ssh/known_hosts
+    max_array_size: 100
     work_dir: $DIR/work
     defaults:
       partition: gpu
