@@ -183,7 +183,8 @@ impl States {
 /// One entry of an answer's `errors` list.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ApiError {
-    #[serde(default)]
+    /// `error_number`, or `error_code` in some v0.0.38 answers (submit).
+    #[serde(default, alias = "error_code")]
     pub error_number: Option<i64>,
     #[serde(default)]
     pub error: Option<String>,

@@ -184,14 +184,18 @@ fn message(errors: &[ApiError], body: &str) -> String {
 }
 
 /// Why a refusal likely concerns the token. Slurm 22.05's slurmrestd passes
-/// the token through and answers a refused one with HTTP 500 and a generic
-/// error (-1 "Unspecified error" from slurmctld, 1007 "Protocol
-/// authentication error" from slurmdbd); newer ones answer 401/403.
+/// the token through and answers a refused one with a generic error: -1
+/// "Unspecified error" (slurmctld's job list, HTTP 500), 5005 "Zero Bytes
+/// were transmitted or received" (submit, HTTP 500), 1007 "Protocol
+/// authentication error" (slurmdbd, even with HTTP 200); newer ones answer 401/403.
 fn auth_hint(status: u16, errors: &[ApiError]) -> Option<&'static str> {
-    let generic = !errors.is_empty() && errors.iter().all(|e| matches!(e.error_number, Some(-1) | Some(1007)));
+    let all = |set: &[i64]| !errors.is_empty() && errors.iter().all(|e| e.error_number.is_some_and(|n| set.contains(&n)));
     match status {
         401 | 403 => Some("the token was refused"),
-        500 if generic => Some("slurmrestd answers so when SLURM refuses the token (wrong, expired, or another user's)"),
+        _ if all(&[1007]) => Some("SLURM refused the token (wrong, expired, or another user's)"),
+        500 if all(&[-1, 1007, 5005]) => {
+            Some("slurmrestd gives this generic error when SLURM refuses the token (wrong, expired, or another user's)")
+        }
         _ => None,
     }
 }
