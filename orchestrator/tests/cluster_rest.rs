@@ -238,7 +238,7 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
          sweep:\n  configs:\n    - {name: unet_8}\n    - {name: dit_8, model: {family: dit, hidden: 64, heads: 4, depth: 2, patch: 2}}\n",
         0.0,
     );
-    let out = w.binary(&["install", "--cluster", "test", "--worker"]).arg(worker_binary()).output().expect("runs");
+    let out = w.binary(&["install", "--cluster", "test"]).arg("--worker").arg(worker_binary()).output().expect("runs");
     assert!(out.status.success(), "install: {}", text(&out));
     let sweep = w.sweep();
     let t0 = Instant::now();
@@ -249,6 +249,20 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
     eprintln!("{}\nrest worker sweep: {:.1} s from submit to the last result", r.table(), t0.elapsed().as_secs_f64());
     assert_eq!(r.count("COMPLETED"), 2, "{}", r.table());
     assert_eq!(r.poll.commands, 2, "one slurmctld job list + one accounting query per poll");
+    assert!(r.poll.errors.is_empty(), "both views answered: {:?}", r.poll.errors);
+    // Requests per poll, counted on the wire: the transport itself, after its one version discovery.
+    let (file, label) = orchestrator::cluster::ClustersFile::load_or_default(w.opts.clusters_file.as_deref()).expect("clusters");
+    let (name, c) = file.get("test", &label).expect("test cluster");
+    let t = orchestrator::transport::open(&name, &c, &w.opts.state_root).expect("rest transport");
+    let names: Vec<String> = w.submissions().into_iter().map(|s| s.job_name).collect();
+    let since = orchestrator::state::now() - 3600.0;
+    t.poll(&names, since).expect("first poll");
+    let before = t.counters();
+    let p = t.poll(&names, since).expect("poll");
+    let requests = t.counters().commands - before.commands;
+    eprintln!("requests per poll: {requests} ({} tasks seen)", p.tasks.len());
+    assert_eq!(requests, 2);
+    assert!(p.complete() && p.tasks.len() == 2 && p.tasks.values().all(|o| o.state.name() == "COMPLETED"), "{p:?}");
     for (name, rec) in w.records() {
         let res = rec.result.as_ref().unwrap_or_else(|| panic!("{name}: no result collected"));
         assert_eq!(res.get("status").and_then(|s| s.as_str()), Some("ok"), "{name}: {res}");

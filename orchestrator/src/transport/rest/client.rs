@@ -132,7 +132,7 @@ impl Client {
         let status = resp.status();
         let text = resp.text().map_err(|e| failed(describe(&e)))?;
         let errors = serde_json::from_str::<Envelope>(&text).map(|e| e.errors).unwrap_or_default();
-        if !status.is_success() || !errors.is_empty() {
+        if refused(status.is_success(), &errors) {
             let hint = token
                 .check_fresh(crate::state::now())
                 .err()
@@ -150,6 +150,14 @@ impl Client {
         }
         serde_json::from_str(&text).map_err(|e| RestError::Decode { method, endpoint, message: e.to_string() })
     }
+}
+
+/// ESLURM_REST_EMPTY_RESULT: slurmdbd found no job of the names, an answer like any other.
+const EMPTY_RESULT: i64 = 9003;
+
+/// Whether an answer is a refusal: a non-2xx status, or errors other than "nothing found".
+fn refused(success: bool, errors: &[ApiError]) -> bool {
+    !success || errors.iter().any(|e| e.error_number != Some(EMPTY_RESULT))
 }
 
 /// The reqwest error without its URL (the caller names the endpoint), with its causes.
@@ -197,5 +205,37 @@ fn auth_hint(status: u16, errors: &[ApiError]) -> Option<&'static str> {
             Some("slurmrestd gives this generic error when SLURM refuses the token (wrong, expired, or another user's)")
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(json: &str) -> Vec<ApiError> {
+        serde_json::from_str::<Envelope>(json).expect("parses").errors
+    }
+
+    #[test]
+    fn nothing_found_is_an_empty_answer_not_a_refusal() {
+        // Recorded from slurmrestd 22.05.8: GET /slurmdb/v0.0.38/jobs?job_name=nonexistent-x (HTTP 200).
+        let empty = errors(r#"{"errors": [{"description": "Nothing found", "error_number": 9003, "error": "Nothing found with query", "source": "slurmdb_jobs_get"}], "jobs": []}"#);
+        assert!(!refused(true, &empty));
+        assert!(refused(false, &empty), "an error status is a refusal whatever the body");
+        // Recorded: the same request with a wrong token (HTTP 200 too).
+        let auth = errors(r#"{"errors": [{"error_number": 1007, "error": "Protocol authentication error", "source": "slurmdb_jobs_get"}], "jobs": []}"#);
+        assert!(refused(true, &auth));
+        assert!(auth_hint(200, &auth).is_some_and(|h| h.contains("refused the token")));
+    }
+
+    #[test]
+    fn generic_errors_of_a_refused_token_get_a_hint_others_do_not() {
+        // Recorded: POST /slurm/v0.0.38/job/submit with a wrong token (HTTP 500).
+        let submit = errors(r#"{"errors": [{"error_code": 5005, "error": "Zero Bytes were transmitted or received"}]}"#);
+        assert!(auth_hint(500, &submit).is_some());
+        // Recorded: DELETE of a job SLURM does not know (HTTP 500): not about the token.
+        let gone = errors(r#"{"errors": [{"description": "unable to kill JobId=999999 with signal 9: Invalid job id specified", "error_number": 2017, "error": "Invalid job id specified", "source": "slurm_kill_job"}]}"#);
+        assert_eq!(auth_hint(500, &gone), None);
+        assert_eq!(message(&gone, ""), "slurm_kill_job: unable to kill JobId=999999 with signal 9: Invalid job id specified (Invalid job id specified)");
     }
 }
