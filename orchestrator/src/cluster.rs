@@ -330,6 +330,42 @@ mod tests {
     }
 
     #[test]
+    fn rest_entries_with_either_data_plane_parse() {
+        let text = include_str!("../../clusters.yaml");
+        let f = ClustersFile::parse(Path::new("clusters.yaml"), text).expect("example parses");
+        let (_, portal) = f.get("portal", "clusters.yaml").expect("portal declared");
+        assert_eq!((portal.transport, portal.files), (TransportKind::Rest, Some(FilesKind::Sftp)));
+        assert!(portal.token_file.is_some() && portal.token_env.is_none());
+        let (_, mounted) = f.get("portal-mounted", "clusters.yaml").expect("declared");
+        assert_eq!((mounted.files, mounted.token_env.as_deref()), (Some(FilesKind::Local), Some("SLURM_JWT")));
+    }
+
+    #[test]
+    fn bad_rest_entries_name_file_line_and_field() {
+        let head = "clusters:\n  local: {transport: local}\n  portal:\n    transport: rest\n    work_dir: /w\n";
+        let cases = [
+            ("    user: me\n    token_env: T\n    files: local\n", "needs `url`"),
+            ("    url: ftp://x\n    user: me\n    token_env: T\n    files: local\n", "`url` must start with http"),
+            ("    url: http://x:6820\n    token_env: T\n    files: local\n", "needs `user`"),
+            ("    url: http://x:6820\n    user: me\n    files: local\n", "needs `token_file` or `token_env`"),
+            ("    url: http://x:6820\n    user: me\n    token_env: T\n    token_file: /t\n    files: local\n", "not both"),
+            ("    url: http://x:6820\n    user: me\n    token_env: T\n", "needs `files: local` or `files: sftp`"),
+            ("    url: http://x:6820\n    user: me\n    token_env: T\n    files: sftp\n", "`files: sftp` needs `host`"),
+            ("    url: http://x:6820\n    user: me\n    token_env: \"A B\"\n    files: local\n", "`token_env` must be"),
+        ];
+        for (rest, want) in cases {
+            let e = ClustersFile::parse(Path::new("c.yaml"), &format!("{head}{rest}")).expect_err(want).to_string();
+            assert!(e.starts_with("c.yaml:3: cluster `portal`: ") && e.contains(want), "{want}: {e}");
+        }
+        let e = ClustersFile::parse(Path::new("c.yaml"), "clusters:\n  a: {transport: ssh, host: h, work_dir: /w, files: sftp}\n")
+            .expect_err("files is rest-only");
+        assert!(e.to_string().contains("c.yaml:2: cluster `a`: `files` is for `transport: rest` only"), "{e}");
+        let e = ClustersFile::parse(Path::new("c.yaml"), "clusters:\n  a:\n    transport: rest\n    files: ftp\n")
+            .expect_err("unknown data plane");
+        assert!(e.to_string().contains("c.yaml") && e.to_string().contains("line 4"), "{e}");
+    }
+
+    #[test]
     fn experiment_resources_win_over_defaults() {
         let exp = SlurmResources { partition: Some("a100".into()), extra: vec!["--x".into()], ..Default::default() };
         let def = SlurmResources {

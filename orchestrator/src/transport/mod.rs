@@ -55,9 +55,15 @@ pub enum TransportError {
     Parse(#[from] ParseError),
     /// A request to slurmrestd failed (names the endpoint and the HTTP status, never the token).
     #[error(transparent)]
-    Rest(#[from] rest::RestError),
+    Rest(Box<rest::RestError>),
     #[error("{0}")]
     Other(String),
+}
+
+impl From<rest::RestError> for TransportError {
+    fn from(e: rest::RestError) -> Self {
+        TransportError::Rest(Box::new(e))
+    }
 }
 
 /// What a command printed.
