@@ -382,3 +382,82 @@ fn rest_wrong_or_expired_token_is_a_clear_error_without_the_token() {
     }
     eprintln!("token errors: {:.1} s", t0.elapsed().as_secs_f64());
 }
+
+/// Undoes test-cluster.sh actions when dropped, so a failing test never
+/// leaves the shared cluster's slurmctld paused or slurmrestd stopped.
+struct Undo<'a> {
+    env: &'a Env,
+    pending: Vec<&'static str>,
+}
+
+impl Undo<'_> {
+    fn run(&mut self, action: &str, undo: &'static str) {
+        self.env.script(&[action]);
+        self.pending.push(undo);
+    }
+
+    fn undo(&mut self) {
+        while let Some(a) = self.pending.pop() {
+            self.env.script(&[a]);
+        }
+    }
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        self.undo();
+    }
+}
+
+/// A submit request without an answer is not a "no": slurmctld paused
+/// (SIGSTOP) the instant the intent is on disk, or slurmrestd down, during
+/// `submit`; then `resume` settles by name through REST. Each config ends
+/// with exactly one SLURM job, completed.
+#[test]
+fn rest_stalled_controller_or_stopped_slurmrestd_during_submit_makes_exactly_one_job_per_config() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    for (case, action, undo) in [("paused", "pause-slurmctld", "resume-slurmctld"), ("norest", "stop-slurmrestd", "start-slurmrestd")] {
+        let t0 = Instant::now();
+        let w = world(&env, &format!("rt-stall-{case}"), "test", &record_body(3, 3), 0.0);
+        let journal = w.opts.state_root.join(&w.exp).join("journal.jsonl");
+        let mut guard = Undo { env: &env, pending: vec![] };
+        let child = w
+            .cli("submit", &w.exp_file)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("submit");
+        let start = Instant::now();
+        while !std::fs::read_to_string(&journal).unwrap_or_default().contains("\"op\":\"intent\"") {
+            assert!(start.elapsed() < Duration::from_secs(60), "submit never wrote its intent");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        guard.run(action, undo);
+        let out = wait_bounded(child, Duration::from_secs(120));
+        guard.undo();
+        eprintln!("{case}: submit exit {:?} after {:.1} s: {}", out.status.code(), start.elapsed().as_secs_f64(), text(&out).trim());
+        let out = w.cli("resume", Path::new(&w.exp)).output().expect("resume");
+        assert!(out.status.success(), "{case}: resume: {}", text(&out));
+        eprintln!("{case}: resume: {}", text(&out).trim());
+        let r = w.watch(Duration::from_secs(90));
+        assert_eq!(r.count("COMPLETED"), 3, "{case}\n{}", r.table());
+        let per = w.jobs_per_config(&env);
+        eprintln!("{case}: array tasks per config {:?} ({:.1} s)", per.values().collect::<Vec<_>>(), t0.elapsed().as_secs_f64());
+        assert_eq!(per.len(), 3, "{case}: every config has a job: {per:?}");
+        assert!(per.values().all(|&n| n == 1), "{case}: duplicates: {per:?}");
+    }
+}
+
+/// Waits for a child with a deadline (killing it past the deadline).
+fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("did not finish within {limit:?}: {}", text(&child.wait_with_output().expect("output")));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
