@@ -281,7 +281,7 @@ fn rest_cancel_over_sftp_files_cancels_running_and_pending_tasks() {
     let w = world(&env, "rt-cancel", "test-sftp", &record_body(4, 2), 60.0);
     let rep = rt().block_on(submit::submit(&w.sweep(), &w.opts, false)).expect("submit");
     assert_eq!(rep.submitted.len(), 4);
-    assert!(rep.counters.file_ops > 0, "the job files went over SFTP: {:?}", rep.counters);
+    assert!(rep.counters.connects >= 1 && rep.counters.file_ops > 0, "the job files went over SFTP: {:?}", rep.counters);
     // Wait until two tasks run (the other two wait behind %2).
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

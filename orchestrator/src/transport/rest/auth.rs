@@ -74,6 +74,21 @@ impl TokenSource {
     }
 }
 
+impl TokenSource {
+    /// Warns (once, when the transport opens) about a token file others may read.
+    pub fn warn_if_exposed(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        if let TokenSource::File(p) = self {
+            if let Ok(m) = std::fs::metadata(p) {
+                let mode = m.permissions().mode() & 0o777;
+                if mode & 0o077 != 0 {
+                    tracing::warn!("{self} is readable by others (mode {mode:o}); `chmod 600` it");
+                }
+            }
+        }
+    }
+}
+
 fn expand_home(p: &std::path::Path) -> PathBuf {
     match (p.strip_prefix("~"), std::env::var_os("HOME")) {
         (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),

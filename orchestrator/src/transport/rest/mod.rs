@@ -79,6 +79,7 @@ impl RestTransport {
         let url = cluster.url.as_deref().ok_or_else(|| invalid("transport `rest` needs `url`"))?;
         let user = cluster.user.clone().ok_or_else(|| invalid("transport `rest` needs `user`"))?;
         let token = TokenSource::of(cluster).ok_or_else(|| invalid("transport `rest` needs `token_file` or `token_env`"))?;
+        token.warn_if_exposed();
         let files_kind = cluster.files.ok_or_else(|| invalid("transport `rest` needs `files: local` or `files: sftp`"))?;
         let shell: Arc<dyn super::Shell> = match files_kind {
             FilesKind::Local => Arc::new(local_slurm::LocalShell::new(cluster)),
