@@ -223,6 +223,22 @@ fn worker_binary() -> PathBuf {
     w
 }
 
+/// A debug worker is hundreds of MiB: those installed by earlier runs of
+/// this file (`rt-*-<pid>/bin`, their pid gone) are removed.
+fn remove_stale_workers(root: &Path) {
+    let Ok(rd) = std::fs::read_dir(root) else { return };
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("rt-").and_then(|n| n.rsplit('-').next()).and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks whether the process exists.
+        if pid != std::process::id() as i32 && unsafe { libc::kill(pid, 0) } != 0 {
+            let _ = std::fs::remove_dir_all(e.path().join("bin"));
+        }
+    }
+}
+
 /// The real worker through REST: installed, run as a job array, its measured
 /// results collected into the local state; every poll is two requests.
 #[test]
@@ -238,6 +254,7 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
          sweep:\n  configs:\n    - {name: unet_8}\n    - {name: dit_8, model: {family: dit, hidden: 64, heads: 4, depth: 2, patch: 2}}\n",
         0.0,
     );
+    remove_stale_workers(Path::new(&env.get("SWEEP_TEST_WORK_DIR")));
     let out = w.binary(&["install", "--cluster", "test"]).arg("--worker").arg(worker_binary()).output().expect("runs");
     assert!(out.status.success(), "install: {}", text(&out));
     let sweep = w.sweep();
