@@ -387,11 +387,21 @@ fn rest_wrong_or_expired_token_is_a_clear_error_without_the_token() {
         assert!(said.contains(&format!("POST {url}/slurm/v0.0.38/job/submit: HTTP 500")), "{case}: endpoint and status: {said}");
         let secret = token.rsplit('.').next().expect("signature");
         assert!(!said.contains(secret) && !said.contains(token.as_str()), "{case}: the token leaked: {said}");
-        let state = std::fs::read_dir(w.opts.state_root.join(&w.exp).join("submissions")).expect("submissions");
-        for e in state {
-            let sub = std::fs::read_to_string(e.expect("entry").path().join("submission.json")).expect("submission");
-            assert!(!sub.contains(secret), "{case}: the token is in the state");
+        // Nowhere in the state either: journal, submissions, records, job files.
+        let mut dirs = vec![w.opts.state_root.clone()];
+        let mut files = 0;
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).expect("state dir").map(|e| e.expect("entry").path()) {
+                if e.is_dir() {
+                    dirs.push(e);
+                } else {
+                    files += 1;
+                    let bytes = std::fs::read(&e).expect("state file");
+                    assert!(!String::from_utf8_lossy(&bytes).contains(secret), "{case}: the token is in {}", e.display());
+                }
+            }
         }
+        assert!(files > 3, "{case}: the state was written (intent, journal, records)");
         match case {
             "wrong" => assert!(said.contains("job/submit: HTTP 500 Internal Server Error: Zero Bytes were transmitted or received; slurmrestd gives this generic error when SLURM refuses the token"), "{said}"),
             _ => assert!(said.contains("SWEEP_TEST_JWT: the token expired at"), "{said}"),
