@@ -8,6 +8,8 @@
 #   scripts/test-cluster.sh status    which daemons are up
 #   scripts/test-cluster.sh restart-sshd | restart-slurmctld | stop-slurmctld | start-slurmctld
 #   scripts/test-cluster.sh bastion-stop | bastion-start   the jump host (sessions through it die too)
+#   scripts/test-cluster.sh stop-slurmrestd | start-slurmrestd   SLURM's REST API
+#   scripts/test-cluster.sh token SECONDS   print a fresh JWT for this user (lifespan SECONDS)
 #   scripts/test-cluster.sh pause-slurmctld | resume-slurmctld   SIGSTOP / SIGCONT the controller
 #   scripts/test-cluster.sh lag-start SRC DST SECONDS | lag-stop  DST shows SRC as it was SECONDS ago
 #   scripts/test-cluster.sh clean     down, then remove the scratch directory
@@ -19,14 +21,16 @@
 #   sshd on 127.0.0.1 with a generated host key, a generated user key and a
 #   known_hosts file for it; a second sshd as bastion (jump host: forwarding to
 #   the node's sshd only, its own host key in the same known_hosts), and an ssh
-#   config whose host `sweeptest-jump` reaches the node through it (ProxyJump).
+#   config whose host `sweeptest-jump` reaches the node through it (ProxyJump);
+#   slurmrestd on 127.0.0.1 (JWT auth: AuthAltTypes=auth/jwt with a generated
+#   key; a token for this user in $DIR/rest/token, mode 0600).
 #
 # Why everything is started by hand: CI containers have no systemd, and the
 # daemons must not collide with a system SLURM or with another engineer's.
 #
 # Environment: SWEEP_TEST_CLUSTER_DIR (default /tmp/sweep-test-cluster),
 # SWEEP_TEST_PORT_BASE (default 16810: ctld +7, slurmd +8, dbd +9, mysql +3, sshd +2,
-# bastion sshd +11).
+# bastion sshd +11, slurmrestd +12).
 set -euo pipefail
 
 DIR=${SWEEP_TEST_CLUSTER_DIR:-/tmp/sweep-test-cluster}
@@ -37,15 +41,21 @@ CTLD_PORT=$((BASE + 7))
 SLURMD_PORT=$((BASE + 8))
 DBD_PORT=$((BASE + 9))
 BASTION_PORT=$((BASE + 11))
+REST_PORT=$((BASE + 12))
+# The REST API version Debian bookworm's slurmrestd (Slurm 22.05) serves.
+REST_PLUGINS=openapi/v0.0.38,openapi/dbv0.0.38
 CLUSTER=sweeptest
 NODE=sweepnode
 NGPUS=8
 # socat: the ProxyCommand of the jump tests.
-PACKAGES=(slurmctld slurmd slurm-client slurmdbd mariadb-server munge openssh-server socat)
+# slurmrestd + slurm-wlm-jwt-plugin: the REST transport's tests; curl: its readiness check.
+PACKAGES=(slurmctld slurmd slurm-client slurmdbd mariadb-server munge openssh-server socat
+    slurmrestd slurm-wlm-jwt-plugin curl)
 
 CONF=$DIR/etc
 MUNGE_SOCKET=$DIR/munge/munge.socket.2
 MYSQL_SOCKET=$DIR/mysql/mysqld.sock
+JWT_KEY=$DIR/slurm/jwt.key
 export SLURM_CONF=$CONF/slurm.conf
 
 log() { printf '[test-cluster %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -103,8 +113,11 @@ install_packages() {
 }
 
 write_configs() {
-    mkdir -p "$CONF" "$DIR"/{munge,mysql,log,run,slurm/state,slurm/spool,dev,ssh,work}
-    chmod 700 "$DIR/munge"
+    mkdir -p "$CONF" "$DIR"/{munge,mysql,log,run,slurm/state,slurm/spool,dev,ssh,work,rest}
+    chmod 700 "$DIR/munge" "$DIR/rest"
+    # The JWT signing key (HS256): 32 random bytes, readable by the daemons only.
+    [[ -s $JWT_KEY ]] || (umask 077 && dd if=/dev/urandom bs=32 count=1 of="$JWT_KEY" status=none)
+    chmod 600 "$JWT_KEY"
     local cpus=8 host
     host=$(hostname -s)
     # Fake GPUs: character devices with the NVIDIA major number; slurmd only stats them.
@@ -123,6 +136,9 @@ SlurmdUser=root
 AuthType=auth/munge
 CryptoType=crypto/munge
 AuthInfo=socket=$MUNGE_SOCKET
+# JWT next to munge: slurmrestd passes the tokens of REST clients through.
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$JWT_KEY
 StateSaveLocation=$DIR/slurm/state
 SlurmdSpoolDir=$DIR/slurm/spool
 SlurmctldPidFile=$DIR/run/slurmctld.pid
@@ -173,6 +189,8 @@ EOF
     cat >"$CONF/slurmdbd.conf" <<EOF
 AuthType=auth/munge
 AuthInfo=socket=$MUNGE_SOCKET
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$JWT_KEY
 DbdHost=localhost
 DbdAddr=127.0.0.1
 DbdPort=$DBD_PORT
@@ -392,6 +410,34 @@ start_sshd() {
     log "sshd up on 127.0.0.1:$SSH_PORT"
 }
 
+# A JWT for this user, valid SECONDS (the token alone, without `SLURM_JWT=`).
+# SLURM_JWT must not be set here: scontrol would authenticate with it.
+token() {
+    local seconds=$1 out
+    out=$(env -u SLURM_JWT scontrol token username="$(id -un)" lifespan="$seconds") || die "scontrol token failed"
+    printf '%s\n' "${out#SLURM_JWT=}"
+}
+
+# slurmrestd on loopback. SLURM_JWT=daemon makes it hand each request's token
+# on to slurmctld/slurmdbd (without it every request is refused with
+# "Rejecting thread config token"); running as root needs disable_user_check.
+start_slurmrestd() {
+    if alive "$DIR/run/slurmrestd.pid"; then return; fi
+    (umask 077 && token 31536000 >"$DIR/rest/token.new") && mv "$DIR/rest/token.new" "$DIR/rest/token"
+    # The readiness check's headers come from a file (curl -H @file), never from argv.
+    (umask 077 && printf 'X-SLURM-USER-NAME: %s\nX-SLURM-USER-TOKEN: %s\n' "$(id -un)" "$(cat "$DIR/rest/token")" \
+        >"$DIR/rest/headers")
+    (
+        export SLURM_JWT=daemon SLURMRESTD_SECURITY=disable_user_check
+        exec slurmrestd -a rest_auth/jwt -s "$REST_PLUGINS" "127.0.0.1:$REST_PORT" \
+            </dev/null >>"$DIR/log/slurmrestd.log" 2>&1
+    ) &
+    echo $! >"$DIR/run/slurmrestd.pid"
+    wait_for slurmrestd 120 curl -fsS -H "@$DIR/rest/headers" "http://127.0.0.1:$REST_PORT/slurm/v0.0.38/ping"
+    own_daemon slurmrestd "$DIR/run/slurmrestd.pid" "$REST_PORT"
+    log "slurmrestd up on 127.0.0.1:$REST_PORT"
+}
+
 write_env() {
     local user
     user=$(id -un)
@@ -410,6 +456,8 @@ export SWEEP_TEST_BASTION_PORT=$BASTION_PORT
 export SWEEP_TEST_BASTION_LOG=$DIR/log/bastion-sshd.log
 export SWEEP_TEST_WORK_DIR=$DIR/work
 export SWEEP_TEST_SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/test-cluster.sh
+export SWEEP_TEST_REST_URL=http://127.0.0.1:$REST_PORT
+export SWEEP_TEST_REST_TOKEN_FILE=$DIR/rest/token
 EOF
     cat >"$DIR/clusters.yaml" <<EOF
 # The test cluster, for trying the orchestrator by hand:
@@ -438,6 +486,33 @@ clusters:
     work_dir: $DIR/work
     defaults:
       partition: gpu
+  sweeptest-rest:
+    # SLURM through slurmrestd; this machine sees the cluster's files.
+    transport: rest
+    url: http://127.0.0.1:$REST_PORT
+    user: $user
+    token_file: $DIR/rest/token
+    files: local
+    # The API does not publish MaxArraySize: the clusters file says it.
+    max_array_size: 100
+    work_dir: $DIR/work
+    defaults:
+      partition: gpu
+  sweeptest-rest-sftp:
+    # The same API, files over SFTP through the node's sshd.
+    transport: rest
+    url: http://127.0.0.1:$REST_PORT
+    user: $user
+    token_file: $DIR/rest/token
+    files: sftp
+    host: 127.0.0.1
+    port: $SSH_PORT
+    identity_file: $DIR/ssh/id_ed25519
+    known_hosts: $DIR/ssh/known_hosts
+    max_array_size: 100
+    work_dir: $DIR/work
+    defaults:
+      partition: gpu
 EOF
 }
 
@@ -453,11 +528,13 @@ up() {
     ssh_keys
     start_sshd
     start_bastion
+    start_slurmrestd
     write_env
     log "cluster up in $((SECONDS - t0)) s; env: $DIR/env"
 }
 
 down() {
+    stop_pidfile slurmrestd "$DIR/run/slurmrestd.pid"
     stop_bastion
     lag_stop
     # A paused controller (pause-slurmctld) must run again to stop.
@@ -510,7 +587,7 @@ lag_stop() {
 
 status() {
     local d rc=0
-    for d in munged mysqld slurmdbd slurmctld slurmd sshd bastion-sshd; do
+    for d in munged mysqld slurmdbd slurmctld slurmd sshd bastion-sshd slurmrestd; do
         if alive "$DIR/run/$d.pid"; then echo "$d up ($(cat "$DIR/run/$d.pid"))"; else echo "$d down"; rc=1; fi
     done
     return $rc
@@ -540,5 +617,8 @@ start-slurmctld) start_slurmctld ;;
 restart-slurmctld) stop_pidfile slurmctld "$DIR/run/slurmctld.pid"; start_slurmctld ;;
 bastion-stop) stop_bastion ;;
 bastion-start) start_bastion ;;
-*) echo "usage: $0 up|down|env|status|clean|restart-sshd|restart-slurmctld|stop-slurmctld|start-slurmctld|pause-slurmctld|resume-slurmctld|lag-start|lag-stop|bastion-stop|bastion-start" >&2; exit 2 ;;
+stop-slurmrestd) stop_pidfile slurmrestd "$DIR/run/slurmrestd.pid" ;;
+start-slurmrestd) start_slurmrestd ;;
+token) [[ ${2:-} =~ ^[0-9]+$ ]] || die "usage: $0 token SECONDS"; token "$2" ;;
+*) echo "usage: $0 up|down|env|status|clean|restart-sshd|restart-slurmctld|stop-slurmctld|start-slurmctld|pause-slurmctld|resume-slurmctld|lag-start|lag-stop|bastion-stop|bastion-start|stop-slurmrestd|start-slurmrestd|token" >&2; exit 2 ;;
 esac

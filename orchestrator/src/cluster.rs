@@ -7,6 +7,14 @@
 //!     host: idun                # a Host alias from ~/.ssh/config, or a host name
 //!     work_dir: /cluster/work/me/sweeps
 //!     defaults: {partition: GPUQ, account: share-ie-idi}
+//!   portal:
+//!     transport: rest           # SLURM through slurmrestd (the control plane)
+//!     url: https://slurm.example.org:6820
+//!     user: me
+//!     token_file: ~/.config/sweep/slurm.jwt   # or token_env: SLURM_JWT
+//!     files: sftp               # local | sftp (the data plane; sftp: host as for ssh)
+//!     host: login.example.org
+//!     work_dir: /cluster/work/me/sweeps
 //! ```
 //!
 //! The built-in `local` cluster (no SLURM: scripts run as local processes)
@@ -27,6 +35,19 @@ pub enum TransportKind {
     LocalSlurm,
     /// No SLURM: the rendered scripts run as local processes.
     Local,
+    /// SLURM through its REST API (slurmrestd); files per [`FilesKind`].
+    Rest,
+}
+
+/// How job files and results move for the `rest` transport (the data plane;
+/// `ssh` and `local-slurm` imply theirs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FilesKind {
+    /// This machine mounts the cluster's filesystem: `work_dir` is a local path too.
+    Local,
+    /// SFTP to `host` (and `port`, `user`, `identity_file`, `known_hosts` as for ssh).
+    Sftp,
 }
 
 /// One cluster as declared in the clusters file.
@@ -68,6 +89,21 @@ pub struct ClusterConfig {
     /// SLURM resources used where the experiment does not set them.
     #[serde(default)]
     pub defaults: SlurmResources,
+    /// REST: slurmrestd's base URL (`http://host:port` or `https://…`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// REST: a file holding the JWT (`scontrol token` output, with or without `SLURM_JWT=`).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// REST: the environment variable holding the JWT.
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// REST: how files reach the cluster (`local` or `sftp`).
+    #[serde(default)]
+    pub files: Option<FilesKind>,
+    /// REST: the cluster's `MaxArraySize` (the API does not publish it; default 1001, SLURM's).
+    #[serde(default)]
+    pub max_array_size: Option<u32>,
 }
 
 impl ClusterConfig {
@@ -85,6 +121,11 @@ impl ClusterConfig {
             max_parallel: None,
             env: BTreeMap::new(),
             defaults: SlurmResources::default(),
+            url: None,
+            token_file: None,
+            token_env: None,
+            files: None,
+            max_array_size: None,
         }
     }
 }
@@ -104,8 +145,8 @@ pub enum ClusterError {
     Parse { path: PathBuf, message: String },
     #[error("unknown cluster `{name}` (declared: {known}); clusters come from {file}")]
     Unknown { name: String, known: String, file: String },
-    #[error("cluster `{name}`: {message}")]
-    Invalid { name: String, message: String },
+    #[error("{}{}: cluster `{name}`: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Invalid { path: PathBuf, line: Option<usize>, name: String, message: String },
 }
 
 /// Where the clusters file is looked for when none is given: `$SWEEP_CLUSTERS`,
@@ -124,7 +165,12 @@ impl ClustersFile {
         let file: ClustersFile = serde_yaml::from_str(text)
             .map_err(|e| ClusterError::Parse { path: path.into(), message: e.to_string() })?;
         for (name, c) in &file.clusters {
-            c.check(name)?;
+            c.check().map_err(|message| ClusterError::Invalid {
+                path: path.into(),
+                line: key_line(text, name),
+                name: name.clone(),
+                message,
+            })?;
         }
         Ok(file)
     }
@@ -158,12 +204,38 @@ impl ClustersFile {
     }
 }
 
+/// The 1-based line of the mapping key `name:` (where a cluster's entry starts).
+fn key_line(text: &str, name: &str) -> Option<usize> {
+    text.lines().position(|l| {
+        let t = l.trim_start().trim_start_matches(['"', '\'']);
+        t.strip_prefix(name).is_some_and(|rest| rest.trim_start_matches(['"', '\'']).starts_with(':'))
+    })
+    .map(|i| i + 1)
+}
+
 impl ClusterConfig {
-    fn check(&self, name: &str) -> Result<(), ClusterError> {
-        let bad = |m: &str| Err(ClusterError::Invalid { name: name.into(), message: m.into() });
+    /// Why the entry cannot work, naming the field.
+    fn check(&self) -> Result<(), String> {
+        let bad = |m: &str| Err(m.to_string());
+        let rest = self.transport == TransportKind::Rest;
+        if !rest {
+            let rest_only = [
+                ("url", self.url.is_some()),
+                ("token_file", self.token_file.is_some()),
+                ("token_env", self.token_env.is_some()),
+                ("files", self.files.is_some()),
+                ("max_array_size", self.max_array_size.is_some()),
+            ];
+            if let Some((field, _)) = rest_only.iter().find(|(_, set)| *set) {
+                return Err(format!("`{field}` is for `transport: rest` only"));
+            }
+        }
+        if rest {
+            self.check_rest()?;
+        }
         match self.transport {
             TransportKind::Ssh if self.host.is_none() => return bad("transport `ssh` needs `host`"),
-            TransportKind::Ssh | TransportKind::LocalSlurm if self.work_dir.is_none() => {
+            TransportKind::Ssh | TransportKind::LocalSlurm | TransportKind::Rest if self.work_dir.is_none() => {
                 return bad("needs `work_dir` (the directory on the cluster for job files and results)")
             }
             _ => {}
@@ -179,6 +251,35 @@ impl ClusterConfig {
             }
         }
         Ok(())
+    }
+
+    fn check_rest(&self) -> Result<(), String> {
+        let url = self.url.as_deref().ok_or("transport `rest` needs `url` (slurmrestd's, e.g. http://host:6820)")?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("`url` must start with http:// or https:// (got {url:?})"));
+        }
+        if self.user.is_none() {
+            return Err("transport `rest` needs `user` (sent as X-SLURM-USER-NAME)".into());
+        }
+        match (&self.token_file, &self.token_env) {
+            (None, None) => return Err("transport `rest` needs `token_file` or `token_env` (a JWT from `scontrol token`)".into()),
+            (Some(_), Some(_)) => return Err("give one of `token_file` and `token_env`, not both".into()),
+            _ => {}
+        }
+        if let Some(v) = &self.token_env {
+            if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err("`token_env` must be an environment variable name".into());
+            }
+        }
+        match self.files {
+            None => Err("transport `rest` needs `files: local` or `files: sftp` (how job files reach the cluster)".into()),
+            Some(FilesKind::Sftp) if self.host.is_none() => Err("`files: sftp` needs `host`".into()),
+            Some(FilesKind::Local) if self.host.is_some() || self.port.is_some() => {
+                Err("`host`/`port` are for `files: sftp`; `files: local` uses this machine's filesystem".into())
+            }
+            _ if self.max_array_size == Some(0) => Err("`max_array_size` must be at least 1".into()),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -226,6 +327,42 @@ mod tests {
         assert!(e.to_string().contains("needs `host`"), "{e}");
         let e = ClustersFile::parse(Path::new("c.yaml"), "clusters:\n  a: {transport: tcp}\n").expect_err("bad kind");
         assert!(e.to_string().contains("c.yaml"), "{e}");
+    }
+
+    #[test]
+    fn rest_entries_with_either_data_plane_parse() {
+        let text = include_str!("../../clusters.yaml");
+        let f = ClustersFile::parse(Path::new("clusters.yaml"), text).expect("example parses");
+        let (_, portal) = f.get("portal", "clusters.yaml").expect("portal declared");
+        assert_eq!((portal.transport, portal.files), (TransportKind::Rest, Some(FilesKind::Sftp)));
+        assert!(portal.token_file.is_some() && portal.token_env.is_none());
+        let (_, mounted) = f.get("portal-mounted", "clusters.yaml").expect("declared");
+        assert_eq!((mounted.files, mounted.token_env.as_deref()), (Some(FilesKind::Local), Some("SLURM_JWT")));
+    }
+
+    #[test]
+    fn bad_rest_entries_name_file_line_and_field() {
+        let head = "clusters:\n  local: {transport: local}\n  portal:\n    transport: rest\n    work_dir: /w\n";
+        let cases = [
+            ("    user: me\n    token_env: T\n    files: local\n", "needs `url`"),
+            ("    url: ftp://x\n    user: me\n    token_env: T\n    files: local\n", "`url` must start with http"),
+            ("    url: http://x:6820\n    token_env: T\n    files: local\n", "needs `user`"),
+            ("    url: http://x:6820\n    user: me\n    files: local\n", "needs `token_file` or `token_env`"),
+            ("    url: http://x:6820\n    user: me\n    token_env: T\n    token_file: /t\n    files: local\n", "not both"),
+            ("    url: http://x:6820\n    user: me\n    token_env: T\n", "needs `files: local` or `files: sftp`"),
+            ("    url: http://x:6820\n    user: me\n    token_env: T\n    files: sftp\n", "`files: sftp` needs `host`"),
+            ("    url: http://x:6820\n    user: me\n    token_env: \"A B\"\n    files: local\n", "`token_env` must be"),
+        ];
+        for (rest, want) in cases {
+            let e = ClustersFile::parse(Path::new("c.yaml"), &format!("{head}{rest}")).expect_err(want).to_string();
+            assert!(e.starts_with("c.yaml:3: cluster `portal`: ") && e.contains(want), "{want}: {e}");
+        }
+        let e = ClustersFile::parse(Path::new("c.yaml"), "clusters:\n  a: {transport: ssh, host: h, work_dir: /w, files: sftp}\n")
+            .expect_err("files is rest-only");
+        assert!(e.to_string().contains("c.yaml:2: cluster `a`: `files` is for `transport: rest` only"), "{e}");
+        let e = ClustersFile::parse(Path::new("c.yaml"), "clusters:\n  a:\n    transport: rest\n    files: ftp\n")
+            .expect_err("unknown data plane");
+        assert!(e.to_string().contains("c.yaml") && e.to_string().contains("line 4"), "{e}");
     }
 
     #[test]

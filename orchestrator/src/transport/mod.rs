@@ -1,19 +1,24 @@
-//! How the orchestrator reaches a cluster. One trait, [`Transport`], three
+//! How the orchestrator reaches a cluster. One trait, [`Transport`], four
 //! implementations:
 //!
 //! - `ssh`: SLURM on a remote login node; commands over SSH exec channels, files over SFTP;
 //! - `local-slurm`: the SLURM commands of this machine;
+//! - `rest`: SLURM's REST API (slurmrestd), files over SFTP or on this machine ([`rest`]);
 //! - `local`: no SLURM at all; the rendered scripts run as local processes.
 //!
-//! The two SLURM transports share [`SlurmTransport`], which turns the job
+//! Two planes: the control plane drives SLURM (commands through a [`Shell`],
+//! or HTTP requests), the data plane moves files ([`files::Files`] over a
+//! [`Shell`]: SFTP or this machine). [`SlurmTransport`] turns the job
 //! operations into `sbatch`/`squeue`/`sacct`/`scancel`/`scontrol` command lines
-//! and runs them through a [`Shell`] (SSH or local processes).
+//! and runs them through the same shell as its files.
 //!
 //! Every call blocks (ssh2 is a blocking library); async callers run them with
 //! `tokio::task::spawn_blocking` (see [`crate::submit`]).
 
+pub mod files;
 pub mod local;
 pub mod local_slurm;
+pub mod rest;
 pub mod ssh;
 
 use std::collections::BTreeMap;
@@ -48,8 +53,17 @@ pub enum TransportError {
     File { target: String, path: String, message: String },
     #[error(transparent)]
     Parse(#[from] ParseError),
+    /// A request to slurmrestd failed (names the endpoint and the HTTP status, never the token).
+    #[error(transparent)]
+    Rest(Box<rest::RestError>),
     #[error("{0}")]
     Other(String),
+}
+
+impl From<rest::RestError> for TransportError {
+    fn from(e: rest::RestError) -> Self {
+        TransportError::Rest(Box::new(e))
+    }
 }
 
 /// What a command printed.
@@ -88,6 +102,17 @@ impl Counters {
     }
     fn file(&self) {
         self.file_ops.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl std::ops::Add for CounterSnapshot {
+    type Output = CounterSnapshot;
+    fn add(self, o: CounterSnapshot) -> CounterSnapshot {
+        CounterSnapshot {
+            commands: self.commands + o.commands,
+            file_ops: self.file_ops + o.file_ops,
+            connects: self.connects + o.connects,
+        }
     }
 }
 
@@ -176,29 +201,28 @@ pub fn open(name: &str, cluster: &ClusterConfig, state_root: &std::path::Path) -
     Ok(match cluster.transport {
         TransportKind::Ssh => {
             let shell = ssh::SshShell::new(name, cluster)?;
-            Arc::new(SlurmTransport::new(Box::new(shell), cluster))
+            Arc::new(SlurmTransport::new(Arc::new(shell), cluster))
         }
         TransportKind::LocalSlurm => {
-            Arc::new(SlurmTransport::new(Box::new(local_slurm::LocalShell::new(cluster)), cluster))
+            Arc::new(SlurmTransport::new(Arc::new(local_slurm::LocalShell::new(cluster)), cluster))
         }
+        TransportKind::Rest => Arc::new(rest::RestTransport::open(name, cluster)?),
         TransportKind::Local => Arc::new(local::LocalTransport::new(cluster, state_root)?),
     })
 }
 
 /// SLURM through a [`Shell`]: the `ssh` and `local-slurm` transports.
 pub struct SlurmTransport {
-    shell: Box<dyn Shell>,
-    work_dir: String,
-    worker: Option<String>,
+    shell: Arc<dyn Shell>,
+    files: files::Files,
     env: Vec<(String, String)>,
 }
 
 impl SlurmTransport {
-    pub fn new(shell: Box<dyn Shell>, cluster: &ClusterConfig) -> Self {
+    pub fn new(shell: Arc<dyn Shell>, cluster: &ClusterConfig) -> Self {
         SlurmTransport {
+            files: files::Files::new(shell.clone(), cluster),
             shell,
-            work_dir: cluster.work_dir.clone().unwrap_or_else(|| ".".into()),
-            worker: cluster.worker.clone(),
             env: cluster.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         }
     }
@@ -228,10 +252,6 @@ impl SlurmTransport {
         }
         Ok(out)
     }
-
-    fn work_dir_abs(&self) -> Result<String, TransportError> {
-        self.shell.absolute(&self.work_dir)
-    }
 }
 
 impl Transport for SlurmTransport {
@@ -240,47 +260,27 @@ impl Transport for SlurmTransport {
     }
 
     fn remote_state_root(&self) -> Result<String, TransportError> {
-        Ok(format!("{}/state", self.work_dir_abs()?.trim_end_matches('/')))
+        self.files.remote_state_root()
     }
 
     fn worker_path(&self) -> Result<String, TransportError> {
-        match &self.worker {
-            Some(w) => self.shell.absolute(w),
-            None => Ok(format!("{}/bin/worker", self.work_dir_abs()?.trim_end_matches('/'))),
-        }
+        self.files.worker_path()
     }
 
     fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
-        self.shell.write_file(path, data, executable)
+        self.files.put(path, data, executable)
     }
 
     fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
-        self.shell.read_file(path)
+        self.files.get(path)
     }
 
     fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
-        self.shell.read_file_from(path, offset)
+        self.files.read_from(path, offset)
     }
 
     fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
-        // The path is `$1`, never part of the script text; exit 2 means absent.
-        const SCRIPT: &str = r#"[ -e "$1" ] || exit 2; stat -L -c %s "$1" && sha256sum < "$1""#;
-        let argv: Vec<String> = ["sh", "-c", SCRIPT, "sh", path].iter().map(|s| s.to_string()).collect();
-        let out = self.shell.run(&argv, true)?;
-        match out.status {
-            0 => {}
-            2 => return Ok(None),
-            status => {
-                return Err(TransportError::Command {
-                    command: format!("sha256sum {path}"),
-                    status,
-                    stderr: out.stderr.trim().to_string(),
-                })
-            }
-        }
-        parse_digest(&out.stdout)
-            .map(Some)
-            .ok_or_else(|| TransportError::Other(format!("unexpected `stat`/`sha256sum` output for {path}: {:?}", out.stdout)))
+        self.files.digest(path)
     }
 
     fn max_array_size(&self) -> Result<u32, TransportError> {
@@ -301,37 +301,11 @@ impl Transport for SlurmTransport {
             return Ok(poll);
         }
         let live = self.checked(slurm::squeue_argv(names), true).and_then(|o| Ok(slurm::parse_squeue(&o.stdout)?));
-        poll.commands += 1;
         // A day of margin: sacct reads the time in the cluster's local zone.
         let start = utc_timestamp(since - 86_400.0);
         let hist =
             self.checked(slurm::sacct_argv(names, &start), true).and_then(|o| Ok(slurm::parse_sacct(&o.stdout)?));
-        poll.commands += 1;
-        let live = match live {
-            Ok(v) => {
-                poll.live_ok = true;
-                v
-            }
-            Err(e) => {
-                poll.errors.push(format!("squeue: {e}"));
-                vec![]
-            }
-        };
-        let hist = match hist {
-            Ok(v) => {
-                poll.history_ok = true;
-                v
-            }
-            Err(e) => {
-                poll.errors.push(format!("sacct: {e}"));
-                vec![]
-            }
-        };
-        if !poll.live_ok && !poll.history_ok {
-            return Err(TransportError::Other(poll.errors.join("; ")));
-        }
-        poll.tasks = slurm::merge(live, hist);
-        Ok(poll)
+        combine(live, hist, ("squeue", "sacct"))
     }
 
     fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError> {
@@ -346,12 +320,30 @@ impl Transport for SlurmTransport {
     }
 }
 
-/// `stat -c %s` then `sha256sum` of stdin: `"<size>\n<64 hex>  -\n"`.
-fn parse_digest(out: &str) -> Option<(u64, String)> {
-    let mut lines = out.lines();
-    let size = lines.next()?.trim().parse().ok()?;
-    let hash = lines.next()?.split_whitespace().next()?.to_ascii_lowercase();
-    (hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())).then_some((size, hash))
+/// One poll from the live view (squeue, or slurmctld's job list) and the
+/// accounting view (sacct, or slurmdbd's), each of which may have failed;
+/// `views` names them in the errors. An error only when neither answered.
+pub(crate) fn combine(
+    live: Result<Vec<TaskObservation>, TransportError>,
+    hist: Result<Vec<TaskObservation>, TransportError>,
+    views: (&str, &str),
+) -> Result<Poll, TransportError> {
+    let mut poll = Poll { commands: 2, ..Poll::default() };
+    let live = live.unwrap_or_else(|e| {
+        poll.errors.push(format!("{}: {e}", views.0));
+        vec![]
+    });
+    poll.live_ok = poll.errors.is_empty();
+    let hist = hist.unwrap_or_else(|e| {
+        poll.errors.push(format!("{}: {e}", views.1));
+        vec![]
+    });
+    poll.history_ok = poll.errors.len() == usize::from(!poll.live_ok);
+    if !poll.live_ok && !poll.history_ok {
+        return Err(TransportError::Other(poll.errors.join("; ")));
+    }
+    poll.tasks = slurm::merge(live, hist);
+    Ok(poll)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds; SLURM's time syntax.
@@ -376,20 +368,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn digest_output_is_parsed() {
-        let h = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-        assert_eq!(parse_digest(&format!("0\n{h}  -\n")), Some((0, h.to_string())));
-        assert_eq!(parse_digest("12\nnot-a-hash  -\n"), None);
-        assert_eq!(parse_digest(""), None);
-    }
-
-    #[test]
     fn a_failing_commands_error_names_the_command_not_the_environment() {
         // A real process that fails (`sbatch` of a missing script; `env` exits 127 without SLURM).
         let mut cfg = ClusterConfig::local();
         cfg.transport = TransportKind::LocalSlurm;
         cfg.env.insert("SWEEP_SECRET_TOKEN".into(), "hunter2-secret".into());
-        let t = SlurmTransport::new(Box::new(local_slurm::LocalShell::new(&cfg)), &cfg);
+        let t = SlurmTransport::new(Arc::new(local_slurm::LocalShell::new(&cfg)), &cfg);
         let e = t.submit("/nonexistent/job.sbatch").expect_err("fails");
         let msg = e.to_string();
         assert!(msg.contains("sbatch"), "{msg}");
