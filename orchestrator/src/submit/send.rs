@@ -98,7 +98,7 @@ async fn send(
                     continue;
                 }
                 return Err(CommandError::Refused(format!(
-                    "sbatch of submission {} ({} configs) failed: {e}. SLURM may still have created the job: \
+                    "submitting {} ({} configs) failed: {e}. SLURM may still have created the job: \
                      its configs stay reserved until SLURM answers by the job name {} \
                      (`orchestrator status` or `resume` asks again; nothing is submitted twice)",
                     p.sub.id,
