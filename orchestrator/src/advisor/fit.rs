@@ -239,7 +239,7 @@ fn around(base: &RunConfig, space: &SearchSpace) -> Vec<(String, RunConfig)> {
                     .iter()
                     .map(|&c| if k >= 0 { c.saturating_mul(1 << k.min(16)) } else { c >> (-k).min(16) })
                     .collect();
-                if widths.iter().any(|&w| w == 0) {
+                if widths.contains(&0) {
                     continue;
                 }
                 for r in space.res_blocks.0..=space.res_blocks.1 {

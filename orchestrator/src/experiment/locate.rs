@@ -204,16 +204,9 @@ impl Builder {
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         match ev {
-            Event::Scalar(s, ..) => {
-                if self.node(Some(&s), mark) {
-                    self.done();
-                }
-            }
-            Event::Alias(_) => {
-                if self.node(None, mark) {
-                    self.done();
-                }
-            }
+            Event::Scalar(s, ..) if self.node(Some(&s), mark) => self.done(),
+            Event::Alias(_) if self.node(None, mark) => self.done(),
+            Event::Scalar(..) | Event::Alias(_) => {}
             Event::MappingStart(..) => {
                 self.node(None, mark);
                 self.stack.push(Frame::Map { key: None });

@@ -169,11 +169,11 @@ impl Prediction {
     /// Bytes of the terms resident in the phase that sets the peak.
     pub fn peak_terms(&self) -> impl Iterator<Item = &Term> {
         let phase = self.peak_phase;
-        self.terms.iter().filter(move |t| match (t.phase, phase) {
-            (TermPhase::Both, _) => true,
-            (TermPhase::FwdBwd, PeakPhase::FwdBwd) => true,
-            (TermPhase::Step, PeakPhase::Step) => true,
-            _ => false,
+        self.terms.iter().filter(move |t| {
+            matches!(
+                (t.phase, phase),
+                (TermPhase::Both, _) | (TermPhase::FwdBwd, PeakPhase::FwdBwd) | (TermPhase::Step, PeakPhase::Step)
+            )
         })
     }
     /// The `n` largest terms of the peak phase, largest first.
