@@ -30,7 +30,7 @@
 #
 # Environment: SWEEP_TEST_CLUSTER_DIR (default /tmp/sweep-test-cluster),
 # SWEEP_TEST_PORT_BASE (default 16810: ctld +7, slurmd +8, dbd +9, mysql +3, sshd +2,
-# bastion sshd +11, slurmrestd +12).
+# bastion sshd +11, slurmrestd +12, slurmrestd behind TLS +13).
 set -euo pipefail
 
 DIR=${SWEEP_TEST_CLUSTER_DIR:-/tmp/sweep-test-cluster}
@@ -42,15 +42,17 @@ SLURMD_PORT=$((BASE + 8))
 DBD_PORT=$((BASE + 9))
 BASTION_PORT=$((BASE + 11))
 REST_PORT=$((BASE + 12))
+REST_TLS_PORT=$((BASE + 13))
 # The REST API version Debian bookworm's slurmrestd (Slurm 22.05) serves.
 REST_PLUGINS=openapi/v0.0.38,openapi/dbv0.0.38
 CLUSTER=sweeptest
 NODE=sweepnode
 NGPUS=8
 # socat: the ProxyCommand of the jump tests.
-# slurmrestd + slurm-wlm-jwt-plugin: the REST transport's tests; curl: its readiness check.
+# slurmrestd + slurm-wlm-jwt-plugin: the REST transport's tests; curl: its readiness check;
+# openssl: the site CA of its https front (socat terminates the TLS).
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd mariadb-server munge openssh-server socat
-    slurmrestd slurm-wlm-jwt-plugin curl)
+    slurmrestd slurm-wlm-jwt-plugin curl openssl)
 
 CONF=$DIR/etc
 MUNGE_SOCKET=$DIR/munge/munge.socket.2
@@ -438,6 +440,36 @@ start_slurmrestd() {
     log "slurmrestd up on 127.0.0.1:$REST_PORT"
 }
 
+# A site's https front for slurmrestd, signed by the site's own CA (what the
+# `ca_file` of a rest cluster is for): a CA and a server certificate for
+# 127.0.0.1 generated once, socat terminating TLS in front of slurmrestd.
+tls_certs() {
+    local t=$DIR/rest/tls
+    [[ -s $t/server.pem && -s $t/ca.pem ]] && return
+    mkdir -p "$t"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+        -subj "/CN=sweeptest site CA" -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" -keyout "$t/ca.key" -out "$t/ca.pem" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=127.0.0.1" \
+        -keyout "$t/server.key" -out "$t/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$t/ext"
+    openssl x509 -req -in "$t/server.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" -CAcreateserial -days 3650 \
+        -extfile "$t/ext" -out "$t/server.crt" 2>/dev/null
+    (umask 077 && cat "$t/server.crt" "$t/server.key" >"$t/server.pem")
+}
+
+start_rest_tls() {
+    if alive "$DIR/run/rest-tls.pid"; then return; fi
+    tls_certs
+    socat "OPENSSL-LISTEN:$REST_TLS_PORT,bind=127.0.0.1,reuseaddr,fork,cert=$DIR/rest/tls/server.pem,verify=0" \
+        "TCP:127.0.0.1:$REST_PORT" </dev/null >>"$DIR/log/rest-tls.log" 2>&1 &
+    echo $! >"$DIR/run/rest-tls.pid"
+    wait_for rest-tls 80 curl -fsS --cacert "$DIR/rest/tls/ca.pem" -H "@$DIR/rest/headers" \
+        "https://127.0.0.1:$REST_TLS_PORT/slurm/v0.0.38/ping"
+    own_daemon rest-tls "$DIR/run/rest-tls.pid" "$REST_TLS_PORT"
+    log "slurmrestd behind TLS on https://127.0.0.1:$REST_TLS_PORT (CA $DIR/rest/tls/ca.pem)"
+}
+
 write_env() {
     local user
     user=$(id -un)
@@ -458,6 +490,8 @@ export SWEEP_TEST_WORK_DIR=$DIR/work
 export SWEEP_TEST_SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/test-cluster.sh
 export SWEEP_TEST_REST_URL=http://127.0.0.1:$REST_PORT
 export SWEEP_TEST_REST_TOKEN_FILE=$DIR/rest/token
+export SWEEP_TEST_REST_TLS_URL=https://127.0.0.1:$REST_TLS_PORT
+export SWEEP_TEST_REST_CA=$DIR/rest/tls/ca.pem
 EOF
     cat >"$DIR/clusters.yaml" <<EOF
 # The test cluster, for trying the orchestrator by hand:
@@ -513,6 +547,18 @@ clusters:
     work_dir: $DIR/work
     defaults:
       partition: gpu
+  sweeptest-rest-tls:
+    # The same API over https, its certificate signed by the site's own CA.
+    transport: rest
+    url: https://127.0.0.1:$REST_TLS_PORT
+    ca_file: $DIR/rest/tls/ca.pem
+    user: $user
+    token_file: $DIR/rest/token
+    files: local
+    max_array_size: 100
+    work_dir: $DIR/work
+    defaults:
+      partition: gpu
 EOF
 }
 
@@ -529,11 +575,13 @@ up() {
     start_sshd
     start_bastion
     start_slurmrestd
+    start_rest_tls
     write_env
     log "cluster up in $((SECONDS - t0)) s; env: $DIR/env"
 }
 
 down() {
+    stop_pidfile rest-tls "$DIR/run/rest-tls.pid"
     stop_pidfile slurmrestd "$DIR/run/slurmrestd.pid"
     stop_bastion
     lag_stop
@@ -587,7 +635,7 @@ lag_stop() {
 
 status() {
     local d rc=0
-    for d in munged mysqld slurmdbd slurmctld slurmd sshd bastion-sshd slurmrestd; do
+    for d in munged mysqld slurmdbd slurmctld slurmd sshd bastion-sshd slurmrestd rest-tls; do
         if alive "$DIR/run/$d.pid"; then echo "$d up ($(cat "$DIR/run/$d.pid"))"; else echo "$d down"; rc=1; fi
     done
     return $rc

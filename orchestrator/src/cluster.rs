@@ -104,6 +104,10 @@ pub struct ClusterConfig {
     /// REST: the cluster's `MaxArraySize` (the API does not publish it; default 1001, SLURM's).
     #[serde(default)]
     pub max_array_size: Option<u32>,
+    /// REST over https: a PEM file of the CA certificate(s) that signed the
+    /// server's (sites often run their own CA), trusted besides the built-in roots.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl ClusterConfig {
@@ -126,6 +130,7 @@ impl ClusterConfig {
             token_env: None,
             files: None,
             max_array_size: None,
+            ca_file: None,
         }
     }
 }
@@ -225,6 +230,7 @@ impl ClusterConfig {
                 ("token_env", self.token_env.is_some()),
                 ("files", self.files.is_some()),
                 ("max_array_size", self.max_array_size.is_some()),
+                ("ca_file", self.ca_file.is_some()),
             ];
             if let Some((field, _)) = rest_only.iter().find(|(_, set)| *set) {
                 return Err(format!("`{field}` is for `transport: rest` only"));
@@ -260,6 +266,9 @@ impl ClusterConfig {
         }
         if self.user.is_none() {
             return Err("transport `rest` needs `user` (sent as X-SLURM-USER-NAME)".into());
+        }
+        if self.ca_file.is_some() && !url.starts_with("https://") {
+            return Err(format!("`ca_file` is for an https:// `url` (got {url:?})"));
         }
         match (&self.token_file, &self.token_env) {
             (None, None) => return Err("transport `rest` needs `token_file` or `token_env` (a JWT from `scontrol token`)".into()),
@@ -352,6 +361,7 @@ mod tests {
             ("    url: http://x:6820\n    user: me\n    token_env: T\n", "needs `files: local` or `files: sftp`"),
             ("    url: http://x:6820\n    user: me\n    token_env: T\n    files: sftp\n", "`files: sftp` needs `host`"),
             ("    url: http://x:6820\n    user: me\n    token_env: \"A B\"\n    files: local\n", "`token_env` must be"),
+            ("    url: http://x:6820\n    ca_file: /ca.pem\n    user: me\n    token_env: T\n    files: local\n", "`ca_file` is for an https:// `url`"),
         ];
         for (rest, want) in cases {
             let e = ClustersFile::parse(Path::new("c.yaml"), &format!("{head}{rest}")).expect_err(want).to_string();

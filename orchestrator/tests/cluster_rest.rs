@@ -343,6 +343,52 @@ fn rest_crash_after_submit_then_resume_adopts_without_duplicate() {
     assert!(per.values().all(|&n| n == 1), "duplicates: {per:?}");
 }
 
+impl World {
+    /// Adds `name` to the clusters file: the `test` entry over the test
+    /// cluster's https front (its certificate signed by the site's own CA),
+    /// with `ca_file` when `trust` is set.
+    fn add_https_cluster(&self, env: &Env, name: &str, trust: bool) {
+        let path = self.dir.join("clusters.yaml");
+        let text = std::fs::read_to_string(&path).expect("clusters file");
+        let test = text.trim_start_matches("clusters:\n").split("  test-sftp:").next().expect("the test entry").to_string();
+        let plain = format!("url: {}", env.get("SWEEP_TEST_REST_URL"));
+        let mut https = format!("url: {}", env.get("SWEEP_TEST_REST_TLS_URL"));
+        if trust {
+            https.push_str(&format!("\n    ca_file: {}", env.get("SWEEP_TEST_REST_CA")));
+        }
+        let entry = test.replacen("  test:", &format!("  {name}:"), 1).replace(&plain, &https);
+        std::fs::write(&path, format!("{text}{entry}")).expect("clusters file");
+    }
+}
+
+/// A site serving slurmrestd over https with its own CA: with the CA in
+/// `ca_file` a sweep runs through it; without, the certificate is refused
+/// before anything is sent, and the error names the endpoint and why.
+#[test]
+fn rest_over_https_trusts_the_sites_ca_and_only_that() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(env) = cluster() else { return };
+    let w = world(&env, "rt-https", "https", &record_body(3, 3), 0.0);
+    w.add_https_cluster(&env, "https", true);
+    let t = Instant::now();
+    let rep = rt().block_on(submit::submit(&w.sweep(), &w.opts, false)).expect("submit over https");
+    assert_eq!(rep.submitted.len(), 3);
+    let r = w.watch(Duration::from_secs(90));
+    assert_eq!(r.count("COMPLETED"), 3, "{}", r.table());
+    eprintln!("https sweep of 3 configs completed in {:.1} s", t.elapsed().as_secs_f64());
+    assert!(w.jobs_per_config(&env).values().all(|&n| n == 1));
+
+    let w = world(&env, "rt-https-unknown-ca", "https-no-ca", &record_body(2, 2), 0.0);
+    w.add_https_cluster(&env, "https-no-ca", false);
+    let out = w.cli("submit", &w.exp_file).output().expect("runs");
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    let endpoint = format!("GET {}/openapi/v3", env.get("SWEEP_TEST_REST_TLS_URL"));
+    assert!(said.contains(&endpoint) && said.contains("UnknownIssuer"), "{said}");
+    // Nothing reached SLURM: no job of this experiment exists.
+    assert!(w.jobs_per_config(&env).is_empty());
+}
+
 /// A token SLURM refuses, and one past its lifespan: each command fails with
 /// the endpoint and the HTTP status, and never prints the token.
 #[test]

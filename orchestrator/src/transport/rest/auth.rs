@@ -89,7 +89,8 @@ impl TokenSource {
     }
 }
 
-fn expand_home(p: &std::path::Path) -> PathBuf {
+/// `~/…` under `$HOME` (clusters files name files as people write them).
+pub(super) fn expand_home(p: &std::path::Path) -> PathBuf {
     match (p.strip_prefix("~"), std::env::var_os("HOME")) {
         (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
         _ => p.to_path_buf(),

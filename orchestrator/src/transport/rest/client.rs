@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -38,6 +39,8 @@ pub struct Client {
     base: String,
     user: String,
     token: TokenSource,
+    /// Extra CA certificates (PEM) to trust for https.
+    ca_file: Option<PathBuf>,
     /// Built on first use, on the blocking thread that uses it (reqwest's
     /// blocking client must not be built inside the async runtime).
     http: OnceLock<reqwest::blocking::Client>,
@@ -50,11 +53,12 @@ pub struct Client {
 pub const GONE: [i64; 2] = [2017, 2021];
 
 impl Client {
-    pub fn new(base: &str, user: &str, token: TokenSource) -> Client {
+    pub fn new(base: &str, user: &str, token: TokenSource, ca_file: Option<PathBuf>) -> Client {
         Client {
             base: base.trim_end_matches('/').to_string(),
             user: user.to_string(),
             token,
+            ca_file,
             http: OnceLock::new(),
             version: OnceLock::new(),
             requests: AtomicU64::new(0),
@@ -69,11 +73,20 @@ impl Client {
         if let Some(c) = self.http.get() {
             return Ok(c);
         }
-        let c = reqwest::blocking::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| RestError::Client(e.without_url().to_string()))?;
+        let mut builder =
+            reqwest::blocking::Client::builder().connect_timeout(Duration::from_secs(10)).timeout(Duration::from_secs(60));
+        if let Some(path) = &self.ca_file {
+            let bad = |m: String| RestError::Client(format!("ca_file {}: {m}", path.display()));
+            let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad(describe(&e)))?;
+            if certs.is_empty() {
+                return Err(bad("no PEM certificate in it".into()));
+            }
+            for c in certs {
+                builder = builder.add_root_certificate(c);
+            }
+        }
+        let c = builder.build().map_err(|e| RestError::Client(e.without_url().to_string()))?;
         Ok(self.http.get_or_init(|| c))
     }
 

@@ -89,7 +89,7 @@ impl RestTransport {
         env.retain(|(k, _)| !cluster.env.contains_key(k));
         env.extend(cluster.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         Ok(RestTransport {
-            client: Client::new(url, &user, token),
+            client: Client::new(url, &user, token, cluster.ca_file.as_deref().map(auth::expand_home)),
             files: Files::new(shell, cluster),
             user,
             env,
