@@ -385,7 +385,12 @@ fn rest_over_https_trusts_the_sites_ca_and_only_that() {
     assert!(!out.status.success(), "{said}");
     let endpoint = format!("GET {}/openapi/v3", env.get("SWEEP_TEST_REST_TLS_URL"));
     assert!(said.contains(&endpoint) && said.contains("UnknownIssuer"), "{said}");
-    // Nothing reached SLURM: no job of this experiment exists.
+    // Only the POST can create a job, and it never left: the intent is
+    // released at once (no configs held until SLURM answers) and no job exists.
+    assert!(said.contains("nothing reached SLURM") && said.contains("free to submit again"), "{said}");
+    let subs = w.submissions();
+    assert_eq!(subs.len(), 1);
+    assert_eq!(subs[0].state().name(), "abandoned");
     assert!(w.jobs_per_config(&env).is_empty());
 }
 

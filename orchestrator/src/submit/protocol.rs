@@ -62,6 +62,10 @@ pub enum Event {
     SbatchOk(String),
     /// `sbatch` failed: timeout, dropped connection, socket error, refusal.
     SbatchFailed,
+    /// The submission failed before its request left (the script could not
+    /// be read back, the REST API version could not be learned): no job of
+    /// the name can exist.
+    NotSent,
     /// A poll by job name listed these array job ids.
     Found(BTreeSet<String>),
     /// A poll by job name listed nothing; `complete`: both squeue and sacct answered.
@@ -105,8 +109,10 @@ impl IntentState {
             (Submitted { .. } | Abandoned, _) => Ok(self.clone()),
             (Intended, Event::SbatchOk(id)) => Ok(Submitted { job_id: id.clone() }),
             (Intended, Event::SbatchFailed) => Ok(Unresolved),
+            (Intended, Event::NotSent) => Ok(Abandoned),
             (_, Event::SbatchOk(_)) => impossible("an sbatch answer"),
             (_, Event::SbatchFailed) => impossible("an sbatch error"),
+            (_, Event::NotSent) => impossible("a request that never left"),
             (_, Event::Found(ids)) => match ids.len() {
                 1 => Ok(Submitted { job_id: ids.iter().next().cloned().unwrap_or_default() }),
                 0 => Ok(self.clone()),
@@ -263,6 +269,9 @@ mod tests {
     #[test]
     fn intended_sbatch_error_is_unresolved_never_abandoned() {
         assert_eq!(Intended.next(&Event::SbatchFailed), Ok(Unresolved));
+        // Only a request that never left proves there is no job.
+        assert_eq!(Intended.next(&Event::NotSent), Ok(Abandoned));
+        assert!(matches!(Unresolved.next(&Event::NotSent), Err(ProtocolError::Impossible { .. })));
     }
 
     #[test]

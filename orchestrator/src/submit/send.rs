@@ -13,7 +13,7 @@ use crate::render::Renderer;
 use crate::slurm::{SlurmState, WorkerOutcome};
 use crate::state::{self, Attempt, ConfigRecord, StateDir};
 use crate::sweep::{Sweep, SweepConfig};
-use crate::transport::CounterSnapshot;
+use crate::transport::{CounterSnapshot, TransportError};
 
 /// Summary of a submit/resume.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -83,6 +83,15 @@ async fn send(
                 tracing::info!(submission = %p.sub.id, job = %job_id, "submitted {} configs", p.sub.tasks.len());
                 report.arrays.push(job_id);
                 report.submitted.extend(p.sub.tasks.iter().filter_map(|h| records.get(h).map(|r| r.name.clone())));
+            }
+            Err(e @ TransportError::NotSent(_)) => {
+                protocol::advance(st, records, &mut p.sub, &Event::NotSent)?;
+                st.journal(serde_json::json!({"t": state::now(), "op": "not_sent", "submission": p.sub.id, "error": e.to_string()}))?;
+                return Err(CommandError::Refused(format!(
+                    "submitting {} ({} configs) failed: {e}; its configs are free to submit again",
+                    p.sub.id,
+                    p.sub.tasks.len()
+                )));
             }
             Err(e) => {
                 protocol::advance(st, records, &mut p.sub, &Event::SbatchFailed)?;

@@ -53,6 +53,9 @@ pub enum TransportError {
     File { target: String, path: String, message: String },
     #[error(transparent)]
     Parse(#[from] ParseError),
+    /// A submission that failed before its request left: SLURM cannot have the job.
+    #[error("{0} (nothing reached SLURM)")]
+    NotSent(Box<TransportError>),
     /// A request to slurmrestd failed (names the endpoint and the HTTP status, never the token).
     #[error(transparent)]
     Rest(Box<rest::RestError>),

@@ -153,15 +153,20 @@ impl Transport for RestTransport {
 
     /// The script at `script` (uploaded before the intent was recorded) goes
     /// in the request's body; its `#SBATCH` lines become the job's options.
+    /// Only the POST can create a job: whatever fails before it is
+    /// [`TransportError::NotSent`], so the intent is released at once.
     fn submit(&self, script: &str) -> Result<String, TransportError> {
-        let bytes = self.files.get(script)?.ok_or_else(|| TransportError::File {
-            target: self.describe(),
-            path: script.into(),
-            message: "no such file (the job script is uploaded before submitting)".into(),
+        let not_sent = |e: TransportError| TransportError::NotSent(Box::new(e));
+        let bytes = self.files.get(script).map_err(not_sent)?.ok_or_else(|| {
+            not_sent(TransportError::File {
+                target: self.describe(),
+                path: script.into(),
+                message: "no such file (the job script is uploaded before submitting)".into(),
+            })
         })?;
-        let text = String::from_utf8(bytes).map_err(|_| TransportError::Other(format!("{script}: not UTF-8")))?;
-        let spec = JobSpec::from_script(script, &text).map_err(RestError::from)?;
-        let v = self.client.version()?;
+        let text = String::from_utf8(bytes).map_err(|_| not_sent(TransportError::Other(format!("{script}: not UTF-8"))))?;
+        let spec = JobSpec::from_script(script, &text).map_err(|e| not_sent(RestError::from(e).into()))?;
+        let v = self.client.version().map_err(|e| not_sent(e.into()))?;
         let body = v.submit_body(&text, &spec, &self.env);
         let path = v.submit_path();
         let answer: SubmitAnswer = self.client.request(Method::Post, &path, &[], Some(&body))?;
