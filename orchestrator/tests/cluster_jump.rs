@@ -121,24 +121,6 @@ fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
-const RECORD_TEMPLATE: &str = r#"#!/bin/bash
-#SBATCH --job-name={{sbatch job_name}}
-#SBATCH --comment={{sbatch comment}}
-#SBATCH --array={{sbatch array}}
-#SBATCH --output={{sbatch log_dir}}/%a.out
-#SBATCH --chdir={{sbatch submission_dir}}
-#SBATCH --gres=gpu:1
-#SBATCH --cpus-per-task=1
-#SBATCH --time=00:05:00
-{{#if slurm.partition}}
-#SBATCH --partition={{sbatch slurm.partition}}
-{{/if}}
-set -eu
-out={{sh submission_dir}}/task-$SLURM_ARRAY_TASK_ID.json
-sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {{sh manifest_jsonl}} > "$out.tmp"
-mv "$out.tmp" "$out"
-"#;
-
 /// A state dir, the test cluster's own clusters.yaml entry `sweeptest-jump`
 /// (as `scripts/test-cluster.sh up` wrote it) with a fresh remote work dir,
 /// and an n-config experiment on it.
@@ -160,7 +142,7 @@ fn world(env: &Env, name: &str, n: usize) -> World {
     jump.work_dir = Some(remote_work.clone());
     let mine = ClustersFile { clusters: [("sweeptest-jump".to_string(), jump)].into_iter().collect() };
     std::fs::write(dir.join("clusters.yaml"), serde_yaml::to_string(&mine).expect("yaml")).expect("clusters file");
-    std::fs::write(dir.join("record.sbatch.hbs"), RECORD_TEMPLATE).expect("template");
+    std::fs::write(dir.join("record.sbatch.hbs"), common::RECORD_TEMPLATE).expect("template");
     let batches: Vec<String> = (1..=n).map(|b| b.to_string()).collect();
     let exp = format!(
         "name: {name}\ndescription: jump host test\ncluster: sweeptest-jump\ngpu: A100-SXM4-80GB\nprecision: fp32\n\

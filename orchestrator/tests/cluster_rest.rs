@@ -66,25 +66,6 @@ struct World {
     exp_file: PathBuf,
 }
 
-const RECORD_TEMPLATE: &str = r#"#!/bin/bash
-#SBATCH --job-name={{sbatch job_name}}
-#SBATCH --comment={{sbatch comment}}
-#SBATCH --array={{sbatch array}}
-#SBATCH --output={{sbatch log_dir}}/%a.out
-#SBATCH --chdir={{sbatch submission_dir}}
-#SBATCH --gres=gpu:1
-#SBATCH --cpus-per-task=1
-#SBATCH --time=00:05:00
-{{#if slurm.partition}}
-#SBATCH --partition={{sbatch slurm.partition}}
-{{/if}}
-set -eu
-out={{sh submission_dir}}/task-$SLURM_ARRAY_TASK_ID.json
-sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {{sh manifest_jsonl}} > "$out.tmp"
-mv "$out.tmp" "$out"
-sleep "${SWEEP_TEST_SLEEP:-0}"
-"#;
-
 /// A clusters file entry; `token` is `token_file: …` or `token_env: …`.
 fn entry(env: &Env, name: &str, files: &str, token: &str, work: &str, sleep: f64) -> String {
     let sftp = if files == "sftp" {
@@ -116,7 +97,7 @@ fn world(env: &Env, test: &str, cluster: &str, body: &str, sleep: f64) -> World 
         entry(env, "test-sftp", "sftp", &token, &work, sleep)
     );
     std::fs::write(dir.join("clusters.yaml"), clusters).expect("clusters file");
-    std::fs::write(dir.join("record.sbatch.hbs"), RECORD_TEMPLATE).expect("template");
+    std::fs::write(dir.join("record.sbatch.hbs"), common::RECORD_TEMPLATE).expect("template");
     let exp_file = dir.join(format!("{test}.yaml"));
     let text = format!(
         "name: {test}\ndescription: rest test\ncluster: {cluster}\ngpu: A100-SXM4-80GB\nprecision: fp32\n\

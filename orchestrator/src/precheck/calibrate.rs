@@ -110,35 +110,18 @@ pub fn summarise(mut errs: Vec<f64>) -> (f64, f64, f64) {
 
 /// Fit quality per family (and `all`) of `pred` on `samples`.
 pub fn stats(pred: &Predictor, samples: &[Sample]) -> BTreeMap<String, FitStats> {
-    let mut errs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut ooms: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for s in samples {
-        let Ok(p) = pred.predict_peak(&s.cfg) else { continue };
-        let gib = p.peak_gib();
-        for key in [s.family.as_str(), "all"] {
-            if let Some(m) = s.measured_gib {
-                errs.entry(key.to_string()).or_default().push((gib - m).abs() / m);
-            }
-            if s.oom {
-                let e = ooms.entry(key.to_string()).or_default();
-                e.0 += 1;
-                if gib <= s.available_gib {
-                    e.1 += 1;
-                }
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    for (k, v) in errs {
-        let (median, p90, max) = summarise(v.clone());
-        out.insert(k, FitStats { n: v.len(), median, p90, max, ..Default::default() });
-    }
-    for (k, (n, bad)) in ooms {
-        let e = out.entry(k).or_default();
-        e.n_oom = n;
-        e.oom_predicted_fit = bad;
-    }
-    out
+    let group: Vec<&Sample> = samples.iter().collect();
+    held_out_stats(&group, &predictions(pred, &group), |h| group[h.sample].family.clone())
+}
+
+/// `pred`'s prediction of every sample it can predict (in sample: no fold left out).
+fn predictions(pred: &Predictor, group: &[&Sample]) -> Vec<HeldOut> {
+    (0..group.len())
+        .filter_map(|i| {
+            let p = pred.predict_peak(&group[i].cfg).ok()?;
+            Some(HeldOut { sample: i, fold: String::new(), peak_gib: p.peak_gib(), regime: Regime::of(p.peak_phase) })
+        })
+        .collect()
 }
 
 /// Where a fit should stay unless the records say otherwise: the shipped
@@ -229,7 +212,7 @@ pub fn start_for(runtime: &str) -> Coefficients {
     Coefficients::physical(runtime.starts_with("burn"))
 }
 
-/// One prediction of a record whose fold was left out of the fit.
+/// One prediction of a record (by a fit without its fold, where cross-validated).
 #[derive(Debug, Clone)]
 pub struct HeldOut {
     /// Index into the samples.
@@ -361,24 +344,18 @@ pub fn calibrate(samples: &[Sample], cv: bool) -> Report {
     };
     for (rt, group) in by_runtime {
         let mut c = fit(rt, &group, start_for(rt));
-        let owned: Vec<Sample> = group.iter().map(|s| (*s).clone()).collect();
-        let st = stats(&Predictor::new(rt, c), &owned);
+        let in_sample = predictions(&Predictor::new(rt, c), &group);
+        let family = |h: &HeldOut| group[h.sample].family.clone();
+        let st = held_out_stats(&group, &in_sample, family);
         c.rel_uncertainty = st.get("all").map(|s| s.p90).unwrap_or(0.15).max(0.05);
         rep.in_sample.insert(rt.to_string(), st);
         let (held, method) = if cv {
             let (held, method) = cross_validate(rt, &group, c, None);
-            rep.cross_validated.insert(rt.to_string(), held_out_stats(&group, &held, |h| group[h.sample].family.clone()));
+            rep.cross_validated.insert(rt.to_string(), held_out_stats(&group, &held, family));
             rep.leave_one_table_out.insert(rt.to_string(), held_out_stats(&group, &held, |h| h.fold.clone()));
             (held, format!("cross-validated: {method}"))
         } else {
-            let pred = Predictor::new(rt, c);
-            let held = (0..group.len())
-                .filter_map(|i| {
-                    let p = pred.predict_peak(&group[i].cfg).ok()?;
-                    Some(HeldOut { sample: i, fold: String::new(), peak_gib: p.peak_gib(), regime: Regime::of(p.peak_phase) })
-                })
-                .collect();
-            (held, format!("in-sample ({} records; not cross-validated)", group.len()))
+            (in_sample, format!("in-sample ({} records; not cross-validated)", group.len()))
         };
         let u = uncertainty(&group, &held, method);
         rep.held_back.insert(rt.to_string(), held_back(&Predictor::new(rt, c).with_uncertainty(u.clone()), &group));

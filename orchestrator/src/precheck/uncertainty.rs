@@ -217,33 +217,7 @@ impl Uncertainty {
         let mut records = 0;
         for cfg in calibrated {
             records += 1;
-            let s = Shape::of(cfg);
-            let c = match coverage.iter_mut().position(|c| c.family == s.family) {
-                Some(i) => &mut coverage[i],
-                None => {
-                    coverage.push(Coverage {
-                        family: s.family,
-                        max_per_level: vec![],
-                        width: (u32::MAX, 0),
-                        variants: vec![],
-                        max_batch: 0,
-                    });
-                    coverage.last_mut().expect("just pushed")
-                }
-            };
-            if c.max_per_level.len() < s.per_level.len() {
-                c.max_per_level.resize(s.per_level.len(), 0);
-            }
-            for (m, g) in c.max_per_level.iter_mut().zip(&s.per_level) {
-                *m = (*m).max(g.voxels());
-            }
-            for w in s.widths() {
-                c.width = (c.width.0.min(w), c.width.1.max(w));
-            }
-            if let Some(v) = s.variant.filter(|v| !c.variants.contains(v)) {
-                c.variants.push(v);
-            }
-            c.max_batch = c.max_batch.max(s.batch);
+            include(&mut coverage, &Coverage::of(&Shape::of(cfg)));
         }
         Uncertainty { method, records, bands, coverage }
     }
@@ -261,24 +235,7 @@ impl Uncertainty {
             }
         }
         for sc in &shipped.coverage {
-            match self.coverage.iter_mut().find(|c| c.family == sc.family) {
-                None => self.coverage.push(sc.clone()),
-                Some(c) => {
-                    if c.max_per_level.len() < sc.max_per_level.len() {
-                        c.max_per_level.resize(sc.max_per_level.len(), 0);
-                    }
-                    for (m, v) in c.max_per_level.iter_mut().zip(&sc.max_per_level) {
-                        *m = (*m).max(*v);
-                    }
-                    c.width = (c.width.0.min(sc.width.0), c.width.1.max(sc.width.1));
-                    for v in &sc.variants {
-                        if !c.variants.contains(v) {
-                            c.variants.push(*v);
-                        }
-                    }
-                    c.max_batch = c.max_batch.max(sc.max_batch);
-                }
-            }
+            include(&mut self.coverage, sc);
         }
         self
     }
@@ -340,6 +297,44 @@ impl Uncertainty {
             consider(Distance::Batch { batch: s.batch, measured: c.max_batch });
         }
         best.map(|(_, d)| d)
+    }
+}
+
+impl Coverage {
+    /// What one config covers.
+    fn of(s: &Shape) -> Self {
+        Coverage {
+            family: s.family,
+            max_per_level: s.per_level.iter().map(|g| g.voxels()).collect(),
+            width: s.widths().fold((u32::MAX, 0), |(lo, hi), w| (lo.min(w), hi.max(w))),
+            variants: s.variant.into_iter().collect(),
+            max_batch: s.batch,
+        }
+    }
+
+    /// Widens this coverage to include `other`'s (same family).
+    fn merge(&mut self, other: &Coverage) {
+        if self.max_per_level.len() < other.max_per_level.len() {
+            self.max_per_level.resize(other.max_per_level.len(), 0);
+        }
+        for (m, v) in self.max_per_level.iter_mut().zip(&other.max_per_level) {
+            *m = (*m).max(*v);
+        }
+        self.width = (self.width.0.min(other.width.0), self.width.1.max(other.width.1));
+        for v in &other.variants {
+            if !self.variants.contains(v) {
+                self.variants.push(*v);
+            }
+        }
+        self.max_batch = self.max_batch.max(other.max_batch);
+    }
+}
+
+/// Adds `c` to the coverage of its family in `list`.
+fn include(list: &mut Vec<Coverage>, c: &Coverage) {
+    match list.iter_mut().find(|o| o.family == c.family) {
+        Some(o) => o.merge(c),
+        None => list.push(c.clone()),
     }
 }
 

@@ -75,8 +75,7 @@ impl Sweep {
     /// The precheck for this experiment's runtime, at its configs' precision
     /// (coefficients fall back across precisions: the walk counts element sizes).
     pub fn predictor(&self) -> Result<crate::precheck::Predictor, crate::precheck::PrecheckError> {
-        let precision = self.configs.first().map(|c| c.config.precision).unwrap_or(spec::Precision::Bf16Amp);
-        crate::precheck::Predictor::builtin(&self.experiment.runtime, precision)
+        self.predictor_in(None).map(|(p, _)| p)
     }
 
     /// The precheck as `plan`, `submit` and `fit` use it: the local

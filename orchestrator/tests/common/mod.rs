@@ -27,3 +27,25 @@ pub fn cluster_env() -> Option<BTreeMap<String, String>> {
             .collect(),
     )
 }
+
+/// A light job template: each array task copies its manifest line to
+/// `task-N.json` (no worker), then sleeps `$SWEEP_TEST_SLEEP` seconds (0 when unset).
+#[allow(dead_code)] // not every cluster test file uses it
+pub const RECORD_TEMPLATE: &str = r#"#!/bin/bash
+#SBATCH --job-name={{sbatch job_name}}
+#SBATCH --comment={{sbatch comment}}
+#SBATCH --array={{sbatch array}}
+#SBATCH --output={{sbatch log_dir}}/%a.out
+#SBATCH --chdir={{sbatch submission_dir}}
+#SBATCH --gres=gpu:1
+#SBATCH --cpus-per-task=1
+#SBATCH --time=00:05:00
+{{#if slurm.partition}}
+#SBATCH --partition={{sbatch slurm.partition}}
+{{/if}}
+set -eu
+out={{sh submission_dir}}/task-$SLURM_ARRAY_TASK_ID.json
+sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {{sh manifest_jsonl}} > "$out.tmp"
+mv "$out.tmp" "$out"
+sleep "${SWEEP_TEST_SLEEP:-0}"
+"#;
