@@ -8,7 +8,8 @@ use std::time::Instant;
 
 fn main() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).expect("experiments/").filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).expect("experiments/").filter_map(|e| e.ok()).map(|e| e.path()).collect();
     files.sort();
     println!("{:<14} {:>8} {:>12} {:>12}", "experiment", "configs", "median ms", "max ms");
     for f in files.iter().filter(|p| p.extension().is_some_and(|e| e == "yaml")) {

@@ -33,7 +33,8 @@ printf '{"event":"result","t":4.0,"status":"ok","params":1000,"peaks":{"model":1
 fn main() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    std::fs::write(dir.join("clusters.yaml"), "clusters:\n  local:\n    transport: local\n    max_parallel: 16\n").expect("clusters");
+    std::fs::write(dir.join("clusters.yaml"), "clusters:\n  local:\n    transport: local\n    max_parallel: 16\n")
+        .expect("clusters");
     std::fs::write(dir.join("bench.sbatch.hbs"), TEMPLATE).expect("template");
     let batches: Vec<String> = (1..=N).map(|b| b.to_string()).collect();
     let exp = format!(
@@ -77,7 +78,10 @@ fn main() {
         let t = Instant::now();
         let r = rt.block_on(submit::status("pollbench", &opts, None, &mut |_| {})).expect("status");
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        println!("{label:<34} {:>9} {:>11} {:>12} {:>9.1}", r.poll.commands, r.poll.events_files, r.poll.events_bytes, ms);
+        println!(
+            "{label:<34} {:>9} {:>11} {:>12} {:>9.1}",
+            r.poll.commands, r.poll.events_files, r.poll.events_bytes, ms
+        );
         assert!(r.settled || label.starts_with("1st"), "{}", r.table());
     }
 }

@@ -50,7 +50,8 @@ fn main() {
             continue;
         }
         let (full, _) = rate(&sub, Duration::from_millis(500), |c| p.predict(c).map(|x| x.peak_bytes).unwrap_or(0.0));
-        let (peak, _) = rate(&sub, Duration::from_millis(500), |c| p.predict_peak(c).map(|x| x.peak_bytes).unwrap_or(0.0));
+        let (peak, _) =
+            rate(&sub, Duration::from_millis(500), |c| p.predict_peak(c).map(|x| x.peak_bytes).unwrap_or(0.0));
         println!("    {family:<5} {:>10.0} full/s  {:>10.0} peak-only/s", full, peak);
     }
 }

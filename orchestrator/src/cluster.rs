@@ -211,11 +211,12 @@ impl ClustersFile {
 
 /// The 1-based line of the mapping key `name:` (where a cluster's entry starts).
 fn key_line(text: &str, name: &str) -> Option<usize> {
-    text.lines().position(|l| {
-        let t = l.trim_start().trim_start_matches(['"', '\'']);
-        t.strip_prefix(name).is_some_and(|rest| rest.trim_start_matches(['"', '\'']).starts_with(':'))
-    })
-    .map(|i| i + 1)
+    text.lines()
+        .position(|l| {
+            let t = l.trim_start().trim_start_matches(['"', '\'']);
+            t.strip_prefix(name).is_some_and(|rest| rest.trim_start_matches(['"', '\'']).starts_with(':'))
+        })
+        .map(|i| i + 1)
 }
 
 impl ClusterConfig {
@@ -271,7 +272,9 @@ impl ClusterConfig {
             return Err(format!("`ca_file` is for an https:// `url` (got {url:?})"));
         }
         match (&self.token_file, &self.token_env) {
-            (None, None) => return Err("transport `rest` needs `token_file` or `token_env` (a JWT from `scontrol token`)".into()),
+            (None, None) => {
+                return Err("transport `rest` needs `token_file` or `token_env` (a JWT from `scontrol token`)".into())
+            }
             (Some(_), Some(_)) => return Err("give one of `token_file` and `token_env`, not both".into()),
             _ => {}
         }
@@ -281,7 +284,9 @@ impl ClusterConfig {
             }
         }
         match self.files {
-            None => Err("transport `rest` needs `files: local` or `files: sftp` (how job files reach the cluster)".into()),
+            None => {
+                Err("transport `rest` needs `files: local` or `files: sftp` (how job files reach the cluster)".into())
+            }
             Some(FilesKind::Sftp) if self.host.is_none() => Err("`files: sftp` needs `host`".into()),
             Some(FilesKind::Local) if self.host.is_some() || self.port.is_some() => {
                 Err("`host`/`port` are for `files: sftp`; `files: local` uses this machine's filesystem".into())
@@ -357,18 +362,27 @@ mod tests {
             ("    url: ftp://x\n    user: me\n    token_env: T\n    files: local\n", "`url` must start with http"),
             ("    url: http://x:6820\n    token_env: T\n    files: local\n", "needs `user`"),
             ("    url: http://x:6820\n    user: me\n    files: local\n", "needs `token_file` or `token_env`"),
-            ("    url: http://x:6820\n    user: me\n    token_env: T\n    token_file: /t\n    files: local\n", "not both"),
+            (
+                "    url: http://x:6820\n    user: me\n    token_env: T\n    token_file: /t\n    files: local\n",
+                "not both",
+            ),
             ("    url: http://x:6820\n    user: me\n    token_env: T\n", "needs `files: local` or `files: sftp`"),
             ("    url: http://x:6820\n    user: me\n    token_env: T\n    files: sftp\n", "`files: sftp` needs `host`"),
             ("    url: http://x:6820\n    user: me\n    token_env: \"A B\"\n    files: local\n", "`token_env` must be"),
-            ("    url: http://x:6820\n    ca_file: /ca.pem\n    user: me\n    token_env: T\n    files: local\n", "`ca_file` is for an https:// `url`"),
+            (
+                "    url: http://x:6820\n    ca_file: /ca.pem\n    user: me\n    token_env: T\n    files: local\n",
+                "`ca_file` is for an https:// `url`",
+            ),
         ];
         for (rest, want) in cases {
             let e = ClustersFile::parse(Path::new("c.yaml"), &format!("{head}{rest}")).expect_err(want).to_string();
             assert!(e.starts_with("c.yaml:3: cluster `portal`: ") && e.contains(want), "{want}: {e}");
         }
-        let e = ClustersFile::parse(Path::new("c.yaml"), "clusters:\n  a: {transport: ssh, host: h, work_dir: /w, files: sftp}\n")
-            .expect_err("files is rest-only");
+        let e = ClustersFile::parse(
+            Path::new("c.yaml"),
+            "clusters:\n  a: {transport: ssh, host: h, work_dir: /w, files: sftp}\n",
+        )
+        .expect_err("files is rest-only");
         assert!(e.to_string().contains("c.yaml:2: cluster `a`: `files` is for `transport: rest` only"), "{e}");
         let e = ClustersFile::parse(Path::new("c.yaml"), "clusters:\n  a:\n    transport: rest\n    files: ftp\n")
             .expect_err("unknown data plane");

@@ -103,7 +103,8 @@ impl RunProgress {
                 }
                 self.peak_bytes = self.peak_bytes.max(peak_bytes);
                 self.last_t = Some(t);
-                self.result = Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes });
+                self.result =
+                    Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes });
             }
         }
     }

@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use orchestrator::{plan, precheck, submit, sweep};
 
 #[derive(Parser)]
-#[command(name = "orchestrator", version, about = "GPU memory-profiling sweeps on SLURM: plan, precheck, submit, resume, report")]
+#[command(
+    name = "orchestrator",
+    version,
+    about = "GPU memory-profiling sweeps on SLURM: plan, precheck, submit, resume, report"
+)]
 struct Cli {
     /// More log output (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -202,9 +206,7 @@ fn run(command: Command) -> Result<()> {
             clap_complete::generate(shell, &mut Cli::command(), "orchestrator", &mut std::io::stdout());
         }
         Command::Man => {
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut std::io::stdout())
-                .context("writing the manual page")?;
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).context("writing the manual page")?;
         }
     }
     Ok(())

@@ -65,7 +65,8 @@ fn per_level(v: &[u64]) -> String {
 
 /// The plan as an aligned text table with a one-line summary.
 pub fn table(sweep: &Sweep, rows: &[PlanRow]) -> String {
-    let header = ["Config", "Family", "Dims", "Voxels|tokens per level", "Params", "Peak", "Train", "Capacity", "Verdict"];
+    let header =
+        ["Config", "Family", "Dims", "Voxels|tokens per level", "Params", "Peak", "Train", "Capacity", "Verdict"];
     let gib = |g: Option<f64>| g.map(memory).unwrap_or_else(|| "-".into());
     let mut cells: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in rows {
@@ -103,8 +104,9 @@ pub fn table(sweep: &Sweep, rows: &[PlanRow]) -> String {
 /// Left-aligned columns separated by two spaces; the last column is not padded.
 pub fn render_table(cells: &[Vec<String>]) -> String {
     let cols = cells.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> =
-        (0..cols).map(|i| cells.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| cells.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0))
+        .collect();
     let mut out = String::new();
     for row in cells {
         let mut line = String::new();

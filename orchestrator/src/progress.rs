@@ -37,7 +37,8 @@ pub fn bar(len: u64, msg: &str) -> ProgressBar {
 /// A spinner for a step of unknown length (an sbatch, a connection).
 pub fn spinner(msg: &str) -> ProgressBar {
     let b = ProgressBar::with_draw_target(None, target());
-    let style = ProgressStyle::with_template("{spinner} {msg} {elapsed}").unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let style =
+        ProgressStyle::with_template("{spinner} {msg} {elapsed}").unwrap_or_else(|_| ProgressStyle::default_spinner());
     b.set_style(style);
     b.set_message(msg.to_string());
     b.enable_steady_tick(std::time::Duration::from_millis(120));
@@ -78,7 +79,10 @@ fn duration(r: &ConfigRecord) -> Option<f64> {
 /// When the latest attempt started running (the worker's start, else SLURM's RUNNING).
 fn started(r: &ConfigRecord) -> Option<f64> {
     let a = r.latest()?;
-    a.live.as_ref().and_then(|l| l.started_t).or_else(|| a.history.iter().find(|c| c.state.activity() == Activity::Running).map(|c| c.t))
+    a.live
+        .as_ref()
+        .and_then(|l| l.started_t)
+        .or_else(|| a.history.iter().find(|c| c.state.activity() == Activity::Running).map(|c| c.t))
 }
 
 /// Counts and ETA over the records of a sweep, as of `now`.
@@ -90,7 +94,11 @@ fn started(r: &ConfigRecord) -> Option<f64> {
 /// it already ran. The ETA is the remaining work divided by the array's
 /// parallelism (`array_parallelism`, or as many as run now), and never less
 /// than the longest single remaining run.
-pub fn sweep_progress<'a>(records: impl IntoIterator<Item = &'a ConfigRecord>, parallelism: Option<u32>, now: f64) -> SweepProgress {
+pub fn sweep_progress<'a>(
+    records: impl IntoIterator<Item = &'a ConfigRecord>,
+    parallelism: Option<u32>,
+    now: f64,
+) -> SweepProgress {
     let mut p = SweepProgress { at: now, ..SweepProgress::default() };
     let mut durations = Vec::new();
     let mut per_gib = Vec::new();
@@ -287,9 +295,11 @@ mod tests {
     fn counts_and_eta_from_finished_durations() {
         let done = |h: &str, wall| rec(h, Some(SlurmState::Completed), vec![(1.0, SlurmState::Completed)], Some(wall));
         // Without a result the SLURM history gives the duration: RUNNING at 100, ended at 130.
-        let failed = rec("f", Some(SlurmState::Failed), vec![(100.0, SlurmState::Running), (130.0, SlurmState::Failed)], None);
+        let failed =
+            rec("f", Some(SlurmState::Failed), vec![(100.0, SlurmState::Running), (130.0, SlurmState::Failed)], None);
         let running = rec("r", Some(SlurmState::Running), vec![(5.0, SlurmState::Running)], None);
-        let pending: Vec<ConfigRecord> = (0..3).map(|i| rec(&format!("p{i}"), Some(SlurmState::Pending), vec![], None)).collect();
+        let pending: Vec<ConfigRecord> =
+            (0..3).map(|i| rec(&format!("p{i}"), Some(SlurmState::Pending), vec![], None)).collect();
         let mut never = rec("n", None, vec![], None);
         never.attempts.clear();
         let mut all = vec![done("a", 10.0), done("b", 20.0), failed, running, never];
@@ -302,8 +312,8 @@ mod tests {
         assert_eq!(p.counts["PENDING"], 3);
         assert_eq!(p.counts["not submitted"], 1);
         assert_eq!(p.median_run_s, Some(20.0)); // of 10, 20, 30
-        // 20 s per predicted GiB (all predict 1 GiB): 4 live configs, 1 at a
-        // time; the running one has run 995 s, longer than expected: 0 left.
+                                                // 20 s per predicted GiB (all predict 1 GiB): 4 live configs, 1 at a
+                                                // time; the running one has run 995 s, longer than expected: 0 left.
         assert_eq!(p.eta_s, Some(60.0));
         assert!(p.line().contains("ETA ~1m00s"), "{}", p.line());
         // It counts down between polls, to zero, never below.
@@ -318,7 +328,8 @@ mod tests {
     fn eta_scales_with_the_prediction_and_divides_by_the_parallelism() {
         let mut small = rec("s", Some(SlurmState::Completed), vec![], Some(2.0));
         small.predicted_gib = Some(1.0);
-        let mut big: Vec<ConfigRecord> = (0..4).map(|i| rec(&format!("b{i}"), Some(SlurmState::Pending), vec![], None)).collect();
+        let mut big: Vec<ConfigRecord> =
+            (0..4).map(|i| rec(&format!("b{i}"), Some(SlurmState::Pending), vec![], None)).collect();
         for b in &mut big {
             b.predicted_gib = Some(10.0);
         }

@@ -255,7 +255,9 @@ mod tests {
         assert!(s.contains("#SBATCH --partition=GPUQ"));
         assert!(s.contains("#SBATCH --mail-type=END"));
         assert!(!s.contains("--account"), "absent settings leave no directive");
-        assert!(s.contains("/w/bin/worker run --manifest /w/state/exp9/submissions/s001-abcd/manifest.json --state-dir /w/state\n"));
+        assert!(s.contains(
+            "/w/bin/worker run --manifest /w/state/exp9/submissions/s001-abcd/manifest.json --state-dir /w/state\n"
+        ));
     }
 
     #[test]
@@ -268,10 +270,7 @@ mod tests {
         v.worker_args = opts.args();
         v.worker_args.push("it's $(x)".into());
         let s = Renderer::new(vec![]).render("profile", &v).expect("renders");
-        assert!(
-            s.contains("--state-dir /w/state --backend flex --memory-limit 536870912 'it'\\''s $(x)'\n"),
-            "{s}"
-        );
+        assert!(s.contains("--state-dir /w/state --backend flex --memory-limit 536870912 'it'\\''s $(x)'\n"), "{s}");
     }
 
     #[test]

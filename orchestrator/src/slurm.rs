@@ -114,9 +114,7 @@ impl SlurmState {
             | SlurmState::Deadline => Activity::Ended,
             SlurmState::Other(s) => match s.as_str() {
                 // Still holding the node, or about to.
-                "COMPLETING" | "CONFIGURING" | "STAGE_OUT" | "SIGNALING" | "RESIZING" | "STOPPED" => {
-                    Activity::Running
-                }
+                "COMPLETING" | "CONFIGURING" | "STAGE_OUT" | "SIGNALING" | "RESIZING" | "STOPPED" => Activity::Running,
                 // Held in the queue (a requeue that waits for release).
                 "REQUEUE_HOLD" | "REQUEUE_FED" | "RESV_DEL_HOLD" | "SPECIAL_EXIT" => Activity::Queued,
                 // REVOKED (federation) and anything newer: the job is not ours to wait for.
@@ -577,9 +575,21 @@ mod tests {
             assert_eq!(st.activity(), a, "{s}");
         }
         // Named states round-trip through their names.
-        for s in ["PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "PREEMPTED", "COMPLETED", "FAILED", "TIMEOUT",
-            "OUT_OF_MEMORY", "NODE_FAIL", "CANCELLED", "BOOT_FAIL", "DEADLINE"]
-        {
+        for s in [
+            "PENDING",
+            "RUNNING",
+            "REQUEUED",
+            "SUSPENDED",
+            "PREEMPTED",
+            "COMPLETED",
+            "FAILED",
+            "TIMEOUT",
+            "OUT_OF_MEMORY",
+            "NODE_FAIL",
+            "CANCELLED",
+            "BOOT_FAIL",
+            "DEADLINE",
+        ] {
             let st = SlurmState::parse(s);
             assert!(!matches!(st, SlurmState::Other(_)), "{s} is a named state");
             assert_eq!(st.name(), s);

@@ -96,7 +96,8 @@ fn sync_dir(dir: &Path) -> Result<(), StateError> {
 }
 
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| StateError::Json { path: path.into(), source })?;
+    let mut bytes =
+        serde_json::to_vec_pretty(value).map_err(|source| StateError::Json { path: path.into(), source })?;
     bytes.push(b'\n');
     write_atomic(path, &bytes)
 }
@@ -373,7 +374,13 @@ impl StateDir {
         let root = state_root.join(experiment);
         fs::create_dir_all(root.join("configs")).map_err(io(&root))?;
         let lock_path = root.join("lock");
-        let mut lock = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&lock_path).map_err(io(&lock_path))?;
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
         let start = Instant::now();
         loop {
             match lock.try_lock_exclusive() {
@@ -425,7 +432,8 @@ impl StateDir {
     /// re-polled from SLURM, so they are replaced atomically but not fsynced.
     pub fn save_record(&self, r: &ConfigRecord) -> Result<(), StateError> {
         let path = self.record_path(&r.hash);
-        let mut bytes = serde_json::to_vec_pretty(r).map_err(|source| StateError::Json { path: path.clone(), source })?;
+        let mut bytes =
+            serde_json::to_vec_pretty(r).map_err(|source| StateError::Json { path: path.clone(), source })?;
         bytes.push(b'\n');
         write_replace(&path, &bytes)
     }

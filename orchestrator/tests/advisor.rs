@@ -38,7 +38,10 @@ fn attention_at_level_2_costs_8_to_12_gib_on_s2d_128() {
         eprintln!("attention at level 2, [{widths}]: predicted {cost:.2} GiB, measured {measured:.1} GiB");
         // Within the predictor's error on the larger (with-attention) peak.
         assert!((cost - measured).abs() <= band() * with, "[{widths}] predicted {cost:.2} vs measured {measured:.1}");
-        assert!((8.0 * (1.0 - band())..=12.0 * (1.0 + band())).contains(&cost), "[{widths}] {cost:.2} GiB outside ~8-12");
+        assert!(
+            (8.0 * (1.0 - band())..=12.0 * (1.0 + band())).contains(&cost),
+            "[{widths}] {cost:.2} GiB outside ~8-12"
+        );
     }
     // The lever says the same: dropping attention at level 2 is the biggest saving.
     let cfg = &s.get("5L_64-128-256-512-512_attn-L234").unwrap().config;
@@ -97,7 +100,10 @@ fn exp9_largest_fitting_under_60_gb_are_4l_large_and_3l_huge() {
         assert!(g.smallest_misfit.is_some());
     }
     let text = fit::render(&r, 20);
-    assert!(text.contains("largest fitting: 4L_large_lat4x") && text.contains("largest fitting: 3L_huge_lat8x"), "{text}");
+    assert!(
+        text.contains("largest fitting: 4L_large_lat4x") && text.contains("largest fitting: 3L_huge_lat8x"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -78,7 +78,10 @@ fn completions_and_the_manual_page() {
     let bash = run(&["completions", "bash"]);
     assert!(bash.status.success());
     let script = text(&bash.stdout);
-    assert!(script.contains("_orchestrator()") && script.contains("explain") && script.contains("--budget"), "{script}");
+    assert!(
+        script.contains("_orchestrator()") && script.contains("explain") && script.contains("--budget"),
+        "{script}"
+    );
     let zsh = text(&run(&["completions", "zsh"]).stdout);
     assert!(zsh.starts_with("#compdef orchestrator"), "{zsh}");
     let bad = run(&["completions", "tcsh"]);
@@ -105,7 +108,11 @@ fn files_that_are_not_experiments_get_one_clear_line() {
     let cases: [(&str, &[u8], &str); 3] = [
         ("binary.yaml", b"\x89PNG\r\n\x1a\n\x00\x00", "binary.yaml:1:1: (file): not UTF-8 text (byte 0x89)"),
         ("empty.yaml", b"", "empty.yaml:1:1: (document): the file is empty"),
-        ("dup.yaml", b"name: a\ngpu: A100-40GB\nname: b\n", "dup.yaml:3:1: name: duplicate key (first at line 1, column 1)"),
+        (
+            "dup.yaml",
+            b"name: a\ngpu: A100-40GB\nname: b\n",
+            "dup.yaml:3:1: name: duplicate key (first at line 1, column 1)",
+        ),
     ];
     for (name, bytes, want) in cases {
         let f = dir.path().join(name);
@@ -150,10 +157,14 @@ fn planning_does_not_grow_with_the_input_and_refuses_absurd_sizes() {
     let table = text(&deep.stdout);
     assert!(table.contains("invalid: model.level_depths (blocks) is 2000000010, above the limit of 10000"), "{table}");
     // Sides whose product overflows 64 bits: refused, no overflow panic.
-    let huge = run_capped(&["plan", "experiments/demo.yaml", "input.spatial=[4000000000, 4000000000, 4000000000]"], CAP);
+    let huge =
+        run_capped(&["plan", "experiments/demo.yaml", "input.spatial=[4000000000, 4000000000, 4000000000]"], CAP);
     assert!(huge.status.success(), "{}", text(&huge.stderr));
     assert!(text(&huge.stdout).contains("above the limit of 17179869184"), "{}", text(&huge.stdout));
-    for args in [&["explain", "experiments/demo.yaml", "input.spatial=[16, 16, 16000]"][..], &["fit", "experiments/demo.yaml", "input.spatial=[16, 16, 16000]"][..]] {
+    for args in [
+        &["explain", "experiments/demo.yaml", "input.spatial=[16, 16, 16000]"][..],
+        &["fit", "experiments/demo.yaml", "input.spatial=[16, 16, 16000]"][..],
+    ] {
         let out = run_capped(args, CAP);
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
     }

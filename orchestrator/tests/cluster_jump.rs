@@ -63,7 +63,11 @@ impl Env {
     /// The bastion's per-connection processes (its listener's descendants).
     fn bastion_sessions(&self) -> Vec<i32> {
         let dir = PathBuf::from(self.get("SWEEP_TEST_CLUSTER_DIR"));
-        let pid: i32 = std::fs::read_to_string(dir.join("run/bastion-sshd.pid")).expect("bastion pid").trim().parse().expect("pid");
+        let pid: i32 = std::fs::read_to_string(dir.join("run/bastion-sshd.pid"))
+            .expect("bastion pid")
+            .trim()
+            .parse()
+            .expect("pid");
         let mut out = Vec::new();
         let mut todo = vec![pid];
         while let Some(p) = todo.pop() {
@@ -188,9 +192,14 @@ fn cluster_jump_sweep_completes_through_the_bastion() {
     assert!(through >= 2, "submit and status each went through the bastion ({through} forwardings)");
     // Each task got its config, read back over SFTP through the bastion.
     let sh = shell("sweeptest-jump", Path::new(&env.get("SWEEP_TEST_SSH_CONFIG")), Duration::from_secs(5));
-    let sub = std::fs::read_dir(w.opts.state_root.join("cj-sweep/submissions")).expect("subs").next().expect("one").expect("entry");
+    let sub = std::fs::read_dir(w.opts.state_root.join("cj-sweep/submissions"))
+        .expect("subs")
+        .next()
+        .expect("one")
+        .expect("entry");
     for (i, c) in sweep.configs.iter().enumerate() {
-        let path = format!("{}/state/cj-sweep/submissions/{}/task-{i}.json", w.remote_work, sub.file_name().to_string_lossy());
+        let path =
+            format!("{}/state/cj-sweep/submissions/{}/task-{i}.json", w.remote_work, sub.file_name().to_string_lossy());
         let got = sh.read_file(&path).expect("sftp through the bastion").unwrap_or_else(|| panic!("{path} missing"));
         let got: spec::RunConfig = serde_json::from_slice(&got).expect("config json");
         assert_eq!(got, c.config, "task {i}");
@@ -240,7 +249,8 @@ fn cluster_jump_verifies_every_hops_host_key() {
     let all = std::fs::read_to_string(env.get("SWEEP_TEST_KNOWN_HOSTS")).expect("known_hosts");
     let node_line = format!("[127.0.0.1]:{} ", env.get("SWEEP_TEST_SSH_PORT"));
     let bastion_line = format!("[127.0.0.1]:{} ", env.get("SWEEP_TEST_BASTION_PORT"));
-    let only = |prefix: &str| all.lines().filter(|l| l.starts_with(prefix)).map(|l| format!("{l}\n")).collect::<String>();
+    let only =
+        |prefix: &str| all.lines().filter(|l| l.starts_with(prefix)).map(|l| format!("{l}\n")).collect::<String>();
     std::fs::write(tmp.path().join("kh_node"), only(&node_line)).expect("write");
     std::fs::write(tmp.path().join("kh_bastion"), only(&bastion_line)).expect("write");
     let body = |kh_bastion: &str, kh_node: &str| {
@@ -255,7 +265,13 @@ fn cluster_jump_verifies_every_hops_host_key() {
     // The bastion's key unknown: refused at the bastion, before any forwarding.
     let cfg = ssh_config(&env, tmp.path(), &body("kh_node", "kh_node"));
     let e = echo(&shell("n", &cfg, Duration::from_secs(1))).expect_err("bastion key unknown").to_string();
-    assert!(e.starts_with(&format!("UNKNOWN HOST KEY for [127.0.0.1]:{} (the bastion ", env.get("SWEEP_TEST_BASTION_PORT"))), "{e}");
+    assert!(
+        e.starts_with(&format!(
+            "UNKNOWN HOST KEY for [127.0.0.1]:{} (the bastion ",
+            env.get("SWEEP_TEST_BASTION_PORT")
+        )),
+        "{e}"
+    );
     // The node's key unknown: the bastion is trusted, the node behind it is not.
     let cfg = ssh_config(&env, tmp.path(), &body("kh_bastion", "kh_bastion"));
     let e = echo(&shell("n", &cfg, Duration::from_secs(1))).expect_err("node key unknown").to_string();
@@ -283,7 +299,13 @@ fn cluster_jump_chain_of_two_hops_and_proxy_command() {
     // sweep-b2 is the same bastion, reached through itself: two real hops.
     let (to_b, to_n) = (env.forwards_to(bport), env.forwards_to(nport));
     let sh = shell("chain", &cfg, Duration::from_secs(1));
-    assert_eq!(sh.describe(), format!("ssh {u}@127.0.0.1:{nport} via {u}@127.0.0.1:{bport}, {u}@127.0.0.1:{bport}", u = env.get("SWEEP_TEST_SSH_USER")));
+    assert_eq!(
+        sh.describe(),
+        format!(
+            "ssh {u}@127.0.0.1:{nport} via {u}@127.0.0.1:{bport}, {u}@127.0.0.1:{bport}",
+            u = env.get("SWEEP_TEST_SSH_USER")
+        )
+    );
     assert_eq!(echo(&sh).expect("through two hops"), "a b\n");
     assert_eq!((env.forwards_to(bport) - to_b, env.forwards_to(nport) - to_n), (1, 1), "b1 → b2, b2 → node");
     // A larger transfer through both hops: 3 MiB up and back down over SFTP.
@@ -327,7 +349,10 @@ fn cluster_keepalives_are_sent_and_a_frozen_server_is_dropped() {
     let before = env.keepalives_seen();
     std::thread::sleep(Duration::from_millis(5500));
     let sent = env.keepalives_seen() - before;
-    assert!(sent >= 2, "keepalives while idle: {sent} in 5.5 s at ServerAliveInterval 1 (libssh2: at most one per 2 s)");
+    assert!(
+        sent >= 2,
+        "keepalives while idle: {sent} in 5.5 s at ServerAliveInterval 1 (libssh2: at most one per 2 s)"
+    );
     // Freeze the server process of our session (not the listener): it stops answering.
     let ours: Vec<i32> = env.bastion_sessions().into_iter().filter(|p| !before_sessions.contains(p)).collect();
     assert!(!ours.is_empty(), "our session's sshd processes");
@@ -347,7 +372,10 @@ fn cluster_keepalives_are_sent_and_a_frozen_server_is_dropped() {
             libc::kill(*p, libc::SIGTERM);
         }
     }
-    eprintln!("FIGURES: {sent} keepalives in 5.5 s idle; after the server froze, the next command took {:.2} s (reconnected)", took.as_secs_f64());
+    eprintln!(
+        "FIGURES: {sent} keepalives in 5.5 s idle; after the server froze, the next command took {:.2} s (reconnected)",
+        took.as_secs_f64()
+    );
     assert_eq!(r.expect("a fresh session after the frozen one was dropped"), "a b\n");
     assert!(took < Duration::from_secs(10), "the dead session was already dropped, not waited on: {took:?}");
     assert_eq!(sh.counters().snapshot().connects, 2, "one reconnect");
@@ -453,7 +481,11 @@ fn cluster_ssh_config_reads_as_openssh_does() {
         let home = std::env::var("HOME").unwrap_or_default();
         // ssh -G prints paths before their %-tokens are expanded (ssh does that later).
         let tilde = |p: &str| {
-            p.replace("%h", &hop.host).replace("%r", &hop.user).replace("%p", &hop.port.to_string()).replace("%n", alias).replace(&home, "~")
+            p.replace("%h", &hop.host)
+                .replace("%r", &hop.user)
+                .replace("%p", &hop.port.to_string())
+                .replace("%n", alias)
+                .replace(&home, "~")
         };
         assert_eq!(hop.host, one("hostname"), "{alias}: HostName");
         assert_eq!(hop.port.to_string(), one("port"), "{alias}: Port");
@@ -489,7 +521,11 @@ fn cluster_ssh_config_reads_as_openssh_does() {
             }
             (None, Some(cmd), orchestrator::transport::ssh::Via::Command(ours)) => {
                 // ssh -G prints the command before token expansion.
-                assert_eq!(&cmd[0].replace("%h", &hop.host).replace("%p", &hop.port.to_string()), ours, "{alias}: ProxyCommand");
+                assert_eq!(
+                    &cmd[0].replace("%h", &hop.host).replace("%p", &hop.port.to_string()),
+                    ours,
+                    "{alias}: ProxyCommand"
+                );
             }
             (None, None, orchestrator::transport::ssh::Via::Direct) => {}
             (j, c, via) => panic!("{alias}: OpenSSH says ProxyJump {j:?} / ProxyCommand {c:?}, we say {via:?}"),

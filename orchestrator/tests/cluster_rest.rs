@@ -45,7 +45,8 @@ impl Env {
 
     /// A SLURM command on the cluster machine: the test's own view, not the orchestrator's.
     fn slurm(&self, argv: &[&str]) -> String {
-        let out = Command::new(argv[0]).args(&argv[1..]).env("SLURM_CONF", self.get("SLURM_CONF")).output().expect("runs");
+        let out =
+            Command::new(argv[0]).args(&argv[1..]).env("SLURM_CONF", self.get("SLURM_CONF")).output().expect("runs");
         assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -134,7 +135,8 @@ impl World {
         let mut out = BTreeMap::new();
         for e in std::fs::read_dir(self.opts.state_root.join(&self.exp).join("configs")).expect("configs dir") {
             let p = e.expect("entry").path();
-            let r: orchestrator::state::ConfigRecord = serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("json");
+            let r: orchestrator::state::ConfigRecord =
+                serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("json");
             out.insert(r.name.clone(), r);
         }
         out
@@ -154,7 +156,11 @@ impl World {
     }
 
     fn watch(&self, limit: Duration) -> StatusReport {
-        let watch = Watch { min: Duration::from_millis(700), max: Duration::from_secs(2), max_polls: Some((limit.as_secs_f64() / 0.7) as u32 + 1) };
+        let watch = Watch {
+            min: Duration::from_millis(700),
+            max: Duration::from_secs(2),
+            max_polls: Some((limit.as_secs_f64() / 0.7) as u32 + 1),
+        };
         let r = rt().block_on(submit::status(&self.exp, &self.opts, Some(watch), &mut |_| {})).expect("status --watch");
         assert!(r.settled, "not settled within {limit:?}:\n{}", r.table());
         r
@@ -164,7 +170,10 @@ impl World {
     fn submissions(&self) -> Vec<orchestrator::state::Submission> {
         let dir = self.opts.state_root.join(&self.exp).join("submissions");
         let read = |p: PathBuf| serde_json::from_slice(&std::fs::read(p).expect("read")).expect("submission json");
-        std::fs::read_dir(dir).expect("submissions").map(|e| read(e.expect("entry").path().join("submission.json"))).collect()
+        std::fs::read_dir(dir)
+            .expect("submissions")
+            .map(|e| read(e.expect("entry").path().join("submission.json")))
+            .collect()
     }
 
     /// How many SLURM tasks ran each config, from the cluster's own sacct and
@@ -173,9 +182,25 @@ impl World {
         let by_name: BTreeMap<String, orchestrator::state::Submission> =
             self.submissions().into_iter().map(|s| (s.job_name.clone(), s)).collect();
         let mut seen = BTreeSet::new();
-        let sacct = env.slurm(&["sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-1days", "--format=JobID,JobIDRaw,JobName,State,ExitCode"]);
-        let squeue = env.slurm(&["squeue", "--noheader", "--array", "--states=all", &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT)]);
-        let obs = orchestrator::slurm::parse_sacct(&sacct).expect("sacct").into_iter().chain(orchestrator::slurm::parse_squeue(&squeue).expect("squeue"));
+        let sacct = env.slurm(&[
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            "--starttime=now-1days",
+            "--format=JobID,JobIDRaw,JobName,State,ExitCode",
+        ]);
+        let squeue = env.slurm(&[
+            "squeue",
+            "--noheader",
+            "--array",
+            "--states=all",
+            &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT),
+        ]);
+        let obs = orchestrator::slurm::parse_sacct(&sacct)
+            .expect("sacct")
+            .into_iter()
+            .chain(orchestrator::slurm::parse_squeue(&squeue).expect("squeue"));
         for o in obs {
             seen.insert((o.array_job_id, o.task_id, o.name));
         }
@@ -210,7 +235,8 @@ fn remove_stale_workers(root: &Path) {
     let Ok(rd) = std::fs::read_dir(root) else { return };
     for e in rd.filter_map(|e| e.ok()) {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("rt-").and_then(|n| n.rsplit('-').next()).and_then(|p| p.parse::<i32>().ok()) else {
+        let Some(pid) = name.strip_prefix("rt-").and_then(|n| n.rsplit('-').next()).and_then(|p| p.parse::<i32>().ok())
+        else {
             continue;
         };
         // SAFETY: signal 0 only checks whether the process exists.
@@ -249,7 +275,8 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
     assert_eq!(r.poll.commands, 2, "one slurmctld job list + one accounting query per poll");
     assert!(r.poll.errors.is_empty(), "both views answered: {:?}", r.poll.errors);
     // Requests per poll, counted on the wire: the transport itself, after its one version discovery.
-    let (file, label) = orchestrator::cluster::ClustersFile::load_or_default(w.opts.clusters_file.as_deref()).expect("clusters");
+    let (file, label) =
+        orchestrator::cluster::ClustersFile::load_or_default(w.opts.clusters_file.as_deref()).expect("clusters");
     let (name, c) = file.get("test", &label).expect("test cluster");
     let t = orchestrator::transport::open(&name, &c, &w.opts.state_root).expect("rest transport");
     let names: Vec<String> = w.submissions().into_iter().map(|s| s.job_name).collect();
@@ -279,7 +306,11 @@ fn rest_cancel_over_sftp_files_cancels_running_and_pending_tasks() {
     let w = world(&env, "rt-cancel", "test-sftp", &record_body(4, 2), 60.0);
     let rep = rt().block_on(submit::submit(&w.sweep(), &w.opts, false)).expect("submit");
     assert_eq!(rep.submitted.len(), 4);
-    assert!(rep.counters.connects >= 1 && rep.counters.file_ops > 0, "the job files went over SFTP: {:?}", rep.counters);
+    assert!(
+        rep.counters.connects >= 1 && rep.counters.file_ops > 0,
+        "the job files went over SFTP: {:?}",
+        rep.counters
+    );
     // Wait until two tasks run (the other two wait behind %2).
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -331,7 +362,8 @@ impl World {
     fn add_https_cluster(&self, env: &Env, name: &str, trust: bool) {
         let path = self.dir.join("clusters.yaml");
         let text = std::fs::read_to_string(&path).expect("clusters file");
-        let test = text.trim_start_matches("clusters:\n").split("  test-sftp:").next().expect("the test entry").to_string();
+        let test =
+            text.trim_start_matches("clusters:\n").split("  test-sftp:").next().expect("the test entry").to_string();
         let plain = format!("url: {}", env.get("SWEEP_TEST_REST_URL"));
         let mut https = format!("url: {}", env.get("SWEEP_TEST_REST_TLS_URL"));
         if trust {
@@ -416,7 +448,10 @@ fn rest_wrong_or_expired_token_is_a_clear_error_without_the_token() {
         let said = text(&out);
         eprintln!("{case} token: {said}");
         assert!(!out.status.success(), "{case}: submit must fail: {said}");
-        assert!(said.contains(&format!("POST {url}/slurm/v0.0.38/job/submit: HTTP 500")), "{case}: endpoint and status: {said}");
+        assert!(
+            said.contains(&format!("POST {url}/slurm/v0.0.38/job/submit: HTTP 500")),
+            "{case}: endpoint and status: {said}"
+        );
         let secret = token.rsplit('.').next().expect("signature");
         assert!(!said.contains(secret) && !said.contains(token.as_str()), "{case}: the token leaked: {said}");
         // Nowhere in the state either: journal, submissions, records, job files.
@@ -429,7 +464,11 @@ fn rest_wrong_or_expired_token_is_a_clear_error_without_the_token() {
                 } else {
                     files += 1;
                     let bytes = std::fs::read(&e).expect("state file");
-                    assert!(!String::from_utf8_lossy(&bytes).contains(secret), "{case}: the token is in {}", e.display());
+                    assert!(
+                        !String::from_utf8_lossy(&bytes).contains(secret),
+                        "{case}: the token is in {}",
+                        e.display()
+                    );
                 }
             }
         }
@@ -476,7 +515,9 @@ impl Drop for Undo<'_> {
 fn rest_stalled_controller_or_stopped_slurmrestd_during_submit_makes_exactly_one_job_per_config() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(env) = cluster() else { return };
-    for (case, action, undo) in [("paused", "pause-slurmctld", "resume-slurmctld"), ("norest", "stop-slurmrestd", "start-slurmrestd")] {
+    for (case, action, undo) in
+        [("paused", "pause-slurmctld", "resume-slurmctld"), ("norest", "stop-slurmrestd", "start-slurmrestd")]
+    {
         let t0 = Instant::now();
         let w = world(&env, &format!("rt-stall-{case}"), "test", &record_body(3, 3), 0.0);
         let journal = w.opts.state_root.join(&w.exp).join("journal.jsonl");
@@ -495,14 +536,23 @@ fn rest_stalled_controller_or_stopped_slurmrestd_during_submit_makes_exactly_one
         guard.run(action, undo);
         let out = wait_bounded(child, Duration::from_secs(120));
         guard.undo();
-        eprintln!("{case}: submit exit {:?} after {:.1} s: {}", out.status.code(), start.elapsed().as_secs_f64(), text(&out).trim());
+        eprintln!(
+            "{case}: submit exit {:?} after {:.1} s: {}",
+            out.status.code(),
+            start.elapsed().as_secs_f64(),
+            text(&out).trim()
+        );
         let out = w.cli("resume", Path::new(&w.exp)).output().expect("resume");
         assert!(out.status.success(), "{case}: resume: {}", text(&out));
         eprintln!("{case}: resume: {}", text(&out).trim());
         let r = w.watch(Duration::from_secs(90));
         assert_eq!(r.count("COMPLETED"), 3, "{case}\n{}", r.table());
         let per = w.jobs_per_config(&env);
-        eprintln!("{case}: array tasks per config {:?} ({:.1} s)", per.values().collect::<Vec<_>>(), t0.elapsed().as_secs_f64());
+        eprintln!(
+            "{case}: array tasks per config {:?} ({:.1} s)",
+            per.values().collect::<Vec<_>>(),
+            t0.elapsed().as_secs_f64()
+        );
         assert_eq!(per.len(), 3, "{case}: every config has a job: {per:?}");
         assert!(per.values().all(|&n| n == 1), "{case}: duplicates: {per:?}");
     }

@@ -163,7 +163,10 @@ impl World {
     fn binary(&self, sub: &str, arg: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
         c.arg(sub).arg(arg);
-        c.arg("--state-dir").arg(&self.opts.state_root).arg("--clusters").arg(self.opts.clusters_file.as_ref().expect("file"));
+        c.arg("--state-dir")
+            .arg(&self.opts.state_root)
+            .arg("--clusters")
+            .arg(self.opts.clusters_file.as_ref().expect("file"));
         c.arg("--result-grace").arg(self.opts.result_grace.as_secs_f64().to_string());
         c
     }
@@ -180,9 +183,7 @@ fn watch(w: &World, exp: &str, limit: Duration) -> StatusReport {
         max: Duration::from_secs(3),
         max_polls: Some((limit.as_secs_f64() / 0.7) as u32 + 1),
     };
-    let r = rt()
-        .block_on(submit::status(exp, &w.opts, Some(watch), &mut |_| {}))
-        .expect("status --watch");
+    let r = rt().block_on(submit::status(exp, &w.opts, Some(watch), &mut |_| {})).expect("status --watch");
     assert!(r.settled, "not settled within {limit:?}:\n{}", r.table());
     r
 }
@@ -192,14 +193,27 @@ fn watch(w: &World, exp: &str, limit: Duration) -> StatusReport {
 fn slurm_tasks(env: &ClusterEnv, exp: &str) -> BTreeSet<(String, u32, String)> {
     let prefix = format!("sw-{exp}-");
     let mut out = BTreeSet::new();
-    let sacct = env.slurm(&["sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-1days", "--format=JobID,JobIDRaw,JobName,State,ExitCode"]);
+    let sacct = env.slurm(&[
+        "sacct",
+        "--noheader",
+        "--parsable2",
+        "--allocations",
+        "--starttime=now-1days",
+        "--format=JobID,JobIDRaw,JobName,State,ExitCode",
+    ]);
     for o in orchestrator::slurm::parse_sacct(&sacct).expect("sacct parses") {
         if o.name.starts_with(&prefix) {
             out.insert((o.array_job_id, o.task_id, o.name));
         }
     }
     // `--states=all`: tasks that ended recently, which sacct may not have yet.
-    let squeue = env.slurm(&["squeue", "--noheader", "--array", "--states=all", &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT)]);
+    let squeue = env.slurm(&[
+        "squeue",
+        "--noheader",
+        "--array",
+        "--states=all",
+        &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT),
+    ]);
     for o in orchestrator::slurm::parse_squeue(&squeue).expect("squeue parses") {
         if o.name.starts_with(&prefix) {
             out.insert((o.array_job_id, o.task_id, o.name));
@@ -215,7 +229,8 @@ fn jobs_per_config(env: &ClusterEnv, w: &World, exp: &str) -> BTreeMap<String, u
     let mut by_name = BTreeMap::new();
     for e in std::fs::read_dir(&subs_dir).expect("submissions") {
         let p = e.expect("entry").path().join("submission.json");
-        let s: orchestrator::state::Submission = serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("json");
+        let s: orchestrator::state::Submission =
+            serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("json");
         by_name.insert(s.job_name.clone(), s);
     }
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
@@ -243,7 +258,11 @@ fn cluster_sweep_of_24_configs_is_one_array_followed_to_completion() {
     assert_eq!(r.poll.commands, 2, "one squeue + one sacct per poll");
     // Each task received its own config, intact, through the manifest.
     let shell = w.shell(&env);
-    let sub = std::fs::read_dir(w.opts.state_root.join("ct-sweep24/submissions")).expect("subs").next().expect("one").expect("entry");
+    let sub = std::fs::read_dir(w.opts.state_root.join("ct-sweep24/submissions"))
+        .expect("subs")
+        .next()
+        .expect("one")
+        .expect("entry");
     let sid = sub.file_name().to_string_lossy().into_owned();
     for (i, c) in sweep.configs.iter().enumerate() {
         let path = format!("{}/state/ct-sweep24/submissions/{sid}/task-{i}.json", w.remote_work);
@@ -380,7 +399,12 @@ fn cluster_hostile_values_arrive_intact_and_never_execute() {
     let r = watch(&w, "ct-inject", Duration::from_secs(90));
     assert_eq!(r.count("COMPLETED"), 3, "{}", r.table());
     let shell = w.shell(&env);
-    let sid = std::fs::read_dir(w.opts.state_root.join("ct-inject/submissions")).expect("subs").next().expect("one").expect("e").file_name();
+    let sid = std::fs::read_dir(w.opts.state_root.join("ct-inject/submissions"))
+        .expect("subs")
+        .next()
+        .expect("one")
+        .expect("e")
+        .file_name();
     let sid = sid.to_string_lossy();
     for (i, c) in sweep.configs.iter().enumerate() {
         let base = format!("{}/state/ct-inject/submissions/{sid}", w.remote_work);
@@ -408,7 +432,10 @@ fn cluster_unknown_or_changed_host_key_is_refused() {
     c.user = Some(env.get("SWEEP_TEST_SSH_USER"));
     c.identity_file = Some(env.get("SWEEP_TEST_SSH_KEY").into());
     c.work_dir = Some("/tmp".into());
-    for (kh, want) in [(empty.clone(), "UNKNOWN HOST KEY"), (PathBuf::from(env.get("SWEEP_TEST_KNOWN_HOSTS_CHANGED")), "HOST KEY CHANGED")] {
+    for (kh, want) in [
+        (empty.clone(), "UNKNOWN HOST KEY"),
+        (PathBuf::from(env.get("SWEEP_TEST_KNOWN_HOSTS_CHANGED")), "HOST KEY CHANGED"),
+    ] {
         c.known_hosts = Some(kh);
         let shell = SshShell::new("t", &c).expect("target");
         let e = shell.run(&["true".to_string()], true).expect_err("refused");
@@ -474,7 +501,9 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(env) = cluster() else { return };
     let t_all = Instant::now();
-    for moment in [Moment::BeforeSubmit, Moment::MidSbatch, Moment::LateSbatch, Moment::AfterSubmit, Moment::DownDuringSbatch] {
+    for moment in
+        [Moment::BeforeSubmit, Moment::MidSbatch, Moment::LateSbatch, Moment::AfterSubmit, Moment::DownDuringSbatch]
+    {
         let t0 = Instant::now();
         // Job names keep 24 characters of the experiment name: stay below.
         let exp = format!("ct-stall-{}", format!("{moment:?}").to_lowercase().chars().take(12).collect::<String>());
@@ -484,13 +513,23 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
         let submit_out = match moment {
             Moment::BeforeSubmit => {
                 stall.pause();
-                let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
+                let child = w
+                    .binary("submit", &w.exp_file)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("submit");
                 std::thread::sleep(Duration::from_secs(8));
                 stall.resume();
                 wait_bounded(child, Duration::from_secs(90), "submit")
             }
             Moment::MidSbatch | Moment::LateSbatch => {
-                let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
+                let child = w
+                    .binary("submit", &w.exp_file)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("submit");
                 wait_for_intent(&journal);
                 if matches!(moment, Moment::LateSbatch) {
                     std::thread::sleep(Duration::from_millis(300));
@@ -501,7 +540,12 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
                 wait_bounded(child, Duration::from_secs(90), "submit")
             }
             Moment::DownDuringSbatch => {
-                let child = w.binary("submit", &w.exp_file).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("submit");
+                let child = w
+                    .binary("submit", &w.exp_file)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("submit");
                 wait_for_intent(&journal);
                 stall.stop();
                 let out = wait_bounded(child, Duration::from_secs(90), "submit");
@@ -512,7 +556,12 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
                 let out = w.binary("submit", &w.exp_file).output().expect("submit");
                 assert!(out.status.success(), "submit: {}", String::from_utf8_lossy(&out.stderr));
                 stall.pause();
-                let child = w.binary("status", &exp).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("status");
+                let child = w
+                    .binary("status", &exp)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("status");
                 let st = wait_bounded(child, Duration::from_secs(60), "status against a stalled controller");
                 eprintln!("status while stalled: {}", String::from_utf8_lossy(&st.stdout).lines().last().unwrap_or(""));
                 stall.resume();
@@ -533,7 +582,11 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
         let r = watch(&w, &exp, Duration::from_secs(90));
         assert_eq!(r.count("COMPLETED"), 4, "{moment:?}\n{}", r.table());
         let per = jobs_per_config(&env, &w, &exp);
-        eprintln!("{moment:?}: array tasks per config {:?} ({:.1} s)", per.values().collect::<Vec<_>>(), t0.elapsed().as_secs_f64());
+        eprintln!(
+            "{moment:?}: array tasks per config {:?} ({:.1} s)",
+            per.values().collect::<Vec<_>>(),
+            t0.elapsed().as_secs_f64()
+        );
         assert_eq!(per.len(), 4, "{moment:?}: every config has a job: {per:?}");
         assert!(per.values().all(|&n| n == 1), "{moment:?}: duplicates: {per:?}");
     }

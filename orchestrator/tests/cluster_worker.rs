@@ -160,8 +160,13 @@ impl Exp {
 
     /// `status --watch` until every config settled (or `limit`).
     fn watch(&self, limit: Duration) -> StatusReport {
-        let watch = Watch { min: Duration::from_millis(700), max: Duration::from_secs(2), max_polls: Some((limit.as_secs_f64() / 0.7) as u32 + 1) };
-        let r = rt().block_on(submit::status(&self.name, &self.opts, Some(watch), &mut |_| {})).expect("status --watch");
+        let watch = Watch {
+            min: Duration::from_millis(700),
+            max: Duration::from_secs(2),
+            max_polls: Some((limit.as_secs_f64() / 0.7) as u32 + 1),
+        };
+        let r =
+            rt().block_on(submit::status(&self.name, &self.opts, Some(watch), &mut |_| {})).expect("status --watch");
         assert!(r.settled, "not settled within {limit:?}:\n{}", r.table());
         r
     }
@@ -199,7 +204,12 @@ fn cluster_worker_install_uploads_once_then_skips() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(env) = cluster() else { return };
     let sh = shared(&env);
-    eprintln!("install: {} (first install {:.1} s); again: {}", sh.installs.0.trim(), sh.install_s, sh.installs.1.trim());
+    eprintln!(
+        "install: {} (first install {:.1} s); again: {}",
+        sh.installs.0.trim(),
+        sh.install_s,
+        sh.installs.1.trim()
+    );
     assert!(sh.installs.0.starts_with("installed "), "{}", sh.installs.0);
     assert!(sh.installs.1.starts_with("up to date:"), "same size and sha256: no upload: {}", sh.installs.1);
     let remote = PathBuf::from(format!("{}/bin/worker", sh.remote_work));
@@ -253,7 +263,10 @@ fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
         assert_eq!(rec.attempts.last().and_then(|a| a.worker.as_deref()), Some("ok"));
         let res = rec.result.as_ref().expect("result");
         let (params, peak) = (num(res, "params"), num(res, "peak_bytes"));
-        assert_eq!(params, spec::params::count(&c.config.model, &c.config.input, c.config.out_channels).expect("params"));
+        assert_eq!(
+            params,
+            spec::params::count(&c.config.model, &c.config.input, c.config.out_channels).expect("params")
+        );
         assert!(peak > params * 4, "{}: peak {peak} B must exceed the fp32 weights {} B", c.name, params * 4);
         // The event stream itself is in the local state.
         let events = exp.opts.state_root.join(&exp.name).join("runs").join(&c.name).join("events.jsonl");
@@ -296,7 +309,10 @@ fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
     assert!(out.status.success(), "report: {}", String::from_utf8_lossy(&out.stderr));
     let md = std::fs::read_to_string(out_dir.join("report.md")).expect("report.md written");
     for c in &sweep.configs {
-        let row = md.lines().find(|l| l.starts_with(&format!("| {} |", c.name))).unwrap_or_else(|| panic!("{} has no row:\n{md}", c.name));
+        let row = md
+            .lines()
+            .find(|l| l.starts_with(&format!("| {} |", c.name)))
+            .unwrap_or_else(|| panic!("{} has no row:\n{md}", c.name));
         assert!(row.contains("| OK"), "{row}");
     }
     assert!(md.contains("| Backend | flex |"), "hardware header from the workers' events:\n{md}");
@@ -350,9 +366,12 @@ fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
     assert!(text.contains("submitted 0 configs"), "{text}");
     assert_eq!(exp.records()["big"].attempts.len(), 1, "never resubmitted");
     // The oom is a measurement too.
-    let ms = std::fs::read_to_string(exp.opts.state_root.join(&exp.name).join("measurements.jsonl")).expect("measurements");
+    let ms =
+        std::fs::read_to_string(exp.opts.state_root.join(&exp.name).join("measurements.jsonl")).expect("measurements");
     let ms = spec::record::read_jsonl(&ms).expect("parse");
-    assert!(ms.iter().any(|m| m.config_name.as_deref() == Some("big") && m.status == spec::record::MeasuredStatus::Oom));
+    assert!(ms
+        .iter()
+        .any(|m| m.config_name.as_deref() == Some("big") && m.status == spec::record::MeasuredStatus::Oom));
 }
 
 /// A worker killed with SIGKILL writes no result: recorded as such, and
@@ -378,8 +397,12 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
         assert!(start.elapsed() < Duration::from_secs(120), "the worker never started:\n{}", exp.status().table());
         let _ = exp.status();
         let started = exp.records()[name].attempts.last().and_then(|a| a.worker.clone()).as_deref() == Some("started");
-        let out = Command::new("pgrep").args(["-f", &format!("worker run --manifest {manifest_dir}")]).output().expect("pgrep");
-        let pids: Vec<i32> = String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        let out = Command::new("pgrep")
+            .args(["-f", &format!("worker run --manifest {manifest_dir}")])
+            .output()
+            .expect("pgrep");
+        let pids: Vec<i32> =
+            String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect();
         if started && pids.len() == 1 {
             break pids[0];
         }
@@ -441,7 +464,9 @@ fn cluster_worker_lagging_events_are_all_collected_and_a_late_oom_is_not_retried
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(env) = cluster() else { return };
     let sh = shared(&env);
-    let profile = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../templates/profile.sbatch.hbs")).expect("template");
+    let profile =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../templates/profile.sbatch.hbs"))
+            .expect("template");
     let lagging = profile.replace("--state-dir {{sh state_dir}}", "--state-dir {{sh work_dir}}/lagging-view/state");
     assert_ne!(lagging, profile, "the template names the worker's state dir");
     let template = sh.dir.join("profile-lagging.sbatch.hbs");
@@ -492,7 +517,8 @@ fn cluster_worker_lagging_events_are_all_collected_and_a_late_oom_is_not_retried
     assert!(rep.submitted.is_empty(), "{rep:?}");
     assert!(rep.skipped.iter().any(|(n, w)| n == "big" && w == "measured oom"), "{:?}", rep.skipped);
     assert_eq!(exp.records()["big"].attempts.len(), 1, "the late oom is never retried");
-    let ms = std::fs::read_to_string(exp.opts.state_root.join("cw-lag").join("measurements.jsonl")).expect("measurements");
+    let ms =
+        std::fs::read_to_string(exp.opts.state_root.join("cw-lag").join("measurements.jsonl")).expect("measurements");
     let ms = spec::record::read_jsonl(&ms).expect("parse");
     assert_eq!(ms.len(), 2, "one measurement per result, appended once: {ms:?}");
     eprintln!("FIGURES: lag test (6 s lagging view): {:.1} s", t0.elapsed().as_secs_f64());

@@ -55,10 +55,15 @@ fn exp9_matches_the_reports() {
         assert!(c.is_valid(), "{name}: {}", c.status());
         assert_eq!(millions(c), Some(params), "{name}");
     }
-    let four_level_on_8x: Vec<_> = s.configs.iter().filter(|c| c.name.starts_with("4L_") && c.name.ends_with("lat8x")).collect();
+    let four_level_on_8x: Vec<_> =
+        s.configs.iter().filter(|c| c.name.starts_with("4L_") && c.name.ends_with("lat8x")).collect();
     assert_eq!(four_level_on_8x.len(), 7);
     for c in four_level_on_8x {
-        assert!(c.status().starts_with("invalid: a 4-level UNet needs every spatial dim divisible by 2^3 = 8"), "{}", c.status());
+        assert!(
+            c.status().starts_with("invalid: a 4-level UNet needs every spatial dim divisible by 2^3 = 8"),
+            "{}",
+            c.status()
+        );
     }
 }
 

@@ -28,7 +28,13 @@ fn published_records_within_targets() {
         assert_ne!(line.verdict, "invalid", "{}: {:?}", r.id, line.reason);
         let peak = line.peak_gb.expect("valid records have a prediction");
         if std::env::var_os("PRECHECK_VERBOSE").is_some() {
-            eprintln!("{:<44} measured {:>6} predicted {peak:>7.2} {} {}", r.id, r.peak_gb.map(|m| format!("{m:.1}")).unwrap_or("OOM".into()), line.verdict, line.peak_phase.unwrap_or(""));
+            eprintln!(
+                "{:<44} measured {:>6} predicted {peak:>7.2} {} {}",
+                r.id,
+                r.peak_gb.map(|m| format!("{m:.1}")).unwrap_or("OOM".into()),
+                line.verdict,
+                line.peak_phase.unwrap_or("")
+            );
         }
         match (r.status, r.peak_gb) {
             (MeasuredStatus::Oom, _) => {
@@ -65,20 +71,32 @@ fn leave_one_table_out_stays_usable() {
     let held = &report.leave_one_table_out["pytorch/bf16-amp"];
     let mut worst_median: f64 = 0.0;
     for (t, s) in held {
-        eprintln!("held out {t:<16} n={:<3} median {:.1}%  p90 {:.1}%  max {:.1}%  oom-pred-fit {}/{}", s.n, 100.0 * s.median, 100.0 * s.p90, 100.0 * s.max, s.oom_predicted_fit, s.n_oom);
+        eprintln!(
+            "held out {t:<16} n={:<3} median {:.1}%  p90 {:.1}%  max {:.1}%  oom-pred-fit {}/{}",
+            s.n,
+            100.0 * s.median,
+            100.0 * s.p90,
+            100.0 * s.max,
+            s.oom_predicted_fit,
+            s.n_oom
+        );
         worst_median = worst_median.max(s.median);
     }
     assert!(worst_median < 0.25, "a held-out table is off by a median {:.0}%", 100.0 * worst_median);
     // The bands shipped in runtimes.json are exactly these held-out errors.
     let shipped = Calibration::builtin();
     assert_eq!(
-        report.calibration.uncertainty["pytorch/bf16-amp"].bands,
-        shipped.uncertainty["pytorch/bf16-amp"].bands,
+        report.calibration.uncertainty["pytorch/bf16-amp"].bands, shipped.uncertainty["pytorch/bf16-amp"].bands,
         "runtimes.json's bands are stale: rerun `orchestrator calibrate --records data/vram-measurements.jsonl`"
     );
     let cv = &report.cross_validated["pytorch/bf16-amp"];
     for (family, s) in cv {
-        eprintln!("cross-validated {family:<5} n={:<3} median {:.1}%  p90 {:.1}%", s.n, 100.0 * s.median, 100.0 * s.p90);
+        eprintln!(
+            "cross-validated {family:<5} n={:<3} median {:.1}%  p90 {:.1}%",
+            s.n,
+            100.0 * s.median,
+            100.0 * s.p90
+        );
     }
     assert!(cv["all"].median <= 0.02 && cv["all"].p90 <= 0.10, "{:?}", cv["all"]);
     // With those bands, the runs that ran are not held back.
@@ -98,7 +116,9 @@ fn leave_one_table_out_stays_usable() {
 fn unet_scaling_from_128_to_256_matches_the_groups_ratios() {
     let pred = orchestrator::precheck::Predictor::pytorch();
     let (mut narrow, mut wide) = (0, 0);
-    for r in records().iter().filter(|r| r.table.as_deref().is_some_and(|t| t.starts_with("s2d_128")) && r.peak_gb.is_some()) {
+    for r in
+        records().iter().filter(|r| r.table.as_deref().is_some_and(|t| t.starts_with("s2d_128")) && r.peak_gb.is_some())
+    {
         let widths = r.channels.clone().unwrap();
         let attn = r.attention_levels.clone().unwrap();
         // Attention only at the two deepest levels: the group's 5-level family.
@@ -168,7 +188,11 @@ fn verdicts_on_a_new_table_hold_back_little_and_never_pass_an_oom() {
             None => {}
         }
     }
-    eprintln!("new-table simulation: {} of {ran} runs that ran held back; {} OOMs called fits", held_back.len(), oom_fits.len());
+    eprintln!(
+        "new-table simulation: {} of {ran} runs that ran held back; {} OOMs called fits",
+        held_back.len(),
+        oom_fits.len()
+    );
     for l in held_back.iter().chain(&oom_fits) {
         eprintln!("  {l}");
     }

@@ -12,7 +12,11 @@ fn status(state: &Path, arg: &Path) -> (bool, String, String) {
         .arg(state)
         .output()
         .expect("orchestrator runs");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]

@@ -61,7 +61,8 @@ fn the_tour_runs_as_written() {
 
     // The excerpt of the records report the tour quotes is what was written.
     let written = std::fs::read_to_string(scratch.path().join("records-report/report.md")).expect("records report");
-    let from = lines.iter().position(|l| l.contains("orchestrator report --records")).expect("the records report command");
+    let from =
+        lines.iter().position(|l| l.contains("orchestrator report --records")).expect("the records report command");
     let quoted: Vec<&str> = lines[from..]
         .iter()
         .skip_while(|l| !l.starts_with('>'))

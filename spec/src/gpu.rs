@@ -22,14 +22,8 @@ pub enum Gpu {
 }
 
 impl Gpu {
-    pub const ALL: [Gpu; 6] = [
-        Gpu::A100_40,
-        Gpu::A100Sxm80,
-        Gpu::A100Pcie80,
-        Gpu::H100_80,
-        Gpu::H200_141,
-        Gpu::B200_180,
-    ];
+    pub const ALL: [Gpu; 6] =
+        [Gpu::A100_40, Gpu::A100Sxm80, Gpu::A100Pcie80, Gpu::H100_80, Gpu::H200_141, Gpu::B200_180];
 
     /// Usable device memory in GiB: what the driver reports as the card's total
     /// (an "80 GB" A100 shows 79.2 GiB) less nothing else: the CUDA context is part

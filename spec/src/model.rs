@@ -27,9 +27,7 @@ impl PerLevel {
     pub fn expand(&self, levels: usize) -> Vec<u32> {
         match self {
             PerLevel::All(v) => vec![*v; levels],
-            PerLevel::Each(v) => (0..levels)
-                .map(|i| v.get(i).or(v.last()).copied().unwrap_or(0))
-                .collect(),
+            PerLevel::Each(v) => (0..levels).map(|i| v.get(i).or(v.last()).copied().unwrap_or(0)).collect(),
         }
     }
 }
@@ -67,14 +65,10 @@ impl<'de> Deserialize<'de> for PerLevel {
                 f.write_str("a non-negative integer or a list of them, one per level")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<PerLevel, E> {
-                u32::try_from(v)
-                    .map(PerLevel::All)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+                u32::try_from(v).map(PerLevel::All).map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<PerLevel, E> {
-                u32::try_from(v)
-                    .map(PerLevel::All)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+                u32::try_from(v).map(PerLevel::All).map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PerLevel, A::Error> {
                 let mut out = Vec::new();
@@ -384,11 +378,8 @@ impl ModelSpec {
     pub fn summary(&self) -> String {
         match self {
             ModelSpec::Unet(u) => {
-                let attn: Vec<String> = u
-                    .attention_levels
-                    .iter()
-                    .map(|a| if *a { "T" } else { "F" }.to_string())
-                    .collect();
+                let attn: Vec<String> =
+                    u.attention_levels.iter().map(|a| if *a { "T" } else { "F" }.to_string()).collect();
                 format!(
                     "{} attn[{}] r={} h={}",
                     join(&u.channels),
@@ -398,9 +389,7 @@ impl ModelSpec {
                 )
             }
             ModelSpec::Dit(m) => transformer_summary(m.variant, m.dims(), m.patch, None),
-            ModelSpec::Hdit(m) => {
-                transformer_summary(m.variant, m.dims(), m.patch, Some(&m.level_depths))
-            }
+            ModelSpec::Hdit(m) => transformer_summary(m.variant, m.dims(), m.patch, Some(&m.level_depths)),
             ModelSpec::Uvit(m) => transformer_summary(m.variant, m.dims(), m.patch, None),
         }
     }

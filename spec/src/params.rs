@@ -43,13 +43,17 @@ fn dit_final(h: u64, patch: u64, out: u64) -> u64 {
 /// transformer token grids (one for DiT/U-ViT, one per level for HDiT).
 pub fn level_grids(model: &ModelSpec, input: &Input) -> Vec<Spatial> {
     let sp = input.spatial;
-    let halve = |g: Spatial, n: usize| (0..n).scan(g, |g, i| {
-        let cur = *g;
-        if i + 1 < n {
-            *g = g.div(2);
-        }
-        Some(cur)
-    }).collect();
+    let halve = |g: Spatial, n: usize| {
+        (0..n)
+            .scan(g, |g, i| {
+                let cur = *g;
+                if i + 1 < n {
+                    *g = g.div(2);
+                }
+                Some(cur)
+            })
+            .collect()
+    };
     match model {
         ModelSpec::Unet(u) => halve(sp, u.levels()),
         ModelSpec::Dit(m) => vec![sp.div(m.patch.max(1))],
@@ -133,7 +137,7 @@ fn hdit(m: &HditSpec, input: &Input, cin: u64, cout: u64) -> Result<u64, Invalid
     let (h, p) = (d.hidden as u64, m.patch as u64);
     let grids = level_grids(&ModelSpec::Hdit(m.clone()), input);
     let pos: u64 = grids.iter().map(|g| g.voxels() * h).sum(); // learned, one table per level
-    // Per level transition: merge Linear(8h→h), split Linear(h→8h), skip Linear(2h→h).
+                                                               // Per level transition: merge Linear(8h→h), split Linear(h→8h), skip Linear(2h→h).
     let transitions = grids.len().saturating_sub(1) as u64;
     let per_transition = linear(8 * h, h) + linear(h, 8 * h) + linear(2 * h, h);
     Ok(conv(cin, h, p)

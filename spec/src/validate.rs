@@ -50,7 +50,9 @@ pub mod limits {
 
 /// The first size of `cfg` above its [`limits`], if any.
 pub fn too_large(cfg: &RunConfig) -> Option<Invalid> {
-    let over = |field: &str, value: u64, limit: u64| (value > limit).then(|| Invalid::TooLarge { field: field.into(), value, limit });
+    let over = |field: &str, value: u64, limit: u64| {
+        (value > limit).then(|| Invalid::TooLarge { field: field.into(), value, limit })
+    };
     let sp = cfg.input.spatial;
     let voxels = sp.d as u128 * sp.h as u128 * sp.w as u128;
     let mut checks: Vec<Option<Invalid>> = vec![
@@ -65,14 +67,22 @@ pub fn too_large(cfg: &RunConfig) -> Option<Invalid> {
             checks.push(over("model.channels (levels)", u.levels() as u64, limits::LEVELS));
             checks.push(over("model.channels", u.channels.iter().copied().max().unwrap_or(0) as u64, limits::WIDTH));
             if u.levels() as u64 <= limits::LEVELS {
-                checks.push(over("model.num_res_blocks (all levels)", u.res_blocks().iter().map(|&r| r as u64).sum(), limits::BLOCKS));
+                checks.push(over(
+                    "model.num_res_blocks (all levels)",
+                    u.res_blocks().iter().map(|&r| r as u64).sum(),
+                    limits::BLOCKS,
+                ));
             }
         }
         ModelSpec::Dit(m) => checks.push(transformer_limits(m.dims(), m.patch)),
         ModelSpec::Uvit(m) => checks.push(transformer_limits(m.dims(), m.patch)),
         ModelSpec::Hdit(m) => {
             checks.push(over("model.level_depths (levels)", m.level_depths.len() as u64, limits::LEVELS));
-            checks.push(over("model.level_depths (blocks)", m.level_depths.iter().map(|&d| d as u64).sum(), limits::BLOCKS));
+            checks.push(over(
+                "model.level_depths (blocks)",
+                m.level_depths.iter().map(|&d| d as u64).sum(),
+                limits::BLOCKS,
+            ));
             checks.push(transformer_limits(m.dims(), m.patch));
         }
     }
@@ -80,7 +90,9 @@ pub fn too_large(cfg: &RunConfig) -> Option<Invalid> {
 }
 
 fn transformer_limits(dims: Result<crate::TransformerDims, Invalid>, patch: u32) -> Option<Invalid> {
-    let over = |field: &str, value: u64, limit: u64| (value > limit).then(|| Invalid::TooLarge { field: field.into(), value, limit });
+    let over = |field: &str, value: u64, limit: u64| {
+        (value > limit).then(|| Invalid::TooLarge { field: field.into(), value, limit })
+    };
     let d = dims.ok();
     [
         over("model.patch", patch as u64, limits::WIDTH),
@@ -182,12 +194,7 @@ fn unet(u: &crate::UnetSpec, sp: Spatial, out: &mut Vec<Invalid>) {
     }
 }
 
-fn transformer(
-    dims: Result<crate::TransformerDims, Invalid>,
-    patch: u32,
-    sp: Spatial,
-    out: &mut Vec<Invalid>,
-) {
+fn transformer(dims: Result<crate::TransformerDims, Invalid>, patch: u32, sp: Spatial, out: &mut Vec<Invalid>) {
     match dims {
         Err(e) => out.push(e),
         Ok(d) => {
@@ -234,11 +241,27 @@ mod limit_tests {
         assert!(validate(&cfg(dit.clone(), [160, 256, 256_000])).is_empty());
         let huge = validate(&cfg(dit, [4_000_000_000, 4_000_000_000, 4_000_000_000]));
         assert_eq!(huge.len(), 1);
-        assert_eq!(huge[0].to_string(), format!("input voxels (D x H x W) is {}, above the limit of {} (a typo? nothing that large can be planned)", u64::MAX, limits::VOXELS));
-        let deep = cfg(serde_json::json!({"family": "hdit", "hidden": 64, "heads": 4, "patch": 2, "level_depths": [0, 0, 6, 4, 2_000_000_000u32, 3_000_000_000u32, 1]}), [16, 16, 16]);
+        assert_eq!(
+            huge[0].to_string(),
+            format!(
+                "input voxels (D x H x W) is {}, above the limit of {} (a typo? nothing that large can be planned)",
+                u64::MAX,
+                limits::VOXELS
+            )
+        );
+        let deep = cfg(
+            serde_json::json!({"family": "hdit", "hidden": 64, "heads": 4, "patch": 2, "level_depths": [0, 0, 6, 4, 2_000_000_000u32, 3_000_000_000u32, 1]}),
+            [16, 16, 16],
+        );
         let e = validate(&deep);
-        assert!(matches!(&e[..], [Invalid::TooLarge { field, limit: limits::BLOCKS, .. }] if field == "model.level_depths (blocks)"), "{e:?}");
-        let res = cfg(serde_json::json!({"family": "unet", "channels": [32, 64], "attention_levels": [false, false], "num_res_blocks": 100_000, "num_head_channels": 32}), [16, 16, 16]);
+        assert!(
+            matches!(&e[..], [Invalid::TooLarge { field, limit: limits::BLOCKS, .. }] if field == "model.level_depths (blocks)"),
+            "{e:?}"
+        );
+        let res = cfg(
+            serde_json::json!({"family": "unet", "channels": [32, 64], "attention_levels": [false, false], "num_res_blocks": 100_000, "num_head_channels": 32}),
+            [16, 16, 16],
+        );
         assert!(matches!(&validate(&res)[..], [Invalid::TooLarge { limit: limits::BLOCKS, .. }]));
     }
 }

@@ -34,9 +34,9 @@ const KNOWN_MISMATCHES: &[(&str, &str)] = &[
 ];
 
 fn records() -> Vec<MeasurementRecord> {
-    let path = std::env::var_os("VRAM_RECORDS").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/vram-measurements.jsonl")
-    });
+    let path = std::env::var_os("VRAM_RECORDS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/vram-measurements.jsonl"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     read_jsonl(&text).unwrap_or_else(|(line, e)| panic!("{}:{line}: {e}", path.display()))
 }

@@ -147,7 +147,13 @@ fn host_allocation_failure_without_a_limit_is_recorded_as_oom() {
     // 32768^2 x 4 bytes = 16 GiB, far above the 4 GiB address space allowed.
     let cfg = RunConfig {
         name: "host_oom".into(),
-        model: ModelSpec::Dit(spec::DitSpec { variant: None, hidden: Some(32), heads: Some(4), depth: Some(1), patch: 1 }),
+        model: ModelSpec::Dit(spec::DitSpec {
+            variant: None,
+            hidden: Some(32),
+            heads: Some(4),
+            depth: Some(1),
+            patch: 1,
+        }),
         input: Input { channels: 1, spatial: Spatial::new(32, 32, 32) },
         ..tiny_unet("host_oom")
     };
@@ -177,7 +183,8 @@ fn host_allocation_failure_without_a_limit_is_recorded_as_oom() {
 fn bad_shape_is_recorded_as_failed() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = tiny_unet("bad");
-    cfg.model = ModelSpec::Dit(spec::DitSpec { variant: None, hidden: Some(32), heads: Some(2), depth: Some(1), patch: 3 });
+    cfg.model =
+        ModelSpec::Dit(spec::DitSpec { variant: None, hidden: Some(32), heads: Some(2), depth: Some(1), patch: 3 });
     let status = worker()
         .args(["run", "--config"])
         .arg(write_config(dir.path(), &cfg))
@@ -199,7 +206,8 @@ fn sigterm_is_recorded_as_cancelled_after_heartbeats() {
     let mut cfg = tiny_unet("killed");
     cfg.mode = Mode::Train;
     cfg.steps = 1_000_000; // runs until killed
-    let manifest = Manifest { experiment: "demo".into(), task_offset: 5, configs: vec![tiny_unet("other"), cfg.clone()] };
+    let manifest =
+        Manifest { experiment: "demo".into(), task_offset: 5, configs: vec![tiny_unet("other"), cfg.clone()] };
     let mpath = dir.path().join("manifest.json");
     std::fs::write(&mpath, serde_json::to_string(&manifest).unwrap()).unwrap();
     let mut child = worker()

@@ -72,7 +72,14 @@ fn breakdown(pred: &Prediction, phase: PeakPhase) -> PhaseBreakdown {
     let total: f64 = phase_terms(pred, phase).map(|t| t.bytes).sum();
     let mut lines: Vec<Line> = phase_terms(pred, phase)
         .filter(|t| t.bytes > 0.0)
-        .map(|t| Line { name: t.name, level: t.level, kind: t.kind, phase: t.phase, gib: t.bytes / GIB, share: t.bytes / total.max(1.0) })
+        .map(|t| Line {
+            name: t.name,
+            level: t.level,
+            kind: t.kind,
+            phase: t.phase,
+            gib: t.bytes / GIB,
+            share: t.bytes / total.max(1.0),
+        })
         .collect();
     lines.sort_by(|a, b| b.gib.total_cmp(&a.gib));
     PhaseBreakdown { phase, total_gib: total / GIB, lines }

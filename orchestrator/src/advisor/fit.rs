@@ -97,7 +97,13 @@ pub struct SearchSpace {
 
 impl Default for SearchSpace {
     fn default() -> Self {
-        SearchSpace { width_pow2: (-2, 4), res_blocks: (1, 3), max_attention_levels: 2, variants: Vec::new(), patches: vec![2, 4, 8] }
+        SearchSpace {
+            width_pow2: (-2, 4),
+            res_blocks: (1, 3),
+            max_attention_levels: 2,
+            variants: Vec::new(),
+            patches: vec![2, 4, 8],
+        }
     }
 }
 
@@ -117,7 +123,13 @@ fn variant_key(cfg: &RunConfig) -> String {
 }
 
 /// Judge named configs against the options and group them by input shape.
-pub fn fit(predictor: &Predictor, experiment: &str, configs: &[(String, RunConfig)], opts: FitOptions, searched: bool) -> Result<FitReport, AdvisorError> {
+pub fn fit(
+    predictor: &Predictor,
+    experiment: &str,
+    configs: &[(String, RunConfig)],
+    opts: FitOptions,
+    searched: bool,
+) -> Result<FitReport, AdvisorError> {
     let limit = opts.limit_gib();
     let mut groups: Vec<(String, Vec<Candidate>, usize, usize)> = Vec::new();
     for (name, cfg) in configs {
@@ -152,7 +164,10 @@ pub fn fit(predictor: &Predictor, experiment: &str, configs: &[(String, RunConfi
             fits: peak <= limit,
             // The same band the verdicts use: the limit inside it.
             risky: peak <= limit
-                && matches!(crate::precheck::judge(peak, limit, None, pred.rel_uncertainty, None), crate::precheck::Verdict::Risky { .. }),
+                && matches!(
+                    crate::precheck::judge(peak, limit, None, pred.rel_uncertainty, None),
+                    crate::precheck::Verdict::Risky { .. }
+                ),
             config: cfg,
         });
     }
@@ -339,13 +354,25 @@ pub fn render(r: &FitReport, top: usize) -> String {
             None => out.push_str("nothing fits\n"),
         }
         if let Some(m) = &g.smallest_misfit {
-            out.push_str(&format!("smallest config over the limit: {} ({}, {:.1} GiB)\n", m.name, millions(m.params), m.peak_gib));
+            out.push_str(&format!(
+                "smallest config over the limit: {} ({}, {:.1} GiB)\n",
+                m.name,
+                millions(m.params),
+                m.peak_gib
+            ));
         }
         if g.fitting.is_empty() {
             continue;
         }
         out.push_str("\nbest viable config per variant:\n");
-        let mut cells = vec![vec!["Variant".to_string(), "Config".into(), "Dims".into(), "Params".into(), "Peak".into(), "Headroom".into()]];
+        let mut cells = vec![vec![
+            "Variant".to_string(),
+            "Config".into(),
+            "Dims".into(),
+            "Params".into(),
+            "Peak".into(),
+            "Headroom".into(),
+        ]];
         for c in &g.best_per_variant {
             cells.push(vec![
                 c.variant.clone(),
@@ -357,8 +384,18 @@ pub fn render(r: &FitReport, top: usize) -> String {
             ]);
         }
         out.push_str(&render_table(&cells));
-        out.push_str(&format!("\nfitting configs by parameters (* = Pareto front of parameters vs peak){}:\n", if g.fitting.len() > top { format!(", top {top} of {}", g.fitting.len()) } else { String::new() }));
-        let mut cells = vec![vec!["#".to_string(), "Config".into(), "Dims".into(), "Params".into(), "Peak".into(), "Pareto".into()]];
+        out.push_str(&format!(
+            "\nfitting configs by parameters (* = Pareto front of parameters vs peak){}:\n",
+            if g.fitting.len() > top { format!(", top {top} of {}", g.fitting.len()) } else { String::new() }
+        ));
+        let mut cells = vec![vec![
+            "#".to_string(),
+            "Config".into(),
+            "Dims".into(),
+            "Params".into(),
+            "Peak".into(),
+            "Pareto".into(),
+        ]];
         for (i, c) in g.fitting.iter().take(top).enumerate() {
             cells.push(vec![
                 (i + 1).to_string(),
@@ -386,7 +423,16 @@ mod tests {
             "precision": "bf16-amp", "grad_ckpt": false, "gpu": "A100-SXM4-80GB"
         }))
         .unwrap();
-        Candidate { name: name.into(), variant: "v".into(), summary: String::new(), params, peak_gib: peak, fits: true, risky: false, config: cfg }
+        Candidate {
+            name: name.into(),
+            variant: "v".into(),
+            summary: String::new(),
+            params,
+            peak_gib: peak,
+            fits: true,
+            risky: false,
+            config: cfg,
+        }
     }
 
     #[test]

@@ -34,10 +34,9 @@ pub fn candidates(cfg: &RunConfig) -> Vec<(String, RunConfig)> {
             out.push((change, c));
         }
     };
-    with(
-        format!("gradient checkpointing {}", if cfg.grad_ckpt { "off" } else { "on" }),
-        &|c| c.grad_ckpt = !c.grad_ckpt,
-    );
+    with(format!("gradient checkpointing {}", if cfg.grad_ckpt { "off" } else { "on" }), &|c| {
+        c.grad_ckpt = !c.grad_ckpt
+    });
     if cfg.batch >= 2 {
         with(format!("batch {} → {}", cfg.batch, cfg.batch / 2), &|c| c.batch /= 2);
     }
@@ -119,13 +118,21 @@ fn unet_candidates(u: &UnetSpec, with: &mut dyn FnMut(String, &dyn Fn(&mut RunCo
     if let Some(&widest) = u.channels.iter().max() {
         let at: Vec<usize> = (0..levels).filter(|&l| u.channels[l] == widest).collect();
         let names: Vec<String> = at.iter().map(|l| l.to_string()).collect();
-        with(format!("halve the widest level{} {} ({widest} → {})", if at.len() > 1 { "s" } else { "" }, names.join(","), widest / 2), &|c| {
-            if let Some(u) = unet_mut(c) {
-                for &l in &at {
-                    u.channels[l] = widest / 2;
+        with(
+            format!(
+                "halve the widest level{} {} ({widest} → {})",
+                if at.len() > 1 { "s" } else { "" },
+                names.join(","),
+                widest / 2
+            ),
+            &|c| {
+                if let Some(u) = unet_mut(c) {
+                    for &l in &at {
+                        u.channels[l] = widest / 2;
+                    }
                 }
-            }
-        });
+            },
+        );
     }
     // One more level at the bottom: same width as the deepest, with attention
     // (the deepest levels carry it), per-level lists extended by their last value.

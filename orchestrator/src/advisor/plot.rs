@@ -65,7 +65,8 @@ fn segments(b: &PhaseBreakdown) -> Vec<(String, f64)> {
     let both = b.lines.iter().filter(|l| l.phase == TermPhase::Both);
     let own = b.lines.iter().filter(|l| l.phase != TermPhase::Both);
     let ordered: Vec<_> = both.chain(own).collect();
-    let mut v: Vec<(String, f64)> = ordered.iter().take(MAX_SEGMENTS).map(|l| (describe(l.name, l.level), l.gib)).collect();
+    let mut v: Vec<(String, f64)> =
+        ordered.iter().take(MAX_SEGMENTS).map(|l| (describe(l.name, l.level), l.gib)).collect();
     let rest: f64 = ordered.iter().skip(MAX_SEGMENTS).map(|l| l.gib).sum();
     if rest > 0.0 {
         v.push(("other terms".into(), rest));
@@ -136,7 +137,9 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
                 }
             };
             let color = legend[ci].1;
-            chart.draw_series(std::iter::once(Rectangle::new([(x0, y), (x1, y + gib)], color.filled()))).map_err(perr)?;
+            chart
+                .draw_series(std::iter::once(Rectangle::new([(x0, y), (x1, y + gib)], color.filled())))
+                .map_err(perr)?;
             y += gib;
         }
         // The total centred above its bar, clear of the top segment.
@@ -145,7 +148,9 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
     }
     if show_capacity {
         let cap = e.capacity_gib;
-        chart.draw_series(std::iter::once(PathElement::new(vec![(0.0, cap), (2.0, cap)], RED.stroke_width(2)))).map_err(perr)?;
+        chart
+            .draw_series(std::iter::once(PathElement::new(vec![(0.0, cap), (2.0, cap)], RED.stroke_width(2))))
+            .map_err(perr)?;
         legend.push((format!("{} capacity {:.1} GiB", e.gpu, cap), RED));
     }
     let whose = if fig.budget_set { "budget" } else { "group's budget" };
@@ -157,7 +162,13 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
     }
     // The legend, bottom-up stacking order listed top-down, with each term's size.
     let gib_of = |label: &str| {
-        e.peak.lines.iter().chain(&e.other.lines).find(|l| describe(l.name, l.level) == label).map(|l| format!(" ({})", memory(l.gib))).unwrap_or_default()
+        e.peak
+            .lines
+            .iter()
+            .chain(&e.other.lines)
+            .find(|l| describe(l.name, l.level) == label)
+            .map(|l| format!(" ({})", memory(l.gib)))
+            .unwrap_or_default()
     };
     let mut y = 30;
     for (label, color) in &legend {

@@ -138,9 +138,9 @@ pub mod size {
     }
 
     pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-        match Option::<Raw>::deserialize(d).map_err(|_| {
-            serde::de::Error::custom("expected a size like 512MiB, 2GiB or a number of bytes")
-        })? {
+        match Option::<Raw>::deserialize(d)
+            .map_err(|_| serde::de::Error::custom("expected a size like 512MiB, 2GiB or a number of bytes"))?
+        {
             None => Ok(None),
             Some(Raw::Bytes(0)) => Err(serde::de::Error::custom("a memory limit of 0 bytes refuses every allocation")),
             Some(Raw::Bytes(n)) => Ok(Some(n)),
@@ -299,7 +299,10 @@ impl Source {
                 d.repeat.line,
                 d.repeat.col,
                 &d.path.to_string(),
-                format!("duplicate key (first at line {}, column {}); a key may appear once per mapping", d.first.line, d.first.col),
+                format!(
+                    "duplicate key (first at line {}, column {}); a key may appear once per mapping",
+                    d.first.line, d.first.col
+                ),
             ));
         }
         let doc: Value = serde_yaml::from_str(text).map_err(|e| {
@@ -311,7 +314,8 @@ impl Source {
                 1,
                 1,
                 "(document)",
-                "the file is empty: an experiment needs at least `name`, `gpu`, `input`, `output_channels` and `model`".into(),
+                "the file is empty: an experiment needs at least `name`, `gpu`, `input`, `output_channels` and `model`"
+                    .into(),
             ));
         }
         Ok(Source { file: file.to_path_buf(), loc, doc })
@@ -334,13 +338,9 @@ impl Source {
 
     pub fn error_in_file(&self, path: &KeyPath, message: String) -> LoadError {
         match self.loc.find(path) {
-            Some(p) => LoadError::At {
-                file: self.file.clone(),
-                line: p.line,
-                col: p.col,
-                key: path.to_string(),
-                message,
-            },
+            Some(p) => {
+                LoadError::At { file: self.file.clone(), line: p.line, col: p.col, key: path.to_string(), message }
+            }
             None => LoadError::NoPosition { file: self.file.clone(), key: path.to_string(), message },
         }
     }

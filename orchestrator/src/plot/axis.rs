@@ -38,7 +38,15 @@ impl LogAxis {
         // One value (or nearly): a range around it, with the value itself labelled.
         let single = max / min < 1.05;
         let (from, to) = if single { (min / 2.0, max * 2.0) } else { (min, max) };
-        for stride in [Stride::Mantissas(&[1.0, 2.0, 5.0]), Stride::Mantissas(&[1.0, 3.0]), Stride::Decades(1), Stride::Decades(2), Stride::Decades(3), Stride::Decades(5), Stride::Decades(10)] {
+        for stride in [
+            Stride::Mantissas(&[1.0, 2.0, 5.0]),
+            Stride::Mantissas(&[1.0, 3.0]),
+            Stride::Decades(1),
+            Stride::Decades(2),
+            Stride::Decades(3),
+            Stride::Decades(5),
+            Stride::Decades(10),
+        ] {
             let ladder = ladder(from, to, unit, stride);
             let Some(lo) = ladder.iter().rev().find(|t| **t <= from * (1.0 + 1e-9)).copied() else { continue };
             let Some(hi) = ladder.iter().find(|t| **t >= to * (1.0 - 1e-9)).copied() else { continue };
@@ -151,7 +159,13 @@ pub fn label(v: f64, unit: Unit) -> String {
 
 /// At most two significant decimals, no trailing zeros: `2`, `1.5`, `0.25`.
 fn trim(v: f64) -> String {
-    let s = if v >= 100.0 { format!("{v:.0}") } else if v >= 10.0 { format!("{v:.1}") } else { format!("{v:.2}") };
+    let s = if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    };
     let s = if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s };
     s
 }

@@ -8,9 +8,7 @@
 
 use ab_glyph::{point, Font, FontRef, Glyph, PxScale, ScaleFont};
 use plotters_backend::text_anchor::{HPos, VPos};
-use plotters_backend::{
-    BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingBackend, DrawingErrorKind,
-};
+use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingBackend, DrawingErrorKind};
 
 /// A backend whose text is laid out by [`layout`].
 pub struct GlyphText<'f, B> {
@@ -63,7 +61,11 @@ impl<B: DrawingBackend> DrawingBackend for GlyphText<'_, B> {
     fn present(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
         self.inner.present()
     }
-    fn draw_pixel(&mut self, point: BackendCoord, color: BackendColor) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+    fn draw_pixel(
+        &mut self,
+        point: BackendCoord,
+        color: BackendColor,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
         self.inner.draw_pixel(point, color)
     }
     fn draw_line<S: BackendStyle>(
@@ -187,9 +189,7 @@ mod tests {
             b.draw_text(text, &style, (10, 10)).ok()?;
             b.present().ok()?;
         }
-        let inked: Vec<bool> = (0..w)
-            .map(|x| (0..h).any(|y| buf[((y * w + x) * 3) as usize] < 160))
-            .collect();
+        let inked: Vec<bool> = (0..w).map(|x| (0..h).any(|y| buf[((y * w + x) * 3) as usize] < 160)).collect();
         let mut runs = Vec::new();
         let mut start = None;
         for (x, &on) in inked.iter().enumerate() {

@@ -226,15 +226,26 @@ pub struct HeldOut {
 /// of up to five interleaved parts) is left out in turn, the runtime refitted
 /// on the rest from `fitted`, and the left-out records predicted. Returns the
 /// predictions and a sentence saying how.
-pub fn cross_validate(runtime: &str, group: &[&Sample], fitted: Coefficients, prior: Option<&Prior>) -> (Vec<HeldOut>, String) {
+pub fn cross_validate(
+    runtime: &str,
+    group: &[&Sample],
+    fitted: Coefficients,
+    prior: Option<&Prior>,
+) -> (Vec<HeldOut>, String) {
     let mut tables: Vec<&str> = group.iter().map(|s| s.table.as_str()).collect();
     tables.sort_unstable();
     tables.dedup();
     let k = group.len().min(5);
     let (fold_of, method): (Box<dyn Fn(usize) -> String>, String) = if tables.len() >= 2 {
-        (Box::new(|i| group[i].table.clone()), format!("leave one table out ({} tables, {} records)", tables.len(), group.len()))
+        (
+            Box::new(|i| group[i].table.clone()),
+            format!("leave one table out ({} tables, {} records)", tables.len(), group.len()),
+        )
     } else {
-        (Box::new(move |i| format!("part {}", i % k.max(1))), format!("leave one of {k} parts out (one table, {} records)", group.len()))
+        (
+            Box::new(move |i| format!("part {}", i % k.max(1))),
+            format!("leave one of {k} parts out (one table, {} records)", group.len()),
+        )
     };
     let mut folds: Vec<String> = (0..group.len()).map(&fold_of).collect();
     folds.sort_unstable();
@@ -248,7 +259,12 @@ pub fn cross_validate(runtime: &str, group: &[&Sample], fitted: Coefficients, pr
         let pred = Predictor::new(runtime, fit_with(runtime, &train, fitted, prior));
         for i in (0..group.len()).filter(|i| fold_of(*i) == *f) {
             if let Ok(p) = pred.predict_peak(&group[i].cfg) {
-                out.push(HeldOut { sample: i, fold: f.clone(), peak_gib: p.peak_gib(), regime: Regime::of(p.peak_phase) });
+                out.push(HeldOut {
+                    sample: i,
+                    fold: f.clone(),
+                    peak_gib: p.peak_gib(),
+                    regime: Regime::of(p.peak_phase),
+                });
             }
         }
     }
@@ -422,7 +438,11 @@ mod tests {
         }
         let (samples, skipped) = samples(&recs);
         assert_eq!((samples.len(), skipped.len()), (3, 3));
-        assert!(skipped[0].contains("oom on `cpu` with neither a memory limit nor the device's memory"), "{}", skipped[0]);
+        assert!(
+            skipped[0].contains("oom on `cpu` with neither a memory limit nor the device's memory"),
+            "{}",
+            skipped[0]
+        );
         let rep = calibrate(&samples, false);
         for r in &recs {
             let p = predicted_gib(&rep.calibration, "burn-flex/fp32", r);
@@ -432,8 +452,10 @@ mod tests {
 
     #[test]
     fn a_runtime_is_fitted_on_its_own_records_only() {
-        let group = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/vram-measurements.jsonl")).unwrap();
-        let alone = records(&group).into_iter().filter(|r| r.table.as_deref() == Some("unet_latent_8x")).collect::<Vec<_>>();
+        let group =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/vram-measurements.jsonl")).unwrap();
+        let alone =
+            records(&group).into_iter().filter(|r| r.table.as_deref() == Some("unet_latent_8x")).collect::<Vec<_>>();
         let mut mixed = alone.clone();
         mixed.extend(records(LIMITED));
         let a = calibrate(&samples(&alone).0, false);

@@ -172,12 +172,8 @@ impl Calibration {
             return Ok((key, *c));
         }
         let prefix = format!("{framework}/");
-        self.runtimes
-            .iter()
-            .find(|(k, _)| k.starts_with(&prefix))
-            .map(|(k, c)| (k.clone(), *c))
-            .ok_or_else(|| {
-                PrecheckError::UnknownRuntime(key, self.runtimes.keys().cloned().collect::<Vec<_>>().join(", "))
-            })
+        self.runtimes.iter().find(|(k, _)| k.starts_with(&prefix)).map(|(k, c)| (k.clone(), *c)).ok_or_else(|| {
+            PrecheckError::UnknownRuntime(key, self.runtimes.keys().cloned().collect::<Vec<_>>().join(", "))
+        })
     }
 }

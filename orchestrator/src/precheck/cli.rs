@@ -15,8 +15,8 @@ pub fn read_records(paths: &[PathBuf]) -> Result<Vec<MeasurementRecord>> {
     let mut all = Vec::new();
     for p in paths {
         let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        let recs = spec::record::read_jsonl(&text)
-            .map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", p.display()))?;
+        let recs =
+            spec::record::read_jsonl(&text).map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", p.display()))?;
         all.extend(recs);
     }
     Ok(all)
@@ -120,7 +120,11 @@ pub fn run_predict(records: &[PathBuf], calibration: Option<&Path>, budget_gb: O
 
 fn print_stats(title: &str, st: &std::collections::BTreeMap<String, FitStats>, out: &mut impl Write) -> Result<()> {
     writeln!(out, "{title}")?;
-    writeln!(out, "  {:<16} {:>4} {:>8} {:>8} {:>8} {:>5} {:>14}", "group", "n", "median", "p90", "max", "oom", "oom-pred-fits")?;
+    writeln!(
+        out,
+        "  {:<16} {:>4} {:>8} {:>8} {:>8} {:>5} {:>14}",
+        "group", "n", "median", "p90", "max", "oom", "oom-pred-fits"
+    )?;
     for (k, s) in st {
         writeln!(
             out,
@@ -159,7 +163,10 @@ pub fn run_calibrate(records: &[PathBuf], out_path: Option<&Path>, cross_validat
             print_stats(&format!("runtime {rt}: per held-out table (refitted without it)"), t, &mut err)?;
         }
         if let Some((held, ran)) = report.held_back.get(rt) {
-            writeln!(err, "runtime {rt}: {held} of {ran} runs that ran would be held back (risky or oom on their own device)")?;
+            writeln!(
+                err,
+                "runtime {rt}: {held} of {ran} runs that ran would be held back (risky or oom on their own device)"
+            )?;
         }
     }
     let json = serde_json::to_string_pretty(&report.calibration)? + "\n";
@@ -178,7 +185,11 @@ fn print_side_by_side(
     out: &mut impl Write,
 ) -> Result<()> {
     writeln!(out, "{title}")?;
-    writeln!(out, "  {:<8} {:>4}  {:>17}  {:>17}  {:>13}", "family", "n", "in-sample med/p90", "held-out med/p90", "oom-pred-fits")?;
+    writeln!(
+        out,
+        "  {:<8} {:>4}  {:>17}  {:>17}  {:>13}",
+        "family", "n", "in-sample med/p90", "held-out med/p90", "oom-pred-fits"
+    )?;
     let pct = |s: Option<&FitStats>| match s {
         Some(s) => format!("{:.1}% / {:.1}%", 100.0 * s.median, 100.0 * s.p90),
         None => "-".into(),
@@ -203,14 +214,19 @@ pub fn run_check(state_root: &Path) -> Result<()> {
     let path = state_root.join(super::overlay::FILE);
     let mut out = std::io::stdout().lock();
     if overlay.sources.is_empty() {
-        writeln!(out, "no measurements under {} yet: plan, submit and fit use the shipped calibration", state_root.display())?;
+        writeln!(
+            out,
+            "no measurements under {} yet: plan, submit and fit use the shipped calibration",
+            state_root.display()
+        )?;
         return Ok(());
     }
     writeln!(out, "calibration overlay {} (from {} measurement files)", path.display(), overlay.sources.len())?;
     let pct = |(m, p): (f64, f64)| format!("{:.1}% / {:.1}%", 100.0 * m, 100.0 * p);
-    let mut cells = vec![["runtime on device", "runs", "oom", "shipped med/p90", "overlay med/p90 (held out)", "experiments"]
-        .map(String::from)
-        .to_vec()];
+    let mut cells =
+        vec![["runtime on device", "runs", "oom", "shipped med/p90", "overlay med/p90 (held out)", "experiments"]
+            .map(String::from)
+            .to_vec()];
     for e in overlay.entries.values() {
         cells.push(vec![
             format!("{} on {}", e.runtime, e.device),

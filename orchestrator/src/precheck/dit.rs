@@ -29,7 +29,17 @@ pub(super) fn block_bytes_per_token(w: &Walk, hidden: f64, adaln: bool) -> f64 {
 /// standard block (U-ViT's skip concatenation), `params` its parameters.
 /// Honours checkpointing (keeps only the fp32 block input, recomputes the block
 /// at its backward) and score materialisation.
-pub(super) fn block_seg(w: &Walk, name: &'static str, level: Option<usize>, hidden: f64, heads: f64, tokens: f64, extra_per_token: f64, adaln: bool, params: u64) -> Seg {
+pub(super) fn block_seg(
+    w: &Walk,
+    name: &'static str,
+    level: Option<usize>,
+    hidden: f64,
+    heads: f64,
+    tokens: f64,
+    extra_per_token: f64,
+    adaln: bool,
+    params: u64,
+) -> Seg {
     let c = w.c;
     let (saved_attn, score_elems) = if c.transformer_scores_materialised {
         (0.0, heads * tokens * tokens)
@@ -61,10 +71,21 @@ pub(super) fn embed_seg(w: &Walk, input: &Input, hidden: f64, tokens: f64, level
 }
 
 /// Output head: final norm (+ modulation), projection to patches, unpatchify copy.
-pub(super) fn head_seg(w: &Walk, input: &Input, hidden: f64, tokens: f64, patch: f64, out_ch: f64, adaln: bool, level: Option<usize>) -> Seg {
+pub(super) fn head_seg(
+    w: &Walk,
+    input: &Input,
+    hidden: f64,
+    tokens: f64,
+    patch: f64,
+    out_ch: f64,
+    adaln: bool,
+    level: Option<usize>,
+) -> Seg {
     let (mm, wide) = (w.dt.mm, w.dt.wide);
     let norm = if adaln { 2.0 * wide } else { wide };
-    let bytes = (norm + mm) * hidden * tokens + mm * patch.powi(3) * out_ch * tokens + mm * out_ch * input.spatial.voxels() as f64;
+    let bytes = (norm + mm) * hidden * tokens
+        + mm * patch.powi(3) * out_ch * tokens
+        + mm * out_ch * input.spatial.voxels() as f64;
     let mut s = Seg::new("final layer", level);
     s.kept = w.act(bytes);
     s.transient = w.c.bwd_transient * s.kept;
@@ -77,7 +98,8 @@ pub(super) fn walk(m: &DitSpec, input: &Input, out_channels: u32, w: &mut Walk) 
     let grid = input.spatial.div(m.patch.max(1));
     let t = grid.voxels() as f64;
     w.push(embed_seg(w, input, h, t, None));
-    let blk = block_seg(w, "transformer blocks", None, h, heads, t, 0.0, true, spec::params::dit_block(d.hidden as u64));
+    let blk =
+        block_seg(w, "transformer blocks", None, h, heads, t, 0.0, true, spec::params::dit_block(d.hidden as u64));
     for _ in 0..d.depth {
         w.push(blk);
     }

@@ -53,7 +53,6 @@ pub enum PrecheckError {
     Invalid(#[from] spec::Invalid),
 }
 
-
 /// Bytes in one GiB: the reports' "GB".
 pub const GIB: f64 = (1u64 << 30) as f64;
 
@@ -467,7 +466,11 @@ impl Predictor {
         let (dynamic, moment) = timeline(segs, cache_bpp, grad_bpp);
 
         // Data: the batch at full resolution in fp32, several times over.
-        let data = c.data_tensors * 4.0 * cfg.input.channels as f64 * cfg.input.spatial.voxels() as f64 * cfg.batch.max(1) as f64;
+        let data = c.data_tensors
+            * 4.0
+            * cfg.input.channels as f64
+            * cfg.input.spatial.voxels() as f64
+            * cfg.batch.max(1) as f64;
         let weights = dt.weight * p;
         let overhead = c.overhead_gib * GIB;
         let resident = weights + data + overhead;
@@ -553,7 +556,13 @@ mod tests {
         RunConfig {
             experiment: "t".into(),
             name: "t".into(),
-            model: ModelSpec::Dit(spec::DitSpec { variant: Some(variant), hidden: None, heads: None, depth: None, patch }),
+            model: ModelSpec::Dit(spec::DitSpec {
+                variant: Some(variant),
+                hidden: None,
+                heads: None,
+                depth: None,
+                patch,
+            }),
             input: spec::Input { channels: 1, spatial: spec::Spatial::new(d, hw, hw) },
             out_channels: 1,
             batch: 1,

@@ -138,7 +138,8 @@ impl Overlay {
         }
         let mut records = Vec::new();
         for file in sources.keys() {
-            let text = std::fs::read_to_string(file).map_err(|source| OverlayError::Io { path: file.into(), source })?;
+            let text =
+                std::fs::read_to_string(file).map_err(|source| OverlayError::Io { path: file.into(), source })?;
             // A torn last line (a run being appended) is left for the next refresh.
             let last = text.lines().count();
             for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -183,7 +184,8 @@ impl Overlay {
                 group.drain(..group.len() - MAX_FITTED);
             }
             let fitted: Vec<&Sample> = group.iter().map(|(s, _)| *s).collect();
-            let shipped_coeffs = shipped.runtimes.get(&runtime).copied().unwrap_or_else(|| calibrate::start_for(&runtime));
+            let shipped_coeffs =
+                shipped.runtimes.get(&runtime).copied().unwrap_or_else(|| calibrate::start_for(&runtime));
             let prior = Prior { at: shipped_coeffs, weight: PRIOR_WEIGHT };
             let mut c = calibrate::fit_with(&runtime, &fitted, shipped_coeffs, Some(&prior));
             let (held, method) = calibrate::cross_validate(&runtime, &fitted, c, Some(&prior));
@@ -205,9 +207,13 @@ impl Overlay {
                     coefficients: c,
                     uncertainty: u,
                     shipped_error: error(
-                        fitted.iter().filter_map(|s| Some((shipped_pred.predict_peak(&s.cfg).ok()?.peak_gib(), s.measured_gib?))),
+                        fitted.iter().filter_map(|s| {
+                            Some((shipped_pred.predict_peak(&s.cfg).ok()?.peak_gib(), s.measured_gib?))
+                        }),
                     ),
-                    overlay_error: error(held.iter().filter_map(|h| Some((h.peak_gib, fitted[h.sample].measured_gib?)))),
+                    overlay_error: error(
+                        held.iter().filter_map(|h| Some((h.peak_gib, fitted[h.sample].measured_gib?))),
+                    ),
                 },
             );
         }
@@ -219,7 +225,8 @@ impl Overlay {
     /// measured on `cpu` whatever GPU the experiment names).
     pub fn entry(&self, runtime: &str, gpu: Gpu) -> Option<&Entry> {
         self.entries.get(&format!("{runtime}@{}", gpu.name())).or_else(|| {
-            let mut off_catalog = self.entries.values().filter(|e| e.runtime == runtime && e.device.parse::<Gpu>().is_err());
+            let mut off_catalog =
+                self.entries.values().filter(|e| e.runtime == runtime && e.device.parse::<Gpu>().is_err());
             match (off_catalog.next(), off_catalog.next()) {
                 (Some(e), None) => Some(e),
                 _ => None,
@@ -244,10 +251,8 @@ pub fn predictor(
 ) -> Result<(Predictor, Source), PrecheckError> {
     let shipped = Calibration::builtin();
     let fallback = Predictor::from_calibration(&shipped, framework, precision)?;
-    let shipped_source = Source::Shipped {
-        runtime: fallback.runtime().to_string(),
-        records: fallback.uncertainty().map(|u| u.records),
-    };
+    let shipped_source =
+        Source::Shipped { runtime: fallback.runtime().to_string(), records: fallback.uncertainty().map(|u| u.records) };
     let Some(root) = state_root else {
         return Ok((fallback, shipped_source));
     };
@@ -262,12 +267,22 @@ pub fn predictor(
     let key = runtime_key(framework, precision);
     let prefix = format!("{framework}/");
     let entry = overlay.entry(&key, gpu).or_else(|| {
-        overlay.entries.values().map(|e| e.runtime.as_str()).filter(|r| r.starts_with(&prefix)).find_map(|r| overlay.entry(r, gpu))
+        overlay
+            .entries
+            .values()
+            .map(|e| e.runtime.as_str())
+            .filter(|r| r.starts_with(&prefix))
+            .find_map(|r| overlay.entry(r, gpu))
     });
     match entry {
         Some(e) => Ok((
             Predictor::new(key, e.coefficients).with_uncertainty(e.uncertainty.clone()),
-            Source::Local { runtime: e.runtime.clone(), device: e.device.clone(), measured: e.measured, path: root.join(FILE) },
+            Source::Local {
+                runtime: e.runtime.clone(),
+                device: e.device.clone(),
+                measured: e.measured,
+                path: root.join(FILE),
+            },
         )),
         None => Ok((fallback, shipped_source)),
     }

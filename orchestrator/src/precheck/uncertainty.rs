@@ -97,11 +97,21 @@ const CEILING: f64 = 1.0;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Distance {
     /// Voxels or tokens at a level beyond the largest measured there.
-    Size { level: usize, tokens: bool, ratio: f64 },
+    Size {
+        level: usize,
+        tokens: bool,
+        ratio: f64,
+    },
     /// A width outside the measured range.
-    Width { width: u32, measured: (u32, u32) },
+    Width {
+        width: u32,
+        measured: (u32, u32),
+    },
     Variant(Variant),
-    Batch { batch: u32, measured: u32 },
+    Batch {
+        batch: u32,
+        measured: u32,
+    },
     /// No record of the family at all for this runtime.
     Family(Family),
 }
@@ -206,8 +216,7 @@ impl Uncertainty {
         let mut bands = Vec::new();
         for family in [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit] {
             for regime in [Regime::Activation, Regime::Optimizer] {
-                let errs: Vec<f64> =
-                    residuals.iter().filter(|r| r.0 == family && r.1 == regime).map(|r| r.2).collect();
+                let errs: Vec<f64> = residuals.iter().filter(|r| r.0 == family && r.1 == regime).map(|r| r.2).collect();
                 if !errs.is_empty() {
                     bands.push(Band { family, regime, p90: p90(errs.clone()), n: errs.len() });
                 }
@@ -374,7 +383,10 @@ mod tests {
     }
 
     fn measured() -> Uncertainty {
-        let cfgs = [unet(vec![32, 64, 256], Spatial::new(80, 64, 64), 1), unet(vec![64, 128, 512], Spatial::new(80, 64, 64), 1)];
+        let cfgs = [
+            unet(vec![32, 64, 256], Spatial::new(80, 64, 64), 1),
+            unet(vec![64, 128, 512], Spatial::new(80, 64, 64), 1),
+        ];
         let residuals: Vec<(Family, Regime, f64)> =
             (1..=10).map(|i| (Family::Unet, Regime::Activation, i as f64 / 100.0)).collect();
         Uncertainty::estimate("test".into(), &residuals, cfgs.iter())
@@ -404,7 +416,13 @@ mod tests {
         let batch = u.assess(&unet(vec![64, 128, 256], Spatial::new(80, 64, 64), 2), PeakPhase::FwdBwd);
         assert_eq!(batch.distance.unwrap().to_string(), "batch 2, largest measured 1");
         let mut dit = unet(vec![64], Spatial::new(16, 16, 16), 1);
-        dit.model = ModelSpec::Dit(spec::DitSpec { variant: Some(Variant::S), hidden: None, heads: None, depth: None, patch: 2 });
+        dit.model = ModelSpec::Dit(spec::DitSpec {
+            variant: Some(Variant::S),
+            hidden: None,
+            heads: None,
+            depth: None,
+            patch: 2,
+        });
         let other = u.assess(&dit, PeakPhase::FwdBwd);
         assert_eq!(other.distance.unwrap().to_string(), "no dit config measured for this runtime");
         assert!((other.rel - 0.09 * 2.0).abs() < 1e-9, "twice the widest band: {}", other.rel);

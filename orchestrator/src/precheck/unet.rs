@@ -78,10 +78,26 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
         let (cw, v) = (ch(l), vox(l));
         for j in 0..res(l) {
             let cin = if j == 0 { prev } else { width };
-            let mut s = block(w, "resblocks (norms, convs)", l, nac * (cin + width) as f64 * v, mm * cin as f64 * v, 0.0, unet_res_block(cin, width, temb));
+            let mut s = block(
+                w,
+                "resblocks (norms, convs)",
+                l,
+                nac * (cin + width) as f64 * v,
+                mm * cin as f64 * v,
+                0.0,
+                unet_res_block(cin, width, temb),
+            );
             if attn_at(l) {
                 w.push(s);
-                s = block(w, "attention projections", l, attn_full(cw, v), mm * cw * v, heads(l, cw) * v * v, unet_attention(width));
+                s = block(
+                    w,
+                    "attention projections",
+                    l,
+                    attn_full(cw, v),
+                    mm * cw * v,
+                    heads(l, cw) * v * v,
+                    unet_attention(width),
+                );
             }
             s.skip = w.exact(mm * cw * v);
             skips.push((w.segs.len(), s.skip));
@@ -99,9 +115,25 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
     let last = levels - 1;
     let (cl, vl) = (ch(last), vox(last));
     let wl = chu(last);
-    let rb = block(w, "resblocks (norms, convs)", last, nac * 2.0 * cl * vl, mm * cl * vl, 0.0, unet_res_block(wl, wl, temb));
+    let rb = block(
+        w,
+        "resblocks (norms, convs)",
+        last,
+        nac * 2.0 * cl * vl,
+        mm * cl * vl,
+        0.0,
+        unet_res_block(wl, wl, temb),
+    );
     w.push(rb);
-    let at = block(w, "attention projections", last, attn_full(cl, vl), mm * cl * vl, heads(last, cl) * vl * vl, unet_attention(wl));
+    let at = block(
+        w,
+        "attention projections",
+        last,
+        attn_full(cl, vl),
+        mm * cl * vl,
+        heads(last, cl) * vl * vl,
+        unet_attention(wl),
+    );
     w.push(at);
     w.push(rb);
 
@@ -111,14 +143,23 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
         let (co, v) = (ch(l), vox(l));
         for cin in up.block_inputs.into_iter().map(u64::from) {
             let full = nac * (cin + out) as f64 * v + mm * cin as f64 * v;
-            let mut s = block(w, "resblocks (norms, convs)", l, full, mm * cin as f64 * v, 0.0, unet_res_block(cin, out, temb));
+            let mut s =
+                block(w, "resblocks (norms, convs)", l, full, mm * cin as f64 * v, 0.0, unet_res_block(cin, out, temb));
             if let Some((producer, bytes)) = skips.pop() {
                 s.bwd_alloc = bytes;
                 w.segs[producer].bwd_free += bytes;
             }
             w.push(s);
             if attn_at(l) {
-                w.push(block(w, "attention projections", l, attn_full(co, v), mm * co * v, heads(l, co) * v * v, unet_attention(out)));
+                w.push(block(
+                    w,
+                    "attention projections",
+                    l,
+                    attn_full(co, v),
+                    mm * co * v,
+                    heads(l, co) * v * v,
+                    unet_attention(out),
+                ));
             }
         }
         if l > 0 {

@@ -22,7 +22,17 @@ pub(super) fn walk(m: &UvitSpec, input: &Input, w: &mut Walk) -> Result<WalkInfo
     w.push(embed_seg(w, input, h, t, None));
     let plain = block_seg(w, "transformer blocks", None, h, heads, t, 0.0, false, uvit_block(hu));
     // Out-blocks: cast of [x; skip] for the skip Linear(2h → h).
-    let out = block_seg(w, "transformer blocks (with long skip)", None, h, heads, t, 2.0 * w.dt.mm * h, false, uvit_block(hu) + 2 * hu * hu + hu);
+    let out = block_seg(
+        w,
+        "transformer blocks (with long skip)",
+        None,
+        h,
+        heads,
+        t,
+        2.0 * w.dt.mm * h,
+        false,
+        uvit_block(hu) + 2 * hu * hu + hu,
+    );
     // In-blocks' outputs are the long skips; each out-block's backward makes the
     // skip's fp32 gradient, held until the matching in-block's backward.
     let skip_grad = w.exact(w.dt.wide * h * t);

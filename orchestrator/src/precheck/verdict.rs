@@ -13,7 +13,13 @@ use super::uncertainty::Distance;
 /// lies inside the band, on either side of the prediction, or the budget does
 /// (or the prediction is over the budget but under the capacity); `fits`
 /// otherwise. `why` is the distance from the data that widened the band.
-pub fn judge(predicted_gib: f64, capacity_gib: f64, budget_gb: Option<f64>, band: f64, why: Option<&Distance>) -> Verdict {
+pub fn judge(
+    predicted_gib: f64,
+    capacity_gib: f64,
+    budget_gb: Option<f64>,
+    band: f64,
+    why: Option<&Distance>,
+) -> Verdict {
     let u = band.clamp(0.0, 1.0);
     let low = predicted_gib / (1.0 + u);
     let high = if u < 1.0 { predicted_gib / (1.0 - u) } else { f64::INFINITY };
@@ -62,7 +68,10 @@ pub enum RiskReason {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
-    Fits { predicted_gib: f64, available_gib: f64 },
+    Fits {
+        predicted_gib: f64,
+        available_gib: f64,
+    },
     Risky {
         predicted_gib: f64,
         limit_gib: f64,
@@ -74,8 +83,13 @@ pub enum Verdict {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         why: Option<String>,
     },
-    Oom { predicted_gib: f64, available_gib: f64 },
-    Invalid { reasons: Vec<String> },
+    Oom {
+        predicted_gib: f64,
+        available_gib: f64,
+    },
+    Invalid {
+        reasons: Vec<String>,
+    },
 }
 
 impl Verdict {
@@ -98,9 +112,9 @@ impl Verdict {
     }
     pub fn predicted_gib(&self) -> Option<f64> {
         match self {
-            Verdict::Fits { predicted_gib, .. } | Verdict::Risky { predicted_gib, .. } | Verdict::Oom { predicted_gib, .. } => {
-                Some(*predicted_gib)
-            }
+            Verdict::Fits { predicted_gib, .. }
+            | Verdict::Risky { predicted_gib, .. }
+            | Verdict::Oom { predicted_gib, .. } => Some(*predicted_gib),
             Verdict::Invalid { .. } => None,
         }
     }
@@ -169,6 +183,9 @@ mod tests {
         // A wide band from extrapolation keeps a prediction well above the card risky, and says why.
         let d = Distance::Size { level: 0, tokens: false, ratio: 4.0 };
         let far = judge(90.0, 79.2, None, 0.2, Some(&d));
-        assert_eq!(far.to_string(), "risky (90.0G ±20%, above capacity 79.2 GiB; level-0 volume 4.0x the largest measured)");
+        assert_eq!(
+            far.to_string(),
+            "risky (90.0G ±20%, above capacity 79.2 GiB; level-0 volume 4.0x the largest measured)"
+        );
     }
 }

@@ -104,7 +104,16 @@ fn table(out: &mut String, rows: &[&Row], budget_gib: f64) {
             header.push("Depths");
         }
     }
-    header.extend(["Params", "Model", "Fwd", "Bwd", if unet { "Total" } else { "Peak" }, "Predicted", "Error", "Status"]);
+    header.extend([
+        "Params",
+        "Model",
+        "Fwd",
+        "Bwd",
+        if unet { "Total" } else { "Peak" },
+        "Predicted",
+        "Error",
+        "Status",
+    ]);
     let _ = writeln!(out, "| {} |", header.join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
     for r in rows {
@@ -235,7 +244,11 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
     } else {
         let _ = writeln!(out, "| Variant | Config | Params | Peak |\n|---|---|---|---|");
         for b in &summary.best {
-            let g = if many_sections && !b.section.is_empty() { format!("{} ({})", b.group, b.section) } else { b.group.clone() };
+            let g = if many_sections && !b.section.is_empty() {
+                format!("{} ({})", b.group, b.section)
+            } else {
+                b.group.clone()
+            };
             let _ = writeln!(
                 out,
                 "| {g} | {} | {} | {} |",
@@ -251,7 +264,8 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
         if summary.largest_tokens.is_empty() {
             let _ = writeln!(out, "No transformer ran within budget yet.\n");
         } else {
-            let _ = writeln!(out, "| Variant | Tokens | Config | Peak | Largest predicted to fit |\n|---|---|---|---|---|");
+            let _ =
+                writeln!(out, "| Variant | Tokens | Config | Peak | Largest predicted to fit |\n|---|---|---|---|---|");
             for l in &summary.largest_tokens {
                 let _ = writeln!(
                     out,
@@ -270,19 +284,31 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
     let never: Vec<&Row> = report
         .rows
         .iter()
-        .filter(|r| matches!(r.status, Status::SkippedOom | Status::SkippedRisky | Status::Invalid | Status::NotSubmitted))
+        .filter(|r| {
+            matches!(r.status, Status::SkippedOom | Status::SkippedRisky | Status::Invalid | Status::NotSubmitted)
+        })
         .collect();
     if never.is_empty() {
         let _ = writeln!(out, "Every config was submitted: none skipped as a predicted OOM, none invalid.\n");
     } else {
         let _ = writeln!(out, "| Config | Variant | Predicted | Why |\n|---|---|---|---|");
         for r in never {
-            let _ = writeln!(out, "| {} | {} | {} | {} |", r.name, r.group, opt_gib(r.predicted_gib), status_cell(r, report.budget_gib));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                r.name,
+                r.group,
+                opt_gib(r.predicted_gib),
+                status_cell(r, report.budget_gib)
+            );
         }
         out.push('\n');
     }
-    let unfinished: Vec<&Row> =
-        report.rows.iter().filter(|r| matches!(r.status, Status::Pending | Status::Running | Status::Failed | Status::Cancelled)).collect();
+    let unfinished: Vec<&Row> = report
+        .rows
+        .iter()
+        .filter(|r| matches!(r.status, Status::Pending | Status::Running | Status::Failed | Status::Cancelled))
+        .collect();
     if !unfinished.is_empty() {
         let _ = writeln!(out, "### Not measured yet or lost\n");
         for r in unfinished {

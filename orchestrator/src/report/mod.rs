@@ -275,24 +275,29 @@ impl Report {
         }
         for g in variants {
             let rows: Vec<&Row> = self.rows.iter().filter(|r| r.group == g).collect();
-            let predicted_tokens = rows
-                .iter()
-                .filter(|r| matches!(r.verdict.as_str(), "fits" | "risky"))
-                .filter_map(|r| r.tokens)
-                .max();
+            let predicted_tokens =
+                rows.iter().filter(|r| matches!(r.verdict.as_str(), "fits" | "risky")).filter_map(|r| r.tokens).max();
             let ran = rows
                 .iter()
                 .filter(|r| r.status == Status::Ok)
                 .filter_map(|r| Some((r, r.tokens?, r.peak_gib?)))
                 .max_by(|a, b| a.1.cmp(&b.1).then(b.2.total_cmp(&a.2)));
             if let Some((r, tokens, peak)) = ran {
-                largest.push(Largest { group: g.to_string(), tokens, name: r.name.clone(), peak_gib: peak, predicted_tokens });
+                largest.push(Largest {
+                    group: g.to_string(),
+                    tokens,
+                    name: r.name.clone(),
+                    peak_gib: peak,
+                    predicted_tokens,
+                });
             }
         }
         let never_run = self
             .rows
             .iter()
-            .filter(|r| matches!(r.status, Status::SkippedOom | Status::SkippedRisky | Status::Invalid | Status::NotSubmitted))
+            .filter(|r| {
+                matches!(r.status, Status::SkippedOom | Status::SkippedRisky | Status::Invalid | Status::NotSubmitted)
+            })
             .map(|r| r.name.clone())
             .collect();
         let mut errs: Vec<f64> = self.rows.iter().filter_map(Row::error_pct).map(f64::abs).collect();
@@ -352,7 +357,8 @@ fn base_row(cfg: &RunConfig, id: String, section: String) -> Row {
         _ => (None, None, None),
     };
     let patch = cfg.model.patch();
-    let tokens = patch.filter(|p| *p > 0 && cfg.input.spatial.divisible_by(*p)).map(|p| cfg.input.spatial.div(p).voxels());
+    let tokens =
+        patch.filter(|p| *p > 0 && cfg.input.spatial.divisible_by(*p)).map(|p| cfg.input.spatial.div(p).voxels());
     Row {
         name: cfg.name.clone(),
         id,
@@ -555,9 +561,8 @@ fn state_row(
         Some(v) => v,
         None => predictor.verdict(&c.config, budget_gb).name().to_string(),
     };
-    row.predicted_gib = record
-        .and_then(|r| r.predicted_gib)
-        .or_else(|| predictor.predict_peak(&c.config).ok().map(|p| p.peak_gib()));
+    row.predicted_gib =
+        record.and_then(|r| r.predicted_gib).or_else(|| predictor.predict_peak(&c.config).ok().map(|p| p.peak_gib()));
     row.verdict = verdict;
     // The worker's events are the authority (the latest attempt only); the
     // record's copy of the result covers state dirs whose events were not pulled.
@@ -606,8 +611,11 @@ pub fn read_records_files(paths: &[PathBuf]) -> Result<Vec<MeasurementRecord>, R
     let mut out = Vec::new();
     for path in paths {
         let text = std::fs::read_to_string(path).map_err(|source| ReportError::Io { path: path.clone(), source })?;
-        let recs = spec::record::read_jsonl(&text)
-            .map_err(|(line, source)| ReportError::Records { path: path.clone(), line, source })?;
+        let recs = spec::record::read_jsonl(&text).map_err(|(line, source)| ReportError::Records {
+            path: path.clone(),
+            line,
+            source,
+        })?;
         if recs.is_empty() {
             return Err(ReportError::NoRecords { path: path.clone() });
         }

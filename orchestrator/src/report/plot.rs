@@ -93,8 +93,12 @@ impl PredVsMeasured {
         for r in &report.rows {
             let Some(predicted) = r.predicted_gib else { continue };
             match (r.status, r.peak_gib) {
-                (Status::Ok | Status::OverBudget, Some(m)) => points.push(Point { family: r.family, measured: m, predicted, oom: false }),
-                (Status::Oom, _) => points.push(Point { family: r.family, measured: r.limit_gib, predicted, oom: true }),
+                (Status::Ok | Status::OverBudget, Some(m)) => {
+                    points.push(Point { family: r.family, measured: m, predicted, oom: false })
+                }
+                (Status::Oom, _) => {
+                    points.push(Point { family: r.family, measured: r.limit_gib, predicted, oom: true })
+                }
                 _ => {}
             }
         }
@@ -164,7 +168,12 @@ impl Figure for PredVsMeasured {
             .draw()
             .map_err(perr)?;
         chart
-            .draw_series(std::iter::once(DashedPathElement::new(vec![(0.0, 0.0), (max * k, max * k)], 6, 4, BLACK.stroke_width(1))))
+            .draw_series(std::iter::once(DashedPathElement::new(
+                vec![(0.0, 0.0), (max * k, max * k)],
+                6,
+                4,
+                BLACK.stroke_width(1),
+            )))
             .map_err(perr)?
             .label("y = x")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
@@ -176,13 +185,24 @@ impl Figure for PredVsMeasured {
                 .map_err(perr)?
                 .label(limit_label(limit, self.capacity))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            chart.draw_series(std::iter::once(PathElement::new(vec![(c, 0.0), (c, max * k)], color.stroke_width(2)))).map_err(perr)?;
+            chart
+                .draw_series(std::iter::once(PathElement::new(vec![(c, 0.0), (c, max * k)], color.stroke_width(2))))
+                .map_err(perr)?;
         }
         for f in [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit] {
             let color = family_color(f);
-            let ran: Vec<(f64, f64)> = self.points.iter().filter(|p| p.family == f && !p.oom).map(|p| (p.measured * k, p.predicted * k)).collect();
-            let oom: Vec<(f64, f64)> =
-                self.points.iter().filter(|p| p.family == f && p.oom).map(|p| (p.measured * k, p.predicted.min(max * 0.985) * k)).collect();
+            let ran: Vec<(f64, f64)> = self
+                .points
+                .iter()
+                .filter(|p| p.family == f && !p.oom)
+                .map(|p| (p.measured * k, p.predicted * k))
+                .collect();
+            let oom: Vec<(f64, f64)> = self
+                .points
+                .iter()
+                .filter(|p| p.family == f && p.oom)
+                .map(|p| (p.measured * k, p.predicted.min(max * 0.985) * k))
+                .collect();
             if !ran.is_empty() {
                 chart
                     .draw_series(ran.iter().map(|&(x, y)| Circle::new((x, y), 5, color.filled())))
@@ -290,17 +310,23 @@ impl Figure for PeakVsSize {
             .map_err(perr)?;
         for &c in &lines {
             let color = if c < self.capacity { LIMIT } else { CAPACITY };
-            chart.draw_series(std::iter::once(PathElement::new(vec![(x.lo, c), (x.hi, c)], color.stroke_width(2)))).map_err(perr)?;
+            chart
+                .draw_series(std::iter::once(PathElement::new(vec![(x.lo, c), (x.hi, c)], color.stroke_width(2))))
+                .map_err(perr)?;
         }
         let mut legend: Vec<(String, RGBColor)> = Vec::new();
         for (i, (group, pts)) in self.series.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
             legend.push((group.clone(), color));
             chart
-                .draw_series(pts.iter().filter(|p| !p.3).filter_map(|p| Some(Circle::new((p.0, p.1?), 5, color.filled()))))
+                .draw_series(
+                    pts.iter().filter(|p| !p.3).filter_map(|p| Some(Circle::new((p.0, p.1?), 5, color.filled()))),
+                )
                 .map_err(perr)?;
             chart
-                .draw_series(pts.iter().filter(|p| p.3).filter_map(|p| Some(Cross::new((p.0, p.1?), 6, color.stroke_width(2)))))
+                .draw_series(
+                    pts.iter().filter(|p| p.3).filter_map(|p| Some(Cross::new((p.0, p.1?), 6, color.stroke_width(2)))),
+                )
                 .map_err(perr)?;
             chart
                 .draw_series(pts.iter().filter_map(|p| Some(Circle::new((p.0, p.2?), 7, color.stroke_width(1)))))
@@ -326,7 +352,9 @@ impl Figure for PeakVsSize {
         for &c in &lines {
             ly += 22;
             let color = if c < self.capacity { LIMIT } else { CAPACITY };
-            legend_area.draw(&PathElement::new(vec![(8, ly + 7), (28, ly + 7)], color.stroke_width(2))).map_err(perr)?;
+            legend_area
+                .draw(&PathElement::new(vec![(8, ly + 7), (28, ly + 7)], color.stroke_width(2)))
+                .map_err(perr)?;
             legend_area.draw(&Text::new(limit_label(c, self.capacity), (32, ly), font)).map_err(perr)?;
         }
         Ok(())

@@ -61,11 +61,16 @@ fn fixture() -> Fixture {
     let root = dir.path().join("state");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), SWEEP, &[]).expect("sweep parses");
     let st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() }).expect("sweep.json");
+    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
+        .expect("sweep.json");
     let p = Predictor::pytorch();
     let mut records = BTreeMap::new();
     for (task, c) in sweep.configs.iter().enumerate() {
-        let v = if c.is_valid() { p.verdict(&c.config, Some(60.0)) } else { crate::precheck::Verdict::Invalid { reasons: vec![] } };
+        let v = if c.is_valid() {
+            p.verdict(&c.config, Some(60.0))
+        } else {
+            crate::precheck::Verdict::Invalid { reasons: vec![] }
+        };
         let mut r = ConfigRecord {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
@@ -80,10 +85,23 @@ fn fixture() -> Fixture {
                 r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
                 Some(vec![
                     start(&c.name, h),
-                    format!(r#"{{"event":"phase_end","t":1795215786.0,"phase":"model","peak_bytes":{},"seconds":0.5}}"#, GIB_U),
-                    format!(r#"{{"event":"heartbeat","t":1795215786.5,"phase":"fwd","current_bytes":{},"peak_bytes":{}}}"#, 8 * GIB_U, 9 * GIB_U),
-                    format!(r#"{{"event":"phase_end","t":1795215787.0,"phase":"fwd","peak_bytes":{},"seconds":1.0}}"#, 12 * GIB_U),
-                    format!(r#"{{"event":"phase_end","t":1795215788.0,"phase":"bwd","peak_bytes":{},"seconds":1.0}}"#, 20 * GIB_U),
+                    format!(
+                        r#"{{"event":"phase_end","t":1795215786.0,"phase":"model","peak_bytes":{},"seconds":0.5}}"#,
+                        GIB_U
+                    ),
+                    format!(
+                        r#"{{"event":"heartbeat","t":1795215786.5,"phase":"fwd","current_bytes":{},"peak_bytes":{}}}"#,
+                        8 * GIB_U,
+                        9 * GIB_U
+                    ),
+                    format!(
+                        r#"{{"event":"phase_end","t":1795215787.0,"phase":"fwd","peak_bytes":{},"seconds":1.0}}"#,
+                        12 * GIB_U
+                    ),
+                    format!(
+                        r#"{{"event":"phase_end","t":1795215788.0,"phase":"bwd","peak_bytes":{},"seconds":1.0}}"#,
+                        20 * GIB_U
+                    ),
                     format!(
                         r#"{{"event":"result","t":1795215789.0,"status":"ok","params":32912384,"peaks":{{"model":{},"fwd":{},"bwd":{},"step":{}}},"peak_bytes":{},"wall_s":3.1}}"#,
                         GIB_U,
@@ -98,7 +116,10 @@ fn fixture() -> Fixture {
                 r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
                 Some(vec![
                     start(&c.name, h),
-                    format!(r#"{{"event":"phase_end","t":1795215786.0,"phase":"model","peak_bytes":{},"seconds":0.5}}"#, 2 * GIB_U),
+                    format!(
+                        r#"{{"event":"phase_end","t":1795215786.0,"phase":"model","peak_bytes":{},"seconds":0.5}}"#,
+                        2 * GIB_U
+                    ),
                     format!(
                         r#"{{"event":"result","t":1795215789.0,"status":"oom","params":130000000,"peaks":{{"model":{},"fwd":{}}},"peak_bytes":{},"phase":"bwd","message":"allocation of 2147483648 bytes refused (limit 85899345920)","wall_s":2.0}}"#,
                         2 * GIB_U,
@@ -112,7 +133,11 @@ fn fixture() -> Fixture {
                 // Still running: the last line is torn mid-write.
                 Some(vec![
                     start(&c.name, h),
-                    format!(r#"{{"event":"heartbeat","t":1795215786.5,"phase":"fwd","current_bytes":{},"peak_bytes":{}}}"#, 8 * GIB_U, 9 * GIB_U),
+                    format!(
+                        r#"{{"event":"heartbeat","t":1795215786.5,"phase":"fwd","current_bytes":{},"peak_bytes":{}}}"#,
+                        8 * GIB_U,
+                        9 * GIB_U
+                    ),
                     r#"{"event":"heartbeat","t":1795215787.5,"pha"#.to_string(),
                 ])
             }
@@ -187,7 +212,11 @@ fn rows_match_the_state_directory() {
 
     let running = row(&rep, "dit_L_p8");
     assert_eq!(running.status, Status::Running);
-    assert!(running.detail.as_deref().is_some_and(|d| d.contains("in fwd") && d.contains("9.00 GiB")), "{:?}", running.detail);
+    assert!(
+        running.detail.as_deref().is_some_and(|d| d.contains("in fwd") && d.contains("9.00 GiB")),
+        "{:?}",
+        running.detail
+    );
 
     let failed = row(&rep, "dit_XL_p8");
     assert_eq!(failed.status, Status::Failed);
@@ -244,8 +273,11 @@ fn writes_markdown_json_and_plots() {
             assert!(md.ends_with("report.md"));
             let text = std::fs::read_to_string(&md).expect("md");
             assert!(text.contains("![predicted_vs_measured.png](predicted_vs_measured.png)"));
-            let names: Vec<String> = plots.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
-            for want in ["predicted_vs_measured.svg", "predicted_vs_measured.png", "peak_vs_tokens.png", "verdict_map_dit.png"] {
+            let names: Vec<String> =
+                plots.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+            for want in
+                ["predicted_vs_measured.svg", "predicted_vs_measured.png", "peak_vs_tokens.png", "verdict_map_dit.png"]
+            {
                 assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
             }
             let png = std::fs::read(out.join("verdict_map_dit.png")).expect("png");
@@ -257,8 +289,9 @@ fn writes_markdown_json_and_plots() {
         Err(ReportError::Plot(why)) => assert!(why.contains("ORCHESTRATOR_FONT"), "{why}"),
         Err(e) => panic!("{e}"),
     }
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap_or_default())
-        .unwrap_or_else(|_| json(&rep));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap_or_default())
+            .unwrap_or_else(|_| json(&rep));
     assert_eq!(v["rows"].as_array().map(Vec::len), Some(7));
     assert_eq!(v["rows"][0]["status"], "ok");
     assert_eq!(v["summary"]["never_run"][1], "dit_XL_p2");
@@ -296,7 +329,10 @@ fn records_mode_rows_and_predictions() {
     assert!(rep.env.backends.contains("pytorch"));
     let md = markdown::render(&rep, &[], Path::new("."));
     assert!(md.contains("## exp13") && md.contains("### DiT-XL"));
-    assert!(md.contains("| 4L_large | [256, 512, 1024, 2048] | FFTT | 2664.6M | 10.0G | 31.0G | 31.0G | 49.7G |"), "{md}");
+    assert!(
+        md.contains("| 4L_large | [256, 512, 1024, 2048] | FFTT | 2664.6M | 10.0G | 31.0G | 31.0G | 49.7G |"),
+        "{md}"
+    );
     assert!(md.contains("over budget (>60GB)"));
     // Predicted vs measured has the two that ran and the OOM (at the capacity).
     assert_eq!(plot::PredVsMeasured::new(&rep).len(), 3);
@@ -347,7 +383,8 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
     let text = SWEEP.replace("budget_gb: 60\n", "budget_gb: 60\nworker: {memory_limit: 512MiB}\n");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), &text, &[]).expect("sweep parses");
     let st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() }).expect("sweep.json");
+    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
+        .expect("sweep.json");
     let c = &sweep.configs[0];
     let result = serde_json::json!({
         "event": "result", "t": 1795215789.0, "status": "oom", "params": 32912384,

@@ -48,7 +48,8 @@ fn measured_text(r: &Row) -> String {
 impl VerdictMap {
     pub fn new(report: &Report, family: Family) -> Self {
         let rows_of: Vec<&Row> = report.rows.iter().filter(|r| r.family == family).collect();
-        let many_res = rows_of.iter().map(|r| (&r.resolution, r.in_channels)).collect::<std::collections::BTreeSet<_>>().len() > 1;
+        let many_res =
+            rows_of.iter().map(|r| (&r.resolution, r.in_channels)).collect::<std::collections::BTreeSet<_>>().len() > 1;
         let mut rows = Vec::new();
         let mut cols = Vec::new();
         let mut cells = BTreeMap::new();
@@ -145,12 +146,11 @@ impl Figure for VerdictMap {
         let cw = self.cell_w() as i32;
         let ch = CELL_H as i32;
         let (left, top) = (LEFT as i32, TOP as i32);
-        let title = format!(
-            "{}: precheck verdict (predicted peak) and what was measured",
-            super::family_title(self.family)
-        );
+        let title =
+            format!("{}: precheck verdict (predicted peak) and what was measured", super::family_title(self.family));
         root.draw(&Text::new(title, (20, 20), ("sans-serif", 20))).map_err(perr)?;
-        let center = |size: u32| TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
+        let center =
+            |size: u32| TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
         let right = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
         for (j, c) in self.cols.iter().enumerate() {
             let x = left + j as i32 * cw + cw / 2;
@@ -165,8 +165,10 @@ impl Figure for VerdictMap {
                 match self.cells.get(&(i, j)) {
                     Some((verdict, measured)) => {
                         root.draw(&Rectangle::new(rect, verdict_color(verdict).filled())).map_err(perr)?;
-                        root.draw(&Text::new(verdict.clone(), (x + cw / 2, y + ch / 2 - 9), center(12))).map_err(perr)?;
-                        root.draw(&Text::new(measured.clone(), (x + cw / 2, y + ch / 2 + 9), center(12))).map_err(perr)?;
+                        root.draw(&Text::new(verdict.clone(), (x + cw / 2, y + ch / 2 - 9), center(12)))
+                            .map_err(perr)?;
+                        root.draw(&Text::new(measured.clone(), (x + cw / 2, y + ch / 2 + 9), center(12)))
+                            .map_err(perr)?;
                     }
                     None => {
                         root.draw(&Rectangle::new(rect, RGBColor(245, 245, 245).filled())).map_err(perr)?;
@@ -177,7 +179,13 @@ impl Figure for VerdictMap {
         // Key.
         let y = top + self.rows.len() as i32 * ch + 30;
         let mut x = 20;
-        for (label, v) in [("fits", "fits"), ("risky", "risky"), ("predicted OOM", "oom"), ("invalid", "invalid"), ("not in sweep", "")] {
+        for (label, v) in [
+            ("fits", "fits"),
+            ("risky", "risky"),
+            ("predicted OOM", "oom"),
+            ("invalid", "invalid"),
+            ("not in sweep", ""),
+        ] {
             let color = if v.is_empty() { RGBColor(245, 245, 245) } else { verdict_color(v) };
             root.draw(&Rectangle::new([(x, y), (x + 18, y + 18)], color.filled())).map_err(perr)?;
             root.draw(&Rectangle::new([(x, y), (x + 18, y + 18)], BLACK.stroke_width(1))).map_err(perr)?;

@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::{allowed, cluster_name, experiment_hash, template_dirs, verdicts, CommandError, Options, StoredSweep, Target};
+use super::{
+    allowed, cluster_name, experiment_hash, template_dirs, verdicts, CommandError, Options, StoredSweep, Target,
+};
 use crate::cluster::{merge_resources, ClusterConfig, ClustersFile};
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
@@ -54,7 +56,8 @@ pub(crate) fn prepare_arrays(
         let sid = format!("s{:03}-{}", first_seq + k, random_suffix());
         let job_name = format!("sw-{}-{exph}-{sid}", slurm::slug(&exp.name, 24));
         let hashes: Vec<String> = chunk.iter().map(|c| c.hash.0.clone()).collect();
-        let mut comment = format!("sweep:exp={};exph={exph};sub={sid};configs={}", slurm::slug(&exp.name, 40), hashes.join(","));
+        let mut comment =
+            format!("sweep:exp={};exph={exph};sub={sid};configs={}", slurm::slug(&exp.name, 40), hashes.join(","));
         // SLURM keeps comments in accounting; keep them to a sane length (the manifest has all).
         if comment.len() > 1000 {
             comment.truncate(990);
@@ -123,7 +126,6 @@ pub(crate) fn prepare_arrays(
     Ok(out)
 }
 
-
 /// `render`: the scripts `submit` would send now, written under
 /// `state/<experiment>/render/` and returned; nothing is submitted and the
 /// state's records are left alone.
@@ -144,7 +146,8 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, Strin
         Some(w) => format!("{}/bin/worker", w.trim_end_matches('/')),
         None => "worker".into(),
     });
-    let target = Target { name, transport: transport::open(&cluster, &ClusterConfig::local(), &opts.state_root)?, config };
+    let target =
+        Target { name, transport: transport::open(&cluster, &ClusterConfig::local(), &opts.state_root)?, config };
     let v = verdicts(sweep, &opts.state_root);
     let mut seen = BTreeSet::new();
     let todo: Vec<&SweepConfig> = sweep
@@ -155,7 +158,8 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, Strin
         .collect();
     let mut renderer = Renderer::new(template_dirs(opts, sweep));
     let dir = opts.state_root.join(&sweep.experiment.name).join("render");
-    let prepared = prepare_arrays(sweep, &todo, &target, &remote_state, &worker, 1001, 1, &mut renderer, &|sid| dir.join(sid))?;
+    let prepared =
+        prepare_arrays(sweep, &todo, &target, &remote_state, &worker, 1001, 1, &mut renderer, &|sid| dir.join(sid))?;
     Ok(prepared
         .into_iter()
         .map(|p| {
@@ -164,4 +168,3 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, Strin
         })
         .collect())
 }
-

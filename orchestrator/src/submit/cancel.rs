@@ -24,4 +24,3 @@ pub async fn cancel(experiment: &str, opts: &Options) -> Result<Vec<String>, Com
     blocking(&target.transport, move |t| t.cancel(&send)).await?;
     Ok(ids)
 }
-

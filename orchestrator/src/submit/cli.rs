@@ -139,7 +139,13 @@ fn options(common: &Common, select: Option<&Selection>, retry: Option<&Retry>) -
         o.force = s.force;
     }
     if let Some(r) = retry {
-        o.retry = RetryPolicy { timeout: !r.no_retry_timeout, cancelled: !r.no_retry_cancelled, failed: r.retry_failed, killed: !r.no_retry_killed, max_attempts: r.max_attempts.max(1) };
+        o.retry = RetryPolicy {
+            timeout: !r.no_retry_timeout,
+            cancelled: !r.no_retry_cancelled,
+            failed: r.retry_failed,
+            killed: !r.no_retry_killed,
+            max_attempts: r.max_attempts.max(1),
+        };
     }
     o
 }
@@ -185,7 +191,11 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
         ClusterCommand::Submit { file, overrides, select, common } => {
             let opts = options(&common, Some(&select), None);
             let sweep = crate::sweep::load(&file, &overrides)?;
-            let spin = crate::progress::spinner(&format!("submitting {} ({} configs)", sweep.experiment.name, sweep.configs.len()));
+            let spin = crate::progress::spinner(&format!(
+                "submitting {} ({} configs)",
+                sweep.experiment.name,
+                sweep.configs.len()
+            ));
             let r = block_on(submit(&sweep, &opts, false))?.context("submit");
             spin.finish_and_clear();
             let r = r?;
@@ -210,7 +220,10 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
                     }
                 } else {
                     print!("{}", r.table());
-                    println!("experiment `{name}` has not been submitted (no state under {})", opts.state_root.display());
+                    println!(
+                        "experiment `{name}` has not been submitted (no state under {})",
+                        opts.state_root.display()
+                    );
                 }
                 return Ok(());
             }

@@ -86,7 +86,9 @@ pub(crate) fn fold(r: &mut ConfigRecord, events: Vec<(Event, usize)>) -> (Option
                     r.result = None;
                 }
             }
-            Event::Heartbeat { t, phase, peak_bytes, .. } | Event::PhaseEnd { t, phase, peak_bytes, .. } if a.events_mine => {
+            Event::Heartbeat { t, phase, peak_bytes, .. } | Event::PhaseEnd { t, phase, peak_bytes, .. }
+                if a.events_mine =>
+            {
                 let l = a.live.get_or_insert(Live { phase, peak_bytes: 0, started_t: None, t });
                 l.phase = phase;
                 l.peak_bytes = l.peak_bytes.max(peak_bytes);
@@ -119,7 +121,8 @@ pub(crate) async fn pull_events(
 ) -> Collected {
     let mut got = Collected::default();
     let Ok(remote_state) = blocking(&target.transport, |t| t.remote_state_root()).await else { return got };
-    let configs: BTreeMap<&str, &spec::RunConfig> = sweep.configs.iter().map(|c| (c.hash.0.as_str(), &c.config)).collect();
+    let configs: BTreeMap<&str, &spec::RunConfig> =
+        sweep.configs.iter().map(|c| (c.hash.0.as_str(), &c.config)).collect();
     let now = state::now();
     for r in records.values_mut() {
         let Some(latest) = r.latest() else { continue };
@@ -200,7 +203,11 @@ fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::P
     let path = st.path("measurements.jsonl");
     let mut line = serde_json::to_vec(&rec).map_err(|source| state::StateError::Json { path: path.clone(), source })?;
     line.push(b'\n');
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|source| state::StateError::Io { path: path.clone(), source })?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|source| state::StateError::Io { path: path.clone(), source })?;
     f.write_all(&line).map_err(|source| state::StateError::Io { path, source })
 }
 
@@ -208,11 +215,15 @@ fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::P
 /// `job_id`: whether its worker wrote `start`, and its `result` event (the
 /// same fold a poll uses).
 pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<serde_json::Value>) {
-    let mut r = ConfigRecord { hash: String::new(), name: String::new(), verdict: None, predicted_gib: None, attempts: vec![], result: None };
-    r.attempts.push(Attempt {
-        job_id: job_id.map(str::to_string),
-        ..Attempt::intended(String::new(), 0, 0.0)
-    });
+    let mut r = ConfigRecord {
+        hash: String::new(),
+        name: String::new(),
+        verdict: None,
+        predicted_gib: None,
+        attempts: vec![],
+        result: None,
+    };
+    r.attempts.push(Attempt { job_id: job_id.map(str::to_string), ..Attempt::intended(String::new(), 0, 0.0) });
     let (events, _, _) = complete_lines(text.as_bytes());
     fold(&mut r, events);
     (r.attempts[0].worker.is_some(), r.result)
@@ -222,7 +233,6 @@ pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<serde_j
 pub fn last_result(text: &str) -> Option<serde_json::Value> {
     crate::collect::last_result(text)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -238,12 +248,20 @@ mod tests {
     }
 
     fn record(a: Attempt) -> ConfigRecord {
-        ConfigRecord { hash: "h".into(), name: "n".into(), verdict: None, predicted_gib: None, attempts: vec![a], result: None }
+        ConfigRecord {
+            hash: "h".into(),
+            name: "n".into(),
+            verdict: None,
+            predicted_gib: None,
+            attempts: vec![a],
+            result: None,
+        }
     }
 
     const START_11: &str = "{\"event\":\"start\",\"t\":1.0,\"config\":\"n\",\"config_hash\":\"0\",\"env\":{\"host\":\"h\",\"device\":\"cpu\",\"backend\":\"flex\",\"dtype\":\"f32\",\"grad_ckpt\":false,\"slurm_job_id\":\"11\"}}\n";
     const START_12: &str = "{\"event\":\"start\",\"t\":5.0,\"config\":\"n\",\"config_hash\":\"0\",\"env\":{\"host\":\"h\",\"device\":\"cpu\",\"backend\":\"flex\",\"dtype\":\"f32\",\"grad_ckpt\":false,\"slurm_job_id\":\"12\"}}\n";
-    const BEAT: &str = "{\"event\":\"heartbeat\",\"t\":2.0,\"phase\":\"fwd\",\"current_bytes\":10,\"peak_bytes\":2048}\n";
+    const BEAT: &str =
+        "{\"event\":\"heartbeat\",\"t\":2.0,\"phase\":\"fwd\",\"current_bytes\":10,\"peak_bytes\":2048}\n";
     const OOM: &str = "{\"event\":\"result\",\"t\":3.0,\"status\":\"oom\",\"params\":1,\"peaks\":{},\"peak_bytes\":4096,\"phase\":\"bwd\",\"wall_s\":2.0}\n";
 
     /// Reads `text` in pieces (a lagging or live file), as a poll would: from the offset, complete lines only.
@@ -260,7 +278,8 @@ mod tests {
     #[test]
     fn incremental_reads_in_any_pieces_give_the_same_result_and_read_each_byte_once() {
         let text = format!("{START_11}{BEAT}{OOM}");
-        for cuts in [vec![], vec![10], vec![START_11.len()], vec![START_11.len() + 5, START_11.len() + BEAT.len() + 3]] {
+        for cuts in [vec![], vec![10], vec![START_11.len()], vec![START_11.len() + 5, START_11.len() + BEAT.len() + 3]]
+        {
             let mut r = record(attempt(Some("11"), Some(SlurmState::Running)));
             read_in_pieces(&mut r, &text, &cuts);
             assert_eq!(r.attempts[0].worker.as_deref(), Some("oom"), "{cuts:?}");

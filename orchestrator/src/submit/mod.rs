@@ -97,8 +97,8 @@ impl Default for Options {
     }
 }
 
-pub use crate::target::{block_on, Target};
 pub(crate) use crate::target::blocking;
+pub use crate::target::{block_on, Target};
 
 /// 8 hex digits naming the experiment in job names.
 pub fn experiment_hash(name: &str) -> String {
@@ -160,7 +160,11 @@ pub(crate) fn allowed(verdict: &str, opts: &Options) -> bool {
 
 /// Opens the state, records the sweep and a record per config (new ones
 /// created, verdicts refreshed). The cluster is fixed at the first submission.
-pub(crate) fn prepare(st: &StateDir, sweep: &Sweep, cluster: &str) -> Result<BTreeMap<String, ConfigRecord>, CommandError> {
+pub(crate) fn prepare(
+    st: &StateDir,
+    sweep: &Sweep,
+    cluster: &str,
+) -> Result<BTreeMap<String, ConfigRecord>, CommandError> {
     let prev = state::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     if let Some(prev) = &prev {
         if prev.cluster != cluster && !st.load_submissions()?.is_empty() {
@@ -172,7 +176,10 @@ pub(crate) fn prepare(st: &StateDir, sweep: &Sweep, cluster: &str) -> Result<BTr
         }
     }
     let mut records = st.repair()?;
-    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, &records) })?;
+    state::write_json(
+        &st.path("sweep.json"),
+        &StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, &records) },
+    )?;
     let v = verdicts(sweep, st.root.parent().unwrap_or(Path::new(".")));
     let mut seen = BTreeSet::new();
     for c in &sweep.configs {
@@ -229,7 +236,6 @@ pub(crate) fn same_file(local: &Path, remote: &str) -> bool {
     std::path::absolute(local).map(|p| p == Path::new(remote)).unwrap_or(false)
 }
 
-
 /// Loads the stored sweep of an experiment by name.
 pub fn stored_sweep(state_root: &Path, experiment: &str) -> Result<StoredSweep, CommandError> {
     state::read_json::<StoredSweep>(&state_root.join(experiment).join("sweep.json"))?.ok_or_else(|| {
@@ -240,7 +246,6 @@ pub fn stored_sweep(state_root: &Path, experiment: &str) -> Result<StoredSweep, 
     })
 }
 
-
 pub(crate) fn template_dirs(opts: &Options, sweep: &Sweep) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     // Templates beside the experiment file first (`experiments/templates/`), then the given dirs.
@@ -250,7 +255,6 @@ pub(crate) fn template_dirs(opts: &Options, sweep: &Sweep) -> Vec<PathBuf> {
     dirs.extend(opts.template_dirs.iter().cloned());
     dirs
 }
-
 
 /// The command line of the cluster commands (wired into `main` by one flattened variant).
 pub mod cli;
@@ -267,10 +271,7 @@ mod tests {
         let mut edited = full.clone();
         let removed_submitted = edited.configs.remove(0);
         let removed_never = edited.configs.remove(0);
-        let attempt = Attempt {
-            array_job_id: Some("5".into()),
-            ..Attempt::intended("s001-x", 0, 0.0)
-        };
+        let attempt = Attempt { array_job_id: Some("5".into()), ..Attempt::intended("s001-x", 0, 0.0) };
         let rec = ConfigRecord {
             hash: removed_submitted.hash.0.clone(),
             name: removed_submitted.name.clone(),

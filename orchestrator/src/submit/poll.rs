@@ -14,7 +14,11 @@ use crate::transport::Poll;
 /// Applies one poll to the records; returns the configs whose state changed.
 /// Tasks a complete poll does not list are timed in `missing.json` (see
 /// [`crate::state::Attempt::missing`]).
-pub(crate) fn apply(st: &StateDir, records: &mut BTreeMap<String, ConfigRecord>, poll: &Poll) -> Result<Vec<String>, CommandError> {
+pub(crate) fn apply(
+    st: &StateDir,
+    records: &mut BTreeMap<String, ConfigRecord>,
+    poll: &Poll,
+) -> Result<Vec<String>, CommandError> {
     let mut changed = Vec::new();
     let now = state::now();
     let missing_path = st.path("missing.json");
@@ -61,7 +65,8 @@ pub(crate) async fn update(
     grace_s: f64,
 ) -> Result<PollSummary, CommandError> {
     let subs = st.load_submissions()?;
-    let names: Vec<String> = subs.iter().filter(|s| s.state() != IntentState::Abandoned).map(|s| s.job_name.clone()).collect();
+    let names: Vec<String> =
+        subs.iter().filter(|s| s.state() != IntentState::Abandoned).map(|s| s.job_name.clone()).collect();
     let since = subs.iter().map(|s| s.intended_at).fold(f64::INFINITY, f64::min);
     let since = if since.is_finite() { since } else { state::now() };
     let poll = blocking(&target.transport, move |t| t.poll(&names, since)).await?;
@@ -86,4 +91,3 @@ pub struct PollSummary {
     pub events_files: u32,
     pub events_bytes: u64,
 }
-

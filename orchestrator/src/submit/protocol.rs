@@ -154,15 +154,16 @@ pub(crate) fn advance(
     event: &Event,
 ) -> Result<(), CommandError> {
     let before = sub.state();
-    let next = before.next(event).map_err(|e| {
-        CommandError::Refused(format!("submission {} (job name {}): {e}", sub.id, sub.job_name))
-    })?;
+    let next = before
+        .next(event)
+        .map_err(|e| CommandError::Refused(format!("submission {} (job name {}): {e}", sub.id, sub.job_name)))?;
     if next == before {
         return Ok(());
     }
     sub.set_state(next.clone());
     st.save_submission(sub)?;
-    let mut entry = serde_json::json!({"t": state::now(), "op": next.name(), "from": before.name(), "submission": sub.id});
+    let mut entry =
+        serde_json::json!({"t": state::now(), "op": next.name(), "from": before.name(), "submission": sub.id});
     if let IntentState::Submitted { job_id } = &next {
         entry["job_id"] = job_id.clone().into();
     }
@@ -224,7 +225,8 @@ pub(crate) async fn reconcile(
         for mut s in open {
             let ids: BTreeSet<String> =
                 poll.tasks.values().filter(|o| o.name == s.job_name).map(|o| o.array_job_id.clone()).collect();
-            let event = if ids.is_empty() { Event::NotListed { complete: poll.complete(), at } } else { Event::Found(ids) };
+            let event =
+                if ids.is_empty() { Event::NotListed { complete: poll.complete(), at } } else { Event::Found(ids) };
             advance(st, records, &mut s, &event)?;
             match s.state() {
                 IntentState::Submitted { .. } => settled.adopted.push(s.id.clone()),

@@ -8,7 +8,10 @@ use std::time::Instant;
 use super::arrays::{prepare_arrays, Prepared};
 use super::collect::awaiting_result;
 use super::protocol::{self, Event};
-use super::{allowed, blocking, cluster_name, open_target, prepare, same_file, template_dirs, CommandError, Options, StoredSweep, Target};
+use super::{
+    allowed, blocking, cluster_name, open_target, prepare, same_file, template_dirs, CommandError, Options,
+    StoredSweep, Target,
+};
 use crate::render::Renderer;
 use crate::slurm::{SlurmState, WorkerOutcome};
 use crate::state::{self, Attempt, ConfigRecord, StateDir};
@@ -31,7 +34,6 @@ pub struct SubmitReport {
     pub counters: CounterSnapshot,
     pub wall_s: f64,
 }
-
 
 /// Test-only: dies by SIGKILL right after sbatch returned, before anything is
 /// recorded, to prove `resume` settles the intent without a duplicate.
@@ -139,7 +141,9 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
         });
     }
     if r.attempts.iter().any(|a| !a.abandoned && a.array_job_id.is_none()) {
-        return Some("submission unresolved (SLURM has not yet answered by job name; nothing is submitted twice)".into());
+        return Some(
+            "submission unresolved (SLURM has not yet answered by job name; nothing is submitted twice)".into(),
+        );
     }
     if r.live() {
         return Some("queued or running".into());
@@ -180,7 +184,6 @@ fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
     }
 }
 
-
 /// `submit` (never-submitted configs only) and `resume` (also retryable ended ones).
 pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<SubmitReport, CommandError> {
     let t0 = Instant::now();
@@ -218,17 +221,10 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
         let worker = blocking(&target.transport, |t| t.worker_path()).await?;
         let mut renderer = Renderer::new(template_dirs(opts, sweep));
         let first = st.load_submissions()?.len() + 1;
-        let prepared = prepare_arrays(
-            sweep,
-            &todo,
-            &target,
-            &remote_state,
-            &worker,
-            max_array,
-            first,
-            &mut renderer,
-            &|sid| st.submission_dir(sid),
-        )?;
+        let prepared =
+            prepare_arrays(sweep, &todo, &target, &remote_state, &worker, max_array, first, &mut renderer, &|sid| {
+                st.submission_dir(sid)
+            })?;
         send(&st, &target, &mut records, prepared, &mut report).await?;
     }
     let after = target.transport.counters();
@@ -240,7 +236,6 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     report.wall_s = t0.elapsed().as_secs_f64();
     Ok(report)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -259,11 +254,7 @@ mod tests {
     }
 
     fn ended(state: SlurmState) -> Attempt {
-        Attempt {
-            array_job_id: Some("1".into()),
-            state: Some(state),
-            ..Attempt::intended("s", 0, 0.0)
-        }
+        Attempt { array_job_id: Some("1".into()), state: Some(state), ..Attempt::intended("s", 0, 0.0) }
     }
 
     #[test]
@@ -280,7 +271,10 @@ mod tests {
         assert!(blocker(&rec("fits", vec![intent], None), &o, true).is_some(), "unsettled intent");
         assert_eq!(blocker(&rec("fits", vec![ended(SlurmState::NodeFail)], None), &o, true), None);
         assert_eq!(blocker(&rec("fits", vec![ended(SlurmState::Cancelled)], None), &o, true), None);
-        assert!(blocker(&rec("fits", vec![ended(SlurmState::Cancelled)], None), &o, false).is_some(), "submit does not retry");
+        assert!(
+            blocker(&rec("fits", vec![ended(SlurmState::Cancelled)], None), &o, false).is_some(),
+            "submit does not retry"
+        );
         let three = vec![ended(SlurmState::NodeFail), ended(SlurmState::NodeFail), ended(SlurmState::NodeFail)];
         assert!(blocker(&rec("fits", three, None), &o, true).is_some(), "max attempts");
     }

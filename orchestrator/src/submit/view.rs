@@ -77,7 +77,11 @@ impl StatusReport {
             self.rows.len(),
             counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", "),
             self.poll.commands,
-            if self.poll.errors.is_empty() { String::new() } else { format!(" (warnings: {})", self.poll.errors.join("; ")) }
+            if self.poll.errors.is_empty() {
+                String::new()
+            } else {
+                format!(" (warnings: {})", self.poll.errors.join("; "))
+            }
         );
         s
     }
@@ -99,7 +103,9 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
         };
         let job = latest.and_then(|a| a.array_job_id.as_ref().map(|j| format!("{j}_{}", a.task_id)));
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        let live = latest.filter(|a| a.state.as_ref().is_some_and(|s| s.activity() == Activity::Running)).and_then(|a| a.live.as_ref());
+        let live = latest
+            .filter(|a| a.state.as_ref().is_some_and(|s| s.activity() == Activity::Running))
+            .and_then(|a| a.live.as_ref());
         let peak = match &r.result {
             Some(v) => v.get("peak_bytes").and_then(|b| b.as_u64()).map(gib),
             None => live.map(|l| gib(l.peak_bytes)),
@@ -190,7 +196,8 @@ pub async fn status(
             let rows = rows(&stored.sweep, &records);
             // Settled: nothing queued, running or unresolved, and no ended job's result still in flight.
             let now = state::now();
-            let settled = !records.values().any(|r| r.live() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
+            let settled =
+                !records.values().any(|r| r.live() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
             Ok(StatusReport { rows, poll, settled })
         }
         .await;
@@ -221,7 +228,6 @@ pub async fn status(
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,7 +236,8 @@ mod tests {
     use spec::event::Phase;
 
     fn demo() -> Sweep {
-        crate::sweep::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/demo.yaml"), &[]).expect("demo loads")
+        crate::sweep::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/demo.yaml"), &[])
+            .expect("demo loads")
     }
 
     fn attempt(state: SlurmState, live: Option<Live>) -> Attempt {

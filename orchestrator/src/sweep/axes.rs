@@ -39,27 +39,37 @@ impl Axes {
             let here = at.clone().key(key);
             match key {
                 "name" => {
-                    let s = v.as_str().ok_or_else(|| err(&here, "expected a string such as \"{model.variant}_p{model.patch}\"".into()))?;
+                    let s = v.as_str().ok_or_else(|| {
+                        err(&here, "expected a string such as \"{model.variant}_p{model.patch}\"".into())
+                    })?;
                     axes.name_template = Some(Template::parse(s).map_err(|m| err(&here, m))?);
                 }
                 "configs" => {
                     let list = v.as_sequence().ok_or_else(|| err(&here, "expected a list of named configs".into()))?;
                     if list.is_empty() {
-                        return Err(err(&here, "empty list: give at least one named config, or leave `configs` out to run the base config".into()));
+                        return Err(err(
+                            &here,
+                            "empty list: give at least one named config, or leave `configs` out to run the base config"
+                                .into(),
+                        ));
                     }
                     for (i, item) in list.iter().enumerate() {
                         axes.configs.push(named_config(src, item, &here.clone().index(i))?);
                     }
                 }
                 "grid" => {
-                    let m = v.as_mapping().ok_or_else(|| err(&here, "expected a mapping of dotted keys to value lists".into()))?;
+                    let m = v
+                        .as_mapping()
+                        .ok_or_else(|| err(&here, "expected a mapping of dotted keys to value lists".into()))?;
                     for (k, values) in m {
                         let (key, kp) = sweep_key(src, k, &here)?;
                         axes.grid.push(axis_choices(src, &key, values, &kp)?);
                     }
                 }
                 "zip" => {
-                    let m = v.as_mapping().ok_or_else(|| err(&here, "expected a mapping of dotted keys to equal-length lists".into()))?;
+                    let m = v
+                        .as_mapping()
+                        .ok_or_else(|| err(&here, "expected a mapping of dotted keys to equal-length lists".into()))?;
                     let mut columns: Vec<(KeyPath, Vec<Choice>)> = Vec::new();
                     for (k, values) in m {
                         let (key, kp) = sweep_key(src, k, &here)?;
@@ -68,7 +78,16 @@ impl Axes {
                     if let Some((first_at, first)) = columns.first() {
                         for (kp, col) in &columns {
                             if col.len() != first.len() {
-                                return Err(err(kp, format!("zip lists must have equal length: {} has {}, {} has {}", kp, col.len(), first_at, first.len())));
+                                return Err(err(
+                                    kp,
+                                    format!(
+                                        "zip lists must have equal length: {} has {}, {} has {}",
+                                        kp,
+                                        col.len(),
+                                        first_at,
+                                        first.len()
+                                    ),
+                                ));
                             }
                         }
                         for i in 0..first.len() {
@@ -84,9 +103,13 @@ impl Axes {
                     }
                 }
                 "exclude" => {
-                    let list = v.as_sequence().ok_or_else(|| err(&here, "expected a list of {dotted.key: value} mappings".into()))?;
+                    let list = v
+                        .as_sequence()
+                        .ok_or_else(|| err(&here, "expected a list of {dotted.key: value} mappings".into()))?;
                     for (i, item) in list.iter().enumerate() {
-                        let m = item.as_mapping().ok_or_else(|| err(&here.clone().index(i), "expected a mapping of dotted keys to values".into()))?;
+                        let m = item.as_mapping().ok_or_else(|| {
+                            err(&here.clone().index(i), "expected a mapping of dotted keys to values".into())
+                        })?;
                         let mut rule = Vec::new();
                         for (k, v) in m {
                             let (_, kp) = sweep_key(src, k, &here.clone().index(i))?;
@@ -95,7 +118,14 @@ impl Axes {
                         axes.exclude.push(rule);
                     }
                 }
-                other => return Err(err(&here, format!("unknown sweep key `{other}`, expected one of `name`, `configs`, `grid`, `zip`, `exclude`"))),
+                other => {
+                    return Err(err(
+                        &here,
+                        format!(
+                            "unknown sweep key `{other}`, expected one of `name`, `configs`, `grid`, `zip`, `exclude`"
+                        ),
+                    ))
+                }
             }
         }
         Ok(axes)
@@ -110,11 +140,13 @@ impl Axes {
             }
             out = out
                 .iter()
-                .flat_map(|prefix| choices.iter().map(move |c| {
-                    let mut v = prefix.clone();
-                    v.push(c.clone());
-                    v
-                }))
+                .flat_map(|prefix| {
+                    choices.iter().map(move |c| {
+                        let mut v = prefix.clone();
+                        v.push(c.clone());
+                        v
+                    })
+                })
                 .collect();
         };
         product(&self.configs);
@@ -126,14 +158,16 @@ impl Axes {
     }
 
     pub fn excluded(&self, doc: &Value) -> bool {
-        self.exclude.iter().any(|rule| {
-            rule.iter().all(|(k, v)| crate::experiment::overrides_get(doc, k).is_some_and(|x| x == v))
-        })
+        self.exclude
+            .iter()
+            .any(|rule| rule.iter().all(|(k, v)| crate::experiment::overrides_get(doc, k).is_some_and(|x| x == v)))
     }
 }
 
 fn named_config(src: &Source, item: &Value, at: &KeyPath) -> Result<Choice, LoadError> {
-    let m = item.as_mapping().ok_or_else(|| src.error_in_file(at, "expected a mapping with `name` and dotted keys".into()))?;
+    let m = item
+        .as_mapping()
+        .ok_or_else(|| src.error_in_file(at, "expected a mapping with `name` and dotted keys".into()))?;
     let name = m
         .get("name")
         .and_then(Value::as_str)
@@ -158,7 +192,10 @@ fn sweep_key(src: &Source, k: &Value, at: &KeyPath) -> Result<(String, KeyPath),
     if !PER_CONFIG_KEYS.contains(&first) {
         return Err(src.error_in_file(
             &at.clone().key(key),
-            format!("`{key}` cannot vary per config (one job array shares it); sweepable: {}", PER_CONFIG_KEYS.join(", ")),
+            format!(
+                "`{key}` cannot vary per config (one job array shares it); sweepable: {}",
+                PER_CONFIG_KEYS.join(", ")
+            ),
         ));
     }
     Ok((key.to_string(), kp))
@@ -174,7 +211,10 @@ fn axis_choices(src: &Source, key: &str, values: &Value, kp: &KeyPath) -> Result
         _ => false,
     };
     if empty {
-        return Err(src.error_in_file(&base, format!("empty list: `{key}` needs at least one value (an axis without values would make no configs)")));
+        return Err(src.error_in_file(
+            &base,
+            format!("empty list: `{key}` needs at least one value (an axis without values would make no configs)"),
+        ));
     }
     match values {
         Value::Sequence(list) => Ok(list

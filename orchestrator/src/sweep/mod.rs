@@ -27,7 +27,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::experiment::locate::{KeyPath, Seg};
-use crate::experiment::{model_from_value, typed, Experiment, LoadError, Origin, Override, RawExperiment, Source, PER_CONFIG_KEYS};
+use crate::experiment::{
+    model_from_value, typed, Experiment, LoadError, Origin, Override, RawExperiment, Source, PER_CONFIG_KEYS,
+};
 use axes::Axes;
 
 /// One expanded config: its name, content hash, the run, and why it cannot run.
@@ -108,8 +110,7 @@ fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadError> {
         crate::experiment::overrides_set(&mut base, &o.key, o.value.clone())
             .map_err(|message| LoadError::Override { arg: o.arg.clone(), message })?;
     }
-    let cli_origins: Vec<(KeyPath, Origin)> =
-        cli.iter().map(|o| (o.key.clone(), Origin::Cli(o.arg.clone()))).collect();
+    let cli_origins: Vec<(KeyPath, Origin)> = cli.iter().map(|o| (o.key.clone(), Origin::Cli(o.arg.clone()))).collect();
 
     // The whole file once, for errors outside the per-config fields.
     let raw: RawExperiment = typed(base.clone()).map_err(|(p, m)| {

@@ -38,7 +38,9 @@ impl Template {
             };
             let key = rest[start + 1..start + len].trim();
             if key.is_empty() || key.contains('{') || key.split('.').any(str::is_empty) {
-                return Err(format!("`{{{key}}}` in the name template {t:?} is not a dotted key such as {{model.patch}}"));
+                return Err(format!(
+                    "`{{{key}}}` in the name template {t:?} is not a dotted key such as {{model.patch}}"
+                ));
             }
             parts.push(Part::Key(key.to_string()));
             rest = &rest[start + len + 1..];

@@ -46,7 +46,10 @@ fn typo_at_top_level() {
 fn string_where_a_list_belongs() {
     let text = BASE.replace("[false, false, true, true]", "yes");
     let e = plan(&text, &[]).unwrap_err();
-    assert!(e.starts_with("exp.yaml:10:3: model.attention_levels: invalid type: string \"yes\", expected a sequence"), "{e}");
+    assert!(
+        e.starts_with("exp.yaml:10:3: model.attention_levels: invalid type: string \"yes\", expected a sequence"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -78,7 +81,8 @@ fn syntax_error_has_a_position() {
 
 #[test]
 fn bad_value_in_a_grid_points_at_the_grid_entry() {
-    let text = format!("{BASE}sweep:\n  grid:\n    model.channels:\n      - [32, 64, 128, 256]\n      - [32, x, 128, 256]\n");
+    let text =
+        format!("{BASE}sweep:\n  grid:\n    model.channels:\n      - [32, 64, 128, 256]\n      - [32, x, 128, 256]\n");
     let e = plan(&text, &[]).unwrap_err();
     assert!(e.starts_with("exp.yaml:16:14: sweep.grid.\"model.channels\"[1][1]: invalid type: string \"x\""), "{e}");
 }
@@ -224,7 +228,10 @@ fn a_binary_file_is_one_clear_line() {
     std::fs::write(&f, b"name: t\ngpu: \xff\xfe\x00junk\n").unwrap();
     let e = load(&f, &[]).unwrap_err();
     let msg = format!("{:#}", anyhow::Error::from(e));
-    assert!(msg.ends_with("exp.yaml:2:6: (file): not UTF-8 text (byte 0xff): an experiment file is YAML text"), "{msg}");
+    assert!(
+        msg.ends_with("exp.yaml:2:6: (file): not UTF-8 text (byte 0xff): an experiment file is YAML text"),
+        "{msg}"
+    );
     assert_eq!(msg.matches("UTF-8").count(), 1, "{msg}");
     let gone = load(&dir.path().join("nope.yaml"), &[]).unwrap_err();
     let msg = format!("{:#}", anyhow::Error::from(gone));
@@ -233,7 +240,9 @@ fn a_binary_file_is_one_clear_line() {
 
 #[test]
 fn a_template_key_the_config_lacks_is_an_error_at_the_template() {
-    let text = format!("{BASE}sweep:\n  name: \"{{model.variant}}_p{{model.patch}}\"\n  grid:\n    model.num_res_blocks: [1, 2]\n");
+    let text = format!(
+        "{BASE}sweep:\n  name: \"{{model.variant}}_p{{model.patch}}\"\n  grid:\n    model.num_res_blocks: [1, 2]\n"
+    );
     let e = plan(&text, &[]).unwrap_err();
     assert!(
         e.starts_with("exp.yaml:13:3: sweep.name: the name template uses `{model.variant}`, which config num_res_blocks1 (a unet) does not set"),
@@ -241,7 +250,8 @@ fn a_template_key_the_config_lacks_is_an_error_at_the_template() {
     );
     let e = plan(&format!("{BASE}sweep:\n  name: \"{{model.channels\"\n"), &[]).unwrap_err();
     assert!(e.starts_with("exp.yaml:13:3: sweep.name: `{` without `}`"), "{e}");
-    let ok = format!("{BASE}sweep:\n  name: \"r{{model.num_res_blocks}}\"\n  grid:\n    model.num_res_blocks: [1, 2]\n");
+    let ok =
+        format!("{BASE}sweep:\n  name: \"r{{model.num_res_blocks}}\"\n  grid:\n    model.num_res_blocks: [1, 2]\n");
     let names: Vec<String> = plan(&ok, &[]).unwrap().configs.into_iter().map(|c| c.name).collect();
     assert_eq!(names, ["r1", "r2"]);
 }
@@ -253,7 +263,10 @@ fn overrides_that_collapse_configs_keep_true_names_and_list_what_collapsed() {
     );
     let s = plan(&text, &[]).unwrap();
     let names: Vec<&str> = s.configs.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["tiny_lat4x", "tiny_lat8x", "small_lat4x", "small_lat8x", "wide_heads_lat4x", "wide_heads_lat8x"]);
+    assert_eq!(
+        names,
+        ["tiny_lat4x", "tiny_lat8x", "small_lat4x", "small_lat8x", "wide_heads_lat4x", "wide_heads_lat8x"]
+    );
     assert!(s.collapsed.is_empty());
 
     let s = plan(&text, &["model.num_res_blocks=3", "model.channels=[64, 128, 256, 512]"]).unwrap();

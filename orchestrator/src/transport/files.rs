@@ -17,7 +17,11 @@ pub struct Files {
 
 impl Files {
     pub fn new(shell: Arc<dyn Shell>, cluster: &ClusterConfig) -> Self {
-        Files { shell, work_dir: cluster.work_dir.clone().unwrap_or_else(|| ".".into()), worker: cluster.worker.clone() }
+        Files {
+            shell,
+            work_dir: cluster.work_dir.clone().unwrap_or_else(|| ".".into()),
+            worker: cluster.worker.clone(),
+        }
     }
 
     pub fn shell(&self) -> &dyn Shell {
@@ -70,9 +74,9 @@ impl Files {
                 })
             }
         }
-        parse_digest(&out.stdout)
-            .map(Some)
-            .ok_or_else(|| TransportError::Other(format!("unexpected `stat`/`sha256sum` output for {path}: {:?}", out.stdout)))
+        parse_digest(&out.stdout).map(Some).ok_or_else(|| {
+            TransportError::Other(format!("unexpected `stat`/`sha256sum` output for {path}: {:?}", out.stdout))
+        })
     }
 }
 

@@ -127,12 +127,22 @@ impl LocalTransport {
         use std::io::{Read, Seek, Write};
         std::fs::create_dir_all(&self.jobs_dir).map_err(|e| ferr(&self.jobs_dir, e))?;
         let p = self.jobs_dir.join("next_id");
-        let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&p).map_err(|e| ferr(&p, e))?;
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&p)
+            .map_err(|e| ferr(&p, e))?;
         f.lock_exclusive().map_err(|e| ferr(&p, e))?;
         let mut s = String::new();
         f.read_to_string(&mut s).map_err(|e| ferr(&p, e))?;
         let first: u64 = s.trim().parse().unwrap_or(1000);
-        f.set_len(0).and_then(|_| f.rewind()).and_then(|_| write!(f, "{}", first + n)).and_then(|_| f.sync_all()).map_err(|e| ferr(&p, e))?;
+        f.set_len(0)
+            .and_then(|_| f.rewind())
+            .and_then(|_| write!(f, "{}", first + n))
+            .and_then(|_| f.sync_all())
+            .map_err(|e| ferr(&p, e))?;
         Ok(first)
     }
 
@@ -287,7 +297,8 @@ impl Transport for LocalTransport {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|e| TransportError::Other(format!("cannot start the local runner: {e}")))?;
+        let mut child =
+            cmd.spawn().map_err(|e| TransportError::Other(format!("cannot start the local runner: {e}")))?;
         std::fs::write(dir.join("runner.pid"), child.id().to_string()).map_err(|e| ferr(&dir, e))?;
         // Reap it when it ends, so a long-lived orchestrator keeps no zombie
         // (a zombie would still answer kill(pid, 0)).
@@ -307,7 +318,14 @@ impl Transport for LocalTransport {
                 let (state, job_id, detail) = self.task_state(&dir, &job, t);
                 tasks.insert(
                     (job.id.to_string(), t),
-                    TaskObservation { array_job_id: job.id.to_string(), task_id: t, job_id, name: job.name.clone(), state, detail },
+                    TaskObservation {
+                        array_job_id: job.id.to_string(),
+                        task_id: t,
+                        job_id,
+                        name: job.name.clone(),
+                        state,
+                        detail,
+                    },
                 );
             }
         }
@@ -323,7 +341,9 @@ impl Transport for LocalTransport {
                 continue;
             }
             std::fs::write(dir.join("cancelled"), b"").map_err(|e| ferr(&dir, e))?;
-            if let Some(pid) = std::fs::read_to_string(dir.join("runner.pid")).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+            if let Some(pid) =
+                std::fs::read_to_string(dir.join("runner.pid")).ok().and_then(|s| s.trim().parse::<i32>().ok())
+            {
                 if alive(pid) {
                     // SAFETY: signalling the runner's own process group (it called setsid).
                     unsafe {
@@ -422,7 +442,8 @@ mod tests {
 
     #[test]
     fn directives_are_read() {
-        let d = directives("#!/bin/bash\n#SBATCH --array=0-3%2\n#SBATCH --job-name='a b'\n#SBATCH --output=/x/%a.out\n");
+        let d =
+            directives("#!/bin/bash\n#SBATCH --array=0-3%2\n#SBATCH --job-name='a b'\n#SBATCH --output=/x/%a.out\n");
         assert_eq!(d.array.as_deref(), Some("0-3%2"));
         assert_eq!(d.job_name.as_deref(), Some("a b"));
         assert_eq!(d.output.as_deref(), Some("/x/%a.out"));

@@ -15,7 +15,10 @@ pub struct LocalShell {
 
 impl LocalShell {
     pub fn new(cluster: &ClusterConfig) -> Self {
-        LocalShell { env: cluster.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), counters: Counters::default() }
+        LocalShell {
+            env: cluster.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            counters: Counters::default(),
+        }
     }
 }
 

@@ -141,7 +141,11 @@ pub trait Shell: Send + Sync {
         match out.status {
             0 => Ok(Some(out.stdout.into_bytes())),
             2 => Ok(None),
-            status => Err(TransportError::Command { command: format!("tail -c +{} {path}", offset + 1), status, stderr: out.stderr.trim().to_string() }),
+            status => Err(TransportError::Command {
+                command: format!("tail -c +{} {path}", offset + 1),
+                status,
+                stderr: out.stderr.trim().to_string(),
+            }),
         }
     }
     /// Makes a relative path absolute (relative to the login directory).
@@ -200,7 +204,11 @@ pub trait Transport: Send + Sync {
 
 /// Opens the transport a cluster declares. `state_root` is the local state
 /// directory (the `local` transport runs jobs right there).
-pub fn open(name: &str, cluster: &ClusterConfig, state_root: &std::path::Path) -> Result<Arc<dyn Transport>, TransportError> {
+pub fn open(
+    name: &str,
+    cluster: &ClusterConfig,
+    state_root: &std::path::Path,
+) -> Result<Arc<dyn Transport>, TransportError> {
     Ok(match cluster.transport {
         TransportKind::Ssh => {
             let shell = ssh::SshShell::new(name, cluster)?;

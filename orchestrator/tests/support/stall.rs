@@ -69,4 +69,3 @@ pub fn wait_for_intent(journal: &std::path::Path) {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
-

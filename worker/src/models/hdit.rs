@@ -10,8 +10,7 @@ use burn::prelude::*;
 use spec::{HditSpec, Input};
 
 use super::{
-    linear, merge_tokens, split_tokens, table, to_tokens, unpatchify, BuildError, DitBlock, FinalLayer, Grid,
-    TimeMlp,
+    linear, merge_tokens, split_tokens, table, to_tokens, unpatchify, BuildError, DitBlock, FinalLayer, Grid, TimeMlp,
 };
 
 /// The merge / split / skip projections between level `l` and `l + 1`.
@@ -95,8 +94,7 @@ impl Hdit {
                 x = b.forward(x, c.clone());
             }
             skips.push(x.clone());
-            x = self.transitions[l].merge.forward(merge_tokens(x, grids[l]))
-                + self.pos[l + 1].val().unsqueeze::<3>();
+            x = self.transitions[l].merge.forward(merge_tokens(x, grids[l])) + self.pos[l + 1].val().unsqueeze::<3>();
         }
         for b in &self.mid {
             x = b.forward(x, c.clone());
@@ -133,20 +131,32 @@ mod tests {
     #[test]
     fn params_match_spec_three_levels() {
         let input = Input { channels: 2, spatial: Spatial::new(8, 8, 8) };
-        check(HditSpec { variant: None, hidden: Some(32), heads: Some(2), patch: 2, level_depths: vec![1, 2, 1, 2, 1] }, input, 1);
+        check(
+            HditSpec { variant: None, hidden: Some(32), heads: Some(2), patch: 2, level_depths: vec![1, 2, 1, 2, 1] },
+            input,
+            1,
+        );
     }
 
     #[test]
     fn params_match_spec_two_levels_uneven_depths() {
         let input = Input { channels: 1, spatial: Spatial::new(8, 16, 8) };
-        check(HditSpec { variant: None, hidden: Some(24), heads: Some(3), patch: 4, level_depths: vec![2, 1, 1] }, input, 2);
+        check(
+            HditSpec { variant: None, hidden: Some(24), heads: Some(3), patch: 4, level_depths: vec![2, 1, 1] },
+            input,
+            2,
+        );
     }
 
     #[test]
     fn forward_shape() {
         let device = device();
         let input = Input { channels: 2, spatial: Spatial::new(8, 8, 8) };
-        let model = check(HditSpec { variant: None, hidden: Some(16), heads: Some(2), patch: 2, level_depths: vec![1, 1, 1] }, input, 1);
+        let model = check(
+            HditSpec { variant: None, hidden: Some(16), heads: Some(2), patch: 2, level_depths: vec![1, 1, 1] },
+            input,
+            1,
+        );
         let x = Tensor::<5>::random([1, 2, 8, 8, 8], burn::tensor::Distribution::Default, &device);
         assert_eq!(model.forward(x, &[5.0]).dims(), [1, 1, 8, 8, 8]);
     }

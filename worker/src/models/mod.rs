@@ -44,12 +44,7 @@ pub enum Model {
 
 impl Model {
     /// Build `spec` for inputs of shape `input` on `device` (weights allocated there).
-    pub fn build(
-        spec: &ModelSpec,
-        input: &Input,
-        out_channels: u32,
-        device: &Device,
-    ) -> Result<Model, BuildError> {
+    pub fn build(spec: &ModelSpec, input: &Input, out_channels: u32, device: &Device) -> Result<Model, BuildError> {
         Ok(match spec {
             ModelSpec::Unet(u) => Model::Unet(unet::Unet::new(u, input, out_channels, device)?),
             ModelSpec::Dit(m) => Model::Dit(dit::Dit::new(m, input, out_channels, device)?),
@@ -76,9 +71,8 @@ pub fn timestep_embedding(t: &[f32], dim: usize, device: &Device) -> Tensor<2> {
     let max_period = 10_000f64;
     let mut data = Vec::with_capacity(t.len() * dim);
     for &ts in t {
-        let args: Vec<f64> = (0..half)
-            .map(|i| ts as f64 * (-(max_period.ln()) * i as f64 / half as f64).exp())
-            .collect();
+        let args: Vec<f64> =
+            (0..half).map(|i| ts as f64 * (-(max_period.ln()) * i as f64 / half as f64).exp()).collect();
         data.extend(args.iter().map(|a| a.cos() as f32));
         data.extend(args.iter().map(|a| a.sin() as f32));
         if dim % 2 == 1 {
@@ -137,10 +131,7 @@ pub struct TimeMlp {
 
 impl TimeMlp {
     pub fn new(h: usize, device: &Device) -> Self {
-        Self {
-            fc1: linear(spec::params::TIME_FREQ_DIM as usize, h, device),
-            fc2: linear(h, h, device),
-        }
+        Self { fc1: linear(spec::params::TIME_FREQ_DIM as usize, h, device), fc2: linear(h, h, device) }
     }
     pub fn forward(&self, t: &[f32], device: &Device) -> Tensor<2> {
         let emb = timestep_embedding(t, spec::params::TIME_FREQ_DIM as usize, device);
@@ -220,9 +211,7 @@ impl Grid {
     pub fn of(input: &Input, patch: u32) -> Result<Grid, BuildError> {
         let [d, h, w] = input.spatial.dims();
         if patch == 0 || d % patch != 0 || h % patch != 0 || w % patch != 0 {
-            return Err(BuildError::Shape(format!(
-                "patch {patch} does not divide the input {d}x{h}x{w} (D x H x W)"
-            )));
+            return Err(BuildError::Shape(format!("patch {patch} does not divide the input {d}x{h}x{w} (D x H x W)")));
         }
         let p = patch as usize;
         Ok(Grid { d: d as usize / p, h: h as usize / p, w: w as usize / p })
@@ -262,27 +251,23 @@ pub(crate) fn unpatchify(x: Tensor<3>, g: Grid, patch: usize, c: usize) -> Tenso
 /// Merge 2x2x2 neighbouring tokens: `[B, N, h]` on grid `g` → `[B, N/8, 8h]`.
 pub(crate) fn merge_tokens(x: Tensor<3>, g: Grid) -> Tensor<3> {
     let [b, _, h] = x.dims();
-    x.reshape([b * g.d / 2, 2, g.h / 2, 2, g.w / 2, 2 * h])
-        .permute([0, 2, 4, 1, 3, 5])
-        .reshape([b, g.tokens() / 8, 8 * h])
+    x.reshape([b * g.d / 2, 2, g.h / 2, 2, g.w / 2, 2 * h]).permute([0, 2, 4, 1, 3, 5]).reshape([
+        b,
+        g.tokens() / 8,
+        8 * h,
+    ])
 }
 
 /// Inverse of [`merge_tokens`]: `[B, N/8, 8h]` → `[B, N, h]` on grid `g`.
 pub(crate) fn split_tokens(x: Tensor<3>, g: Grid) -> Tensor<3> {
     let [b, _, h8] = x.dims();
     let h = h8 / 8;
-    x.reshape([b * g.d / 2, g.h / 2, g.w / 2, 2, 2, 2 * h])
-        .permute([0, 3, 1, 4, 2, 5])
-        .reshape([b, g.tokens(), h])
+    x.reshape([b * g.d / 2, g.h / 2, g.w / 2, 2, 2, 2 * h]).permute([0, 3, 1, 4, 2, 5]).reshape([b, g.tokens(), h])
 }
 
 /// A learned (or fixed) table `[rows, h]` as a parameter.
 pub(crate) fn table(rows: usize, h: usize, device: &Device) -> Param<Tensor<2>> {
-    Param::from_tensor(Tensor::random(
-        [rows, h],
-        burn::tensor::Distribution::Normal(0.0, 0.02),
-        device,
-    ))
+    Param::from_tensor(Tensor::random([rows, h], burn::tensor::Distribution::Normal(0.0, 0.02), device))
 }
 
 /// DiT's fixed 3D sin-cos position table `[tokens, h]` (stored as a parameter,
@@ -338,7 +323,13 @@ mod tests {
             }));
         }
         for v in [Variant::S, Variant::SDeep, Variant::M, Variant::L] {
-            specs.push(ModelSpec::Uvit(UvitSpec { variant: Some(v), hidden: None, heads: None, depth: None, patch: 4 }));
+            specs.push(ModelSpec::Uvit(UvitSpec {
+                variant: Some(v),
+                hidden: None,
+                heads: None,
+                depth: None,
+                patch: 4,
+            }));
         }
         for spec in specs {
             let expected = spec::params::count(&spec, &input, 1).unwrap();
@@ -374,7 +365,6 @@ mod tests {
         let x = Tensor::<3>::from_data(TensorData::new(tokens, [1, g.tokens(), p * p * p]), &device);
         let vol = unpatchify(x, g, p, 1);
         let expected: Vec<f32> = (0..d * h * w).map(|i| i as f32).collect();
-        vol.into_data()
-            .assert_eq(&TensorData::new(expected, [1, 1, d, h, w]), true);
+        vol.into_data().assert_eq(&TensorData::new(expected, [1, 1, d, h, w]), true);
     }
 }

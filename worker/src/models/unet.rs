@@ -80,9 +80,7 @@ pub struct AttnBlock {
 impl AttnBlock {
     fn new(c: usize, head_channels: usize, groups: usize, device: &Device) -> Result<Self, BuildError> {
         if head_channels == 0 || c % head_channels != 0 {
-            return Err(BuildError::Shape(format!(
-                "attention: {head_channels} channels per head do not divide {c}"
-            )));
+            return Err(BuildError::Shape(format!("attention: {head_channels} channels per head do not divide {c}")));
         }
         Ok(Self {
             norm: norm(groups, c, device)?,

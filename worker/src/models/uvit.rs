@@ -152,7 +152,8 @@ mod tests {
     fn forward_shape() {
         let device = device();
         let input = Input { channels: 2, spatial: Spatial::new(8, 8, 8) };
-        let model = check(UvitSpec { variant: None, hidden: Some(16), heads: Some(2), depth: Some(3), patch: 4 }, input);
+        let model =
+            check(UvitSpec { variant: None, hidden: Some(16), heads: Some(2), depth: Some(3), patch: 4 }, input);
         let x = Tensor::<5>::random([1, 2, 8, 8, 8], burn::tensor::Distribution::Default, &device);
         assert_eq!(model.forward(x, &[1.0]).dims(), [1, 2, 8, 8, 8]);
     }

@@ -173,7 +173,11 @@ impl std::fmt::Write for StackBuf {
 fn format_oom(out: &mut StackBuf, t: f64, requested: u64, live: u64, limit: u64, live_peak: u64) -> std::fmt::Result {
     let (peaks, overall) = peaks_so_far(live_peak);
     let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
-    write!(out, "{{\"event\":\"result\",\"t\":{t},\"status\":\"oom\",\"params\":{},\"peaks\":{{", PROGRESS.params.load(Ordering::Relaxed))?;
+    write!(
+        out,
+        "{{\"event\":\"result\",\"t\":{t},\"status\":\"oom\",\"params\":{},\"peaks\":{{",
+        PROGRESS.params.load(Ordering::Relaxed)
+    )?;
     let mut first = true;
     for (name, v) in [("model", peaks.model), ("fwd", peaks.fwd), ("bwd", peaks.bwd), ("step", peaks.step)] {
         if let Some(v) = v {
@@ -195,10 +199,7 @@ fn oom_hook(requested: u64, live: u64) {
     if PROGRESS.finished.swap(true, Ordering::SeqCst) {
         return; // A result is already written (or being written); just fail the allocation.
     }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let live_peak = if PROGRESS.gpu.load(Ordering::Relaxed) { live } else { alloc::peak() };
     let mut out = StackBuf { buf: [0; 1024], len: 0 };
     let limit = PROGRESS.limit.load(Ordering::Relaxed);
@@ -351,8 +352,7 @@ fn run_with_setup(
         slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
         slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
     };
-    log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env })
-        .map_err(ev_err)?;
+    log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env }).map_err(ev_err)?;
 
     let device = match prepared {
         Ok(p) => p.device,
@@ -450,7 +450,13 @@ fn phase<T>(
     let slot = &PROGRESS.peaks[phase_index(p)];
     let prev = slot.load(Ordering::Relaxed);
     slot.store(if prev == NONE { peak } else { prev.max(peak) }, Ordering::Relaxed);
-    let _ = log.emit(&Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds: t0.elapsed().as_secs_f64(), nvml_bytes });
+    let _ = log.emit(&Event::PhaseEnd {
+        t: now(),
+        phase: p,
+        peak_bytes: peak,
+        seconds: t0.elapsed().as_secs_f64(),
+        nvml_bytes,
+    });
     Ok(out)
 }
 

@@ -41,7 +41,10 @@ fn device_setup_panic_is_recorded_as_failed() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = tiny_config();
     let opts = RunOptions::new(dir.path(), Backend::available()[0]);
-    let out = run_with_setup(&cfg, &opts, || panic!("No possible adapter available for backend. Falling back to first available.")).unwrap();
+    let out = run_with_setup(&cfg, &opts, || {
+        panic!("No possible adapter available for backend. Falling back to first available.")
+    })
+    .unwrap();
     assert_eq!(out.status, RunStatus::Failed);
     assert_eq!(out.exit_code(), EXIT_FAILED);
     let msg = out.message.unwrap();
@@ -65,9 +68,13 @@ fn device_setup_error_is_recorded_as_failed() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = tiny_config();
     let opts = RunOptions::new(dir.path(), Backend::available()[0]);
-    let out = run_with_setup(&cfg, &opts, || Err(backend::BackendError::Configure("driver 470 too old".into()))).unwrap();
+    let out =
+        run_with_setup(&cfg, &opts, || Err(backend::BackendError::Configure("driver 470 too old".into()))).unwrap();
     assert_eq!(out.status, RunStatus::Failed);
-    assert_eq!(out.message.as_deref(), Some("device setup failed: cannot configure the device's float dtype: driver 470 too old"));
+    assert_eq!(
+        out.message.as_deref(),
+        Some("device setup failed: cannot configure the device's float dtype: driver 470 too old")
+    );
     assert_eq!(read_events(&out.events).len(), 2);
 }
 
@@ -101,7 +108,9 @@ fn gpu_oom_result_carries_phase_and_peak_reached() {
     }
     PROGRESS.peaks[0].store(10 << 30, Ordering::Relaxed);
     PROGRESS.phase.store(phase_index(Phase::Fwd) as u8, Ordering::Relaxed);
-    let out = finish(&log, log.path(), 7, now(), 79 << 30, Err(classify("out of device memory allocating 4294967296 bytes"))).unwrap();
+    let out =
+        finish(&log, log.path(), 7, now(), 79 << 30, Err(classify("out of device memory allocating 4294967296 bytes")))
+            .unwrap();
     assert_eq!(out.status, RunStatus::Oom);
     assert_eq!(out.phase, Some(Phase::Fwd));
     assert_eq!(out.peaks.model, Some(10 << 30));

@@ -88,7 +88,12 @@ impl ApiVersion {
         if let Some(v) = &job.chdir {
             put("current_working_directory", json!(v));
         }
-        for (k, v) in [("partition", &job.partition), ("account", &job.account), ("qos", &job.qos), ("constraints", &job.constraint)] {
+        for (k, v) in [
+            ("partition", &job.partition),
+            ("account", &job.account),
+            ("qos", &job.qos),
+            ("constraints", &job.constraint),
+        ] {
             if let Some(v) = v {
                 put(k, json!(v));
             }

@@ -39,7 +39,9 @@ fn v0038_accounting_jobs_recorded_give_states_and_exit_codes() {
     let obs = jobs.observations(&names(), "root");
     assert_eq!(
         by_task(&obs),
-        (0..4).map(|t| (t, Some(["804", "805", "806", "803"][t as usize]), "COMPLETED".into(), Some("0:0"))).collect::<Vec<_>>()
+        (0..4)
+            .map(|t| (t, Some(["804", "805", "806", "803"][t as usize]), "COMPLETED".into(), Some("0:0")))
+            .collect::<Vec<_>>()
     );
 }
 
@@ -138,7 +140,10 @@ fn submit_answers_of_later_versions() {
     )
     .expect("an error answer parses");
     assert_eq!(refused.job_id(), None);
-    assert_eq!(refused.errors[0].to_string(), "slurm_submit_batch_job(): Invalid partition name specified (Invalid partition name specified)");
+    assert_eq!(
+        refused.errors[0].to_string(),
+        "slurm_submit_batch_job(): Invalid partition name specified (Invalid partition name specified)"
+    );
 }
 
 fn spec() -> JobSpec {
@@ -188,7 +193,13 @@ fn submit_bodies_per_version() {
 #[test]
 fn the_newest_common_version_is_chosen_from_the_servers_paths() {
     // The paths `GET /openapi/v3` listed on the test cluster (Slurm 22.05.8), abridged.
-    let debian = ["/slurm/v0.0.38/ping", "/slurm/v0.0.38/jobs", "/slurm/v0.0.38/job/submit", "/slurmdb/v0.0.38/jobs", "/openapi/v3"];
+    let debian = [
+        "/slurm/v0.0.38/ping",
+        "/slurm/v0.0.38/jobs",
+        "/slurm/v0.0.38/job/submit",
+        "/slurmdb/v0.0.38/jobs",
+        "/openapi/v3",
+    ];
     assert_eq!(ApiVersion::choose(debian), Some(ApiVersion::V0038));
     let newer: Vec<String> = ["v0.0.40", "v0.0.41"]
         .iter()

@@ -100,7 +100,8 @@ pub(super) fn expand_home(p: &std::path::Path) -> PathBuf {
 impl Token {
     /// The token from `scontrol token` output (`SLURM_JWT=…`) or the bare token.
     pub fn parse(source: TokenSource, raw: &str) -> Result<Token, TokenError> {
-        let line = raw.lines().map(str::trim).find(|l| !l.is_empty()).ok_or_else(|| TokenError::Empty(source.clone()))?;
+        let line =
+            raw.lines().map(str::trim).find(|l| !l.is_empty()).ok_or_else(|| TokenError::Empty(source.clone()))?;
         let text = line.strip_prefix("SLURM_JWT=").unwrap_or(line).trim();
         let parts: Vec<&str> = text.split('.').collect();
         let b64url = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');

@@ -73,8 +73,9 @@ impl Client {
         if let Some(c) = self.http.get() {
             return Ok(c);
         }
-        let mut builder =
-            reqwest::blocking::Client::builder().connect_timeout(Duration::from_secs(10)).timeout(Duration::from_secs(60));
+        let mut builder = reqwest::blocking::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(60));
         if let Some(path) = &self.ca_file {
             let bad = |m: String| RestError::Client(format!("ca_file {}: {m}", path.display()));
             let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
@@ -122,7 +123,9 @@ impl Client {
     ) -> Result<T, RestError> {
         let endpoint = format!("{}{path}", self.base);
         let token = self.token.load()?;
-        let value = token.header_value().ok_or_else(|| RestError::Client(format!("{}: not a valid header value", self.token)))?;
+        let value = token
+            .header_value()
+            .ok_or_else(|| RestError::Client(format!("{}: not a valid header value", self.token)))?;
         let http = self.http()?;
         let mut req = match method {
             Method::Get => http.get(&endpoint),
@@ -210,7 +213,8 @@ fn message(errors: &[ApiError], body: &str) -> String {
 /// were transmitted or received" (submit, HTTP 500), 1007 "Protocol
 /// authentication error" (slurmdbd, even with HTTP 200); newer ones answer 401/403.
 fn auth_hint(status: u16, errors: &[ApiError]) -> Option<&'static str> {
-    let all = |set: &[i64]| !errors.is_empty() && errors.iter().all(|e| e.error_number.is_some_and(|n| set.contains(&n)));
+    let all =
+        |set: &[i64]| !errors.is_empty() && errors.iter().all(|e| e.error_number.is_some_and(|n| set.contains(&n)));
     match status {
         401 | 403 => Some("the token was refused"),
         _ if all(&[1007]) => Some("SLURM refused the token (wrong, expired, or another user's)"),
@@ -232,11 +236,15 @@ mod tests {
     #[test]
     fn nothing_found_is_an_empty_answer_not_a_refusal() {
         // Recorded from slurmrestd 22.05.8: GET /slurmdb/v0.0.38/jobs?job_name=nonexistent-x (HTTP 200).
-        let empty = errors(r#"{"errors": [{"description": "Nothing found", "error_number": 9003, "error": "Nothing found with query", "source": "slurmdb_jobs_get"}], "jobs": []}"#);
+        let empty = errors(
+            r#"{"errors": [{"description": "Nothing found", "error_number": 9003, "error": "Nothing found with query", "source": "slurmdb_jobs_get"}], "jobs": []}"#,
+        );
         assert!(!refused(true, &empty));
         assert!(refused(false, &empty), "an error status is a refusal whatever the body");
         // Recorded: the same request with a wrong token (HTTP 200 too).
-        let auth = errors(r#"{"errors": [{"error_number": 1007, "error": "Protocol authentication error", "source": "slurmdb_jobs_get"}], "jobs": []}"#);
+        let auth = errors(
+            r#"{"errors": [{"error_number": 1007, "error": "Protocol authentication error", "source": "slurmdb_jobs_get"}], "jobs": []}"#,
+        );
         assert!(refused(true, &auth));
         assert!(auth_hint(200, &auth).is_some_and(|h| h.contains("refused the token")));
     }
@@ -244,10 +252,13 @@ mod tests {
     #[test]
     fn generic_errors_of_a_refused_token_get_a_hint_others_do_not() {
         // Recorded: POST /slurm/v0.0.38/job/submit with a wrong token (HTTP 500).
-        let submit = errors(r#"{"errors": [{"error_code": 5005, "error": "Zero Bytes were transmitted or received"}]}"#);
+        let submit =
+            errors(r#"{"errors": [{"error_code": 5005, "error": "Zero Bytes were transmitted or received"}]}"#);
         assert!(auth_hint(500, &submit).is_some());
         // Recorded: DELETE of a job SLURM does not know (HTTP 500): not about the token.
-        let gone = errors(r#"{"errors": [{"description": "unable to kill JobId=999999 with signal 9: Invalid job id specified", "error_number": 2017, "error": "Invalid job id specified", "source": "slurm_kill_job"}]}"#);
+        let gone = errors(
+            r#"{"errors": [{"description": "unable to kill JobId=999999 with signal 9: Invalid job id specified", "error_number": 2017, "error": "Invalid job id specified", "source": "slurm_kill_job"}]}"#,
+        );
         assert_eq!(auth_hint(500, &gone), None);
         assert_eq!(message(&gone, ""), "slurm_kill_job: unable to kill JobId=999999 with signal 9: Invalid job id specified (Invalid job id specified)");
     }

@@ -51,7 +51,8 @@ impl JobSpec {
             }
             let Some(rest) = t.strip_prefix("#SBATCH") else { break };
             let directive = rest.trim();
-            let err = |why: String| DirectiveError { script: path.into(), line: i + 1, directive: directive.into(), why };
+            let err =
+                |why: String| DirectiveError { script: path.into(), line: i + 1, directive: directive.into(), why };
             let (opt, value) = split_option(directive).ok_or_else(|| err("expected `--option=value`".into()))?;
             spec.set(opt, value).map_err(err)?;
         }

@@ -78,9 +78,11 @@ impl RestTransport {
         let invalid = |m: &str| TransportError::Other(format!("cluster `{name}`: {m}"));
         let url = cluster.url.as_deref().ok_or_else(|| invalid("transport `rest` needs `url`"))?;
         let user = cluster.user.clone().ok_or_else(|| invalid("transport `rest` needs `user`"))?;
-        let token = TokenSource::of(cluster).ok_or_else(|| invalid("transport `rest` needs `token_file` or `token_env`"))?;
+        let token =
+            TokenSource::of(cluster).ok_or_else(|| invalid("transport `rest` needs `token_file` or `token_env`"))?;
         token.warn_if_exposed();
-        let files_kind = cluster.files.ok_or_else(|| invalid("transport `rest` needs `files: local` or `files: sftp`"))?;
+        let files_kind =
+            cluster.files.ok_or_else(|| invalid("transport `rest` needs `files: local` or `files: sftp`"))?;
         let shell: Arc<dyn super::Shell> = match files_kind {
             FilesKind::Local => Arc::new(local_slurm::LocalShell::new(cluster)),
             FilesKind::Sftp => Arc::new(ssh::SshShell::new(name, cluster)?),
@@ -164,7 +166,8 @@ impl Transport for RestTransport {
                 message: "no such file (the job script is uploaded before submitting)".into(),
             })
         })?;
-        let text = String::from_utf8(bytes).map_err(|_| not_sent(TransportError::Other(format!("{script}: not UTF-8"))))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| not_sent(TransportError::Other(format!("{script}: not UTF-8"))))?;
         let spec = JobSpec::from_script(script, &text).map_err(|e| not_sent(RestError::from(e).into()))?;
         let v = self.client.version().map_err(|e| not_sent(e.into()))?;
         let body = v.submit_body(&text, &spec, &self.env);

@@ -239,7 +239,9 @@ impl Eval<'_> {
                     pattern_list_matches(list, h.as_deref().unwrap_or(self.alias))
                 }
                 CriterionKind::OriginalHost(list) => pattern_list_matches(list, self.alias),
-                CriterionKind::User(list) => pattern_list_matches(list, self.s.user.as_deref().unwrap_or(self.local_user)),
+                CriterionKind::User(list) => {
+                    pattern_list_matches(list, self.s.user.as_deref().unwrap_or(self.local_user))
+                }
                 CriterionKind::LocalUser(list) => pattern_list_matches(list, self.local_user),
                 CriterionKind::Unsupported(k) => {
                     self.s.unhonoured.push((
@@ -270,7 +272,11 @@ impl Eval<'_> {
             }
             "port" => {
                 let v = first()?;
-                let p = v.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| err(format!("`{v}` is not a port number")))?;
+                let p = v
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| err(format!("`{v}` is not a port number")))?;
                 s.port.get_or_insert(p);
             }
             "identityfile" => s.identity_files.push((first()?, loc.clone())),
@@ -293,7 +299,11 @@ impl Eval<'_> {
             "proxyjump" => {
                 let v = first()?;
                 if s.proxy.is_none() {
-                    let p = if v.eq_ignore_ascii_case("none") { Proxy::None } else { Proxy::Jump(parse_jumps(&v).map_err(err)?) };
+                    let p = if v.eq_ignore_ascii_case("none") {
+                        Proxy::None
+                    } else {
+                        Proxy::Jump(parse_jumps(&v).map_err(err)?)
+                    };
                     s.proxy = Some((p, loc.clone()));
                 }
             }
@@ -302,7 +312,8 @@ impl Eval<'_> {
                     return Err(err("missing command".into()));
                 }
                 if s.proxy.is_none() {
-                    let p = if rest.eq_ignore_ascii_case("none") { Proxy::None } else { Proxy::Command(rest.to_string()) };
+                    let p =
+                        if rest.eq_ignore_ascii_case("none") { Proxy::None } else { Proxy::Command(rest.to_string()) };
                     s.proxy = Some((p, loc.clone()));
                 }
             }
@@ -490,11 +501,8 @@ fn include_paths(arg: &str, ssh_dir: &Path) -> Result<Vec<PathBuf>, String> {
         None => ssh_dir.join(arg),
     };
     let pattern = path.to_string_lossy().into_owned();
-    let mut files: Vec<PathBuf> = glob::glob(&pattern)
-        .map_err(|e| e.to_string())?
-        .filter_map(Result::ok)
-        .filter(|p| p.is_file())
-        .collect();
+    let mut files: Vec<PathBuf> =
+        glob::glob(&pattern).map_err(|e| e.to_string())?.filter_map(Result::ok).filter(|p| p.is_file()).collect();
     files.sort();
     Ok(files)
 }

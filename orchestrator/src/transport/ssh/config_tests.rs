@@ -136,7 +136,10 @@ fn unsupported_match_criteria_skip_the_block_and_are_reported() {
 
 #[test]
 fn unhonoured_directives_are_reported_only_where_they_apply() {
-    let e = resolve("Host a\n  ForwardAgent yes\n  StrictHostKeyChecking no\n  BatchMode yes\nHost b\n  Compression yes\n", "a");
+    let e = resolve(
+        "Host a\n  ForwardAgent yes\n  StrictHostKeyChecking no\n  BatchMode yes\nHost b\n  Compression yes\n",
+        "a",
+    );
     let keys: Vec<&str> = e.unhonoured.iter().map(|u| u.1.as_str()).collect();
     assert_eq!(keys, vec!["ForwardAgent", "StrictHostKeyChecking"]);
     let e = resolve("StrictHostKeyChecking yes\n", "a");
@@ -164,8 +167,11 @@ fn include_applies_inside_its_block_and_relative_paths_are_in_the_ssh_dir() {
     std::fs::write(d.path().join("conf.d/20-b.conf"), "User from-b\n").expect("write");
     std::fs::write(d.path().join("conf.d/notes.txt"), "Port 1\n").expect("write");
     let main = d.path().join("config");
-    std::fs::write(&main, "Host a\n  Include conf.d/*.conf\n  HostName after-include\nHost other\n  Include conf.d/10-a.conf\n")
-        .expect("write");
+    std::fs::write(
+        &main,
+        "Host a\n  Include conf.d/*.conf\n  HostName after-include\nHost other\n  Include conf.d/10-a.conf\n",
+    )
+    .expect("write");
     let f = ConfigFile::load(&main, d.path()).expect("loads");
     let e = f.resolve("a", "me").expect("a");
     assert_eq!(e.port, Some(1010), "the included file's first lines apply in the including block");

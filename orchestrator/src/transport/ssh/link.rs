@@ -99,7 +99,10 @@ impl Link {
                 }
             })?;
         }
-        Self::spawn(Box::new(SocketUp { fd: ours.as_raw_fd(), _owner: Owner::Unix(ours), child: Some(child) }), Some(tail))
+        Self::spawn(
+            Box::new(SocketUp { fd: ours.as_raw_fd(), _owner: Owner::Unix(ours), child: Some(child) }),
+            Some(tail),
+        )
     }
 
     /// A `direct-tcpip` channel of `session` (a bastion's, whose own link is
@@ -238,7 +241,10 @@ impl Upstream for ChannelUp {
         }
         self.next_keepalive = Instant::now() + Duration::from_secs(u64::from(self.keepalive.interval));
         if !self.health.may_send_keepalive(self.keepalive) {
-            tracing::warn!("bastion did not answer {} keepalives; closing the connection through it", self.keepalive.count_max);
+            tracing::warn!(
+                "bastion did not answer {} keepalives; closing the connection through it",
+                self.keepalive.count_max
+            );
             return false;
         }
         // A keepalive while a channel write is half sent is refused by libssh2: skip it then.

@@ -57,7 +57,10 @@ fn session_err(target: &SshTarget, what: &str, e: ssh2::Error) -> TransportError
 fn is_permanent(e: &TransportError) -> bool {
     matches!(
         e,
-        TransportError::HostKey(_) | TransportError::Auth { .. } | TransportError::Resolve { .. } | TransportError::SshConfig(_)
+        TransportError::HostKey(_)
+            | TransportError::Auth { .. }
+            | TransportError::Resolve { .. }
+            | TransportError::SshConfig(_)
     )
 }
 
@@ -69,7 +72,12 @@ impl SshShell {
 
     pub fn with_target(target: SshTarget) -> Self {
         let secs = std::env::var("SWEEP_SSH_RECONNECT_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
-        SshShell { target, conn: Mutex::new(None), counters: Counters::default(), reconnect_for: Duration::from_secs(secs) }
+        SshShell {
+            target,
+            conn: Mutex::new(None),
+            counters: Counters::default(),
+            reconnect_for: Duration::from_secs(secs),
+        }
     }
 
     /// How long a dropped or refused connection is retried (default 60 s, `SWEEP_SSH_RECONNECT_SECS`).
@@ -127,7 +135,10 @@ impl SshShell {
                     *guard = None;
                     tracing::warn!(target = %self.target.label(), "SSH session lost during {what}: {e}");
                     if !retry && used_existing {
-                        return Err(TransportError::Uncertain { target: self.target.label(), command: what.to_string() });
+                        return Err(TransportError::Uncertain {
+                            target: self.target.label(),
+                            command: what.to_string(),
+                        });
                     }
                     if !retry {
                         return Err(e);
@@ -154,7 +165,8 @@ impl SshShell {
             return Ok(h.clone());
         }
         let sftp = self.sftp(conn)?;
-        let h = sftp.realpath(Path::new(".")).map_err(|e| OpError::Dropped(session_err(&self.target, "realpath .", e)))?;
+        let h =
+            sftp.realpath(Path::new(".")).map_err(|e| OpError::Dropped(session_err(&self.target, "realpath .", e)))?;
         let h = h.to_string_lossy().into_owned();
         conn.home = Some(h.clone());
         Ok(h)
@@ -187,15 +199,19 @@ impl Shell for SshShell {
             let mut ch = conn.live.session.channel_session().map_err(drop)?;
             ch.exec(&command).map_err(drop)?;
             let mut stdout = Vec::new();
-            ch.read_to_end(&mut stdout).map_err(|e| OpError::Dropped(TransportError::Connect {
-                target: self.target.label(),
-                message: format!("{what}: reading output: {e}"),
-            }))?;
+            ch.read_to_end(&mut stdout).map_err(|e| {
+                OpError::Dropped(TransportError::Connect {
+                    target: self.target.label(),
+                    message: format!("{what}: reading output: {e}"),
+                })
+            })?;
             let mut stderr = Vec::new();
-            ch.stderr().read_to_end(&mut stderr).map_err(|e| OpError::Dropped(TransportError::Connect {
-                target: self.target.label(),
-                message: format!("{what}: reading errors: {e}"),
-            }))?;
+            ch.stderr().read_to_end(&mut stderr).map_err(|e| {
+                OpError::Dropped(TransportError::Connect {
+                    target: self.target.label(),
+                    message: format!("{what}: reading errors: {e}"),
+                })
+            })?;
             ch.wait_close().map_err(drop)?;
             let status = ch.exit_status().map_err(drop)?;
             Ok(ExecOutput {
@@ -214,14 +230,19 @@ impl Shell for SshShell {
             let sftp = self.sftp(conn)?;
             let ferr = |e: ssh2::Error, p: &str| {
                 if sftp_status(&e).is_some() {
-                    OpError::Final(TransportError::File { target: target.clone(), path: p.into(), message: e.to_string() })
+                    OpError::Final(TransportError::File {
+                        target: target.clone(),
+                        path: p.into(),
+                        message: e.to_string(),
+                    })
                 } else {
                     OpError::Dropped(session_err(&self.target, "SFTP", e))
                 }
             };
             // mkdir -p, ignoring "exists".
             let p = Path::new(&path);
-            let mut dirs: Vec<&Path> = p.ancestors().skip(1).take_while(|d| !d.as_os_str().is_empty() && *d != Path::new("/")).collect();
+            let mut dirs: Vec<&Path> =
+                p.ancestors().skip(1).take_while(|d| !d.as_os_str().is_empty() && *d != Path::new("/")).collect();
             dirs.reverse();
             for d in dirs {
                 if sftp.stat(d).is_err() {
@@ -236,9 +257,19 @@ impl Shell for SshShell {
             let mode = if executable { 0o755 } else { 0o644 };
             {
                 let mut f = sftp
-                    .open_mode(Path::new(&tmp), ssh2::OpenFlags::WRITE | ssh2::OpenFlags::CREATE | ssh2::OpenFlags::TRUNCATE, mode, ssh2::OpenType::File)
+                    .open_mode(
+                        Path::new(&tmp),
+                        ssh2::OpenFlags::WRITE | ssh2::OpenFlags::CREATE | ssh2::OpenFlags::TRUNCATE,
+                        mode,
+                        ssh2::OpenType::File,
+                    )
                     .map_err(|e| ferr(e, &tmp))?;
-                f.write_all(data).map_err(|e| OpError::Dropped(TransportError::Connect { target: target.clone(), message: format!("SFTP write {tmp}: {e}") }))?;
+                f.write_all(data).map_err(|e| {
+                    OpError::Dropped(TransportError::Connect {
+                        target: target.clone(),
+                        message: format!("SFTP write {tmp}: {e}"),
+                    })
+                })?;
                 let _ = f.fsync();
             }
             let flags = ssh2::RenameFlags::OVERWRITE | ssh2::RenameFlags::ATOMIC | ssh2::RenameFlags::NATIVE;
@@ -261,7 +292,11 @@ impl Shell for SshShell {
                 Ok(f) => f,
                 Err(e) if sftp_status(&e) == Some(FX_NO_SUCH_FILE) => return Ok(None),
                 Err(e) if sftp_status(&e).is_some() => {
-                    return Err(OpError::Final(TransportError::File { target, path: path.clone(), message: e.to_string() }))
+                    return Err(OpError::Final(TransportError::File {
+                        target,
+                        path: path.clone(),
+                        message: e.to_string(),
+                    }))
                 }
                 Err(e) => return Err(OpError::Dropped(session_err(&self.target, "SFTP open", e))),
             };
@@ -290,7 +325,6 @@ impl Shell for SshShell {
         &self.counters
     }
 }
-
 
 #[cfg(test)]
 mod tests {

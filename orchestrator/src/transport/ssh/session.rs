@@ -48,7 +48,9 @@ pub fn open(target: &SshTarget) -> Result<Connection, TransportError> {
                 Link::channel(bastion, ch, fd, health, target.hops[b].keepalive)
                     .map_err(|e| connect_err(target, b, format!("cannot start the forwarding thread: {e}")))?
             }
-            (Via::Jump, None) => return Err(TransportError::Other(format!("{}: ProxyJump without a bastion", target.role(i)))),
+            (Via::Jump, None) => {
+                return Err(TransportError::Other(format!("{}: ProxyJump without a bastion", target.role(i))))
+            }
         };
         let (session, fd) = handshake(target, i, &link)?;
         prev = Some((session, fd, link.health.clone()));
@@ -67,15 +69,19 @@ fn millis(d: Duration) -> u32 {
 /// ([`TransportError::Resolve`], never retried); each address is tried in turn.
 fn tcp(target: &SshTarget, i: usize) -> Result<Link, TransportError> {
     let hop = &target.hops[i];
-    let resolve_err = |message: String| TransportError::Resolve { target: target.role(i), host: hop.host.clone(), message };
-    let addrs: Vec<SocketAddr> = (hop.host.as_str(), hop.port).to_socket_addrs().map_err(|e| resolve_err(e.to_string()))?.collect();
+    let resolve_err =
+        |message: String| TransportError::Resolve { target: target.role(i), host: hop.host.clone(), message };
+    let addrs: Vec<SocketAddr> =
+        (hop.host.as_str(), hop.port).to_socket_addrs().map_err(|e| resolve_err(e.to_string()))?.collect();
     if addrs.is_empty() {
         return Err(resolve_err("no address".into()));
     }
     let mut last = String::new();
     for a in &addrs {
         match TcpStream::connect_timeout(a, hop.connect_timeout) {
-            Ok(t) => return Link::tcp(t).map_err(|e| connect_err(target, i, format!("cannot start the link thread: {e}"))),
+            Ok(t) => {
+                return Link::tcp(t).map_err(|e| connect_err(target, i, format!("cannot start the link thread: {e}")))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
                 last = format!("{a}: no answer within {} s (ConnectTimeout)", hop.connect_timeout.as_secs())
             }
@@ -109,7 +115,8 @@ fn handshake(target: &SshTarget, i: usize, link: &Link) -> Result<(Session, RawF
 }
 
 fn verify_host_key(s: &Session, hop: &Hop, role: &str) -> Result<(), TransportError> {
-    let (key, kind) = s.host_key().ok_or_else(|| TransportError::HostKey(format!("{role}: server sent no host key")))?;
+    let (key, kind) =
+        s.host_key().ok_or_else(|| TransportError::HostKey(format!("{role}: server sent no host key")))?;
     let fp = s
         .host_key_hash(ssh2::HashType::Sha256)
         .map(|h| format!("SHA256:{}", base64::engine::general_purpose::STANDARD_NO_PAD.encode(h)))
@@ -126,7 +133,10 @@ fn verify_host_key(s: &Session, hop: &Hop, role: &str) -> Result<(), TransportEr
     for f in &hop.known_hosts {
         if f.exists() {
             kh.read_file(f, KnownHostFileKind::OpenSSH).map_err(|e| {
-                TransportError::HostKey(format!("cannot read known_hosts {}: {e}; refusing to connect to {shown}", f.display()))
+                TransportError::HostKey(format!(
+                    "cannot read known_hosts {}: {e}; refusing to connect to {shown}",
+                    f.display()
+                ))
             })?;
             read_any = true;
         }
@@ -149,7 +159,9 @@ fn verify_host_key(s: &Session, hop: &Hop, role: &str) -> Result<(), TransportEr
             hop.port,
             hop.host
         ))),
-        CheckResult::Failure => Err(TransportError::HostKey(format!("cannot verify the host key of {shown}{whose}; refusing to connect"))),
+        CheckResult::Failure => {
+            Err(TransportError::HostKey(format!("cannot verify the host key of {shown}{whose}; refusing to connect")))
+        }
     }
 }
 
@@ -185,7 +197,8 @@ fn authenticate(s: &Session, hop: &Hop, role: &str) -> Result<(), TransportError
     Err(TransportError::Auth {
         target: role.to_string(),
         message: if tried.is_empty() {
-            "no key file found and no ssh-agent (set identity_file, IdentityFile in ~/.ssh/config, or start ssh-agent)".into()
+            "no key file found and no ssh-agent (set identity_file, IdentityFile in ~/.ssh/config, or start ssh-agent)"
+                .into()
         } else {
             tried.join("; ")
         },

@@ -155,7 +155,13 @@ pub fn resolve_target(cluster: &ClusterConfig) -> Result<SshTarget, TransportErr
     Ok(SshTarget { alias, hops })
 }
 
-fn chain(ctx: &Ctx, alias: &str, over: &Overrides, proxy: Option<Proxy>, depth: usize) -> Result<Vec<Hop>, TransportError> {
+fn chain(
+    ctx: &Ctx,
+    alias: &str,
+    over: &Overrides,
+    proxy: Option<Proxy>,
+    depth: usize,
+) -> Result<Vec<Hop>, TransportError> {
     if depth > MAX_HOPS {
         return Err(TransportError::Other(format!(
             "ProxyJump to `{alias}` nests more than {MAX_HOPS} deep (a loop in the ssh config?)"
@@ -242,7 +248,14 @@ fn build_hop(ctx: &Ctx, alias: &str, s: &HostSettings, over: &Overrides) -> Resu
             match &s.user_known_hosts {
                 Some((list, loc)) => {
                     for f in list {
-                        files.push(PathBuf::from(expand_tokens(f, &hop, &ctx.local_user, "UserKnownHostsFile", loc, false)?));
+                        files.push(PathBuf::from(expand_tokens(
+                            f,
+                            &hop,
+                            &ctx.local_user,
+                            "UserKnownHostsFile",
+                            loc,
+                            false,
+                        )?));
                     }
                 }
                 None => files.extend(["known_hosts", "known_hosts2"].iter().map(|n| home.join(".ssh").join(n))),
@@ -250,10 +263,19 @@ fn build_hop(ctx: &Ctx, alias: &str, s: &HostSettings, over: &Overrides) -> Resu
             match &s.global_known_hosts {
                 Some((list, loc)) => {
                     for f in list {
-                        files.push(PathBuf::from(expand_tokens(f, &hop, &ctx.local_user, "GlobalKnownHostsFile", loc, false)?));
+                        files.push(PathBuf::from(expand_tokens(
+                            f,
+                            &hop,
+                            &ctx.local_user,
+                            "GlobalKnownHostsFile",
+                            loc,
+                            false,
+                        )?));
                     }
                 }
-                None => files.extend(["/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"].iter().map(PathBuf::from)),
+                None => {
+                    files.extend(["/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"].iter().map(PathBuf::from))
+                }
             }
             files
         }
@@ -270,8 +292,17 @@ fn expand_command(cmd: &str, hop: &Hop, local_user: &str, loc: &Loc) -> Result<S
 /// `~/` and ssh_config's `%` tokens: `%%`, `%d` home, `%h` host, `%i` uid,
 /// `%k` host key alias, `%L`/`%l` local host name, `%n` the name asked for,
 /// `%p` port, `%r` remote user, `%u` local user.
-fn expand_tokens(v: &str, hop: &Hop, local_user: &str, directive: &str, loc: &Loc, for_shell: bool) -> Result<String, TransportError> {
-    let err = |m: String| TransportError::SshConfig(super::config::ConfigError { loc: loc.clone(), message: format!("{directive}: {m}") });
+fn expand_tokens(
+    v: &str,
+    hop: &Hop,
+    local_user: &str,
+    directive: &str,
+    loc: &Loc,
+    for_shell: bool,
+) -> Result<String, TransportError> {
+    let err = |m: String| {
+        TransportError::SshConfig(super::config::ConfigError { loc: loc.clone(), message: format!("{directive}: {m}") })
+    };
     let home = home_dir().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
     let mut out = String::new();
     let mut chars = v.chars();

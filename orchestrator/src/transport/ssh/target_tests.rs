@@ -74,7 +74,15 @@ fn proxy_jump_puts_the_bastion_first_with_its_own_settings() {
     assert_eq!(b.connect_timeout, Duration::from_secs(3));
     assert_eq!(b.keepalive, DEFAULT_KEEPALIVE);
     assert_eq!((n.host.as_str(), n.port, n.user.as_str(), &n.via), ("node.internal", 2200, "alice", &Via::Jump));
-    assert_eq!(n.known_hosts, vec![PathBuf::from("/kh/node"), PathBuf::from("/kh/shared"), "/etc/ssh/ssh_known_hosts".into(), "/etc/ssh/ssh_known_hosts2".into()]);
+    assert_eq!(
+        n.known_hosts,
+        vec![
+            PathBuf::from("/kh/node"),
+            PathBuf::from("/kh/shared"),
+            "/etc/ssh/ssh_known_hosts".into(),
+            "/etc/ssh/ssh_known_hosts2".into()
+        ]
+    );
     assert_eq!(t.role(0), "bastion bob@192.0.2.10 (ProxyJump for node)");
     assert_eq!(t.label(), "alice@node.internal:2200 via bob@192.0.2.10");
 }
