@@ -82,9 +82,14 @@ pub enum AttentionKernel {
     /// Matmul + softmax with the score tensor materialised and kept for
     /// backward (Burn's attention under autodiff on the CPU backend).
     Materialised,
-    /// The backend does not keep the scores: CubeCL's fused GPU backends
-    /// (measured on an H100, docs/gpu.md).
+    /// The old GPU records' claim that CubeCL's fused backends did not keep
+    /// the scores (one H100 run, very probably a failed allocation recorded
+    /// `ok` before the worker read values back; docs/gpu.md). Kept to read them.
     Fused,
+    /// The worker's memory-efficient attention (the flash-attention algorithm,
+    /// what PyTorch's SDPA runs): q, k, v, the output and the row log-sum-exp
+    /// kept for backward, scores recomputed chunk by chunk.
+    MemoryEfficient,
 }
 
 /// Gradient checkpointing as it ran.
@@ -97,6 +102,18 @@ pub enum Checkpointing {
     BurnBalanced,
 }
 
+/// How float types are used across a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DtypePolicy {
+    /// Every float tensor, parameters and optimizer state included, in `dtype`.
+    Uniform,
+    /// PyTorch's autocast: f32 parameters, gradients and AdamW state;
+    /// convolutions, linears and matmuls in `dtype` (their half inputs kept for
+    /// backward); norms, softmax and the loss in f32.
+    Autocast,
+}
+
 /// Where the run happened: enough to put a hardware/software header on a report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunEnvironment {
@@ -107,7 +124,8 @@ pub struct RunEnvironment {
     pub driver: Option<String>,
     /// Burn backend (`flex`, `cuda`, `wgpu`).
     pub backend: String,
-    /// Float dtype on the device (`f32`, `bf16`).
+    /// The float dtype the run computes in (`f32`, `bf16`, `f16`; under
+    /// autocast the half type of its convolutions, linears and matmuls).
     pub dtype: String,
     pub grad_ckpt: bool,
     /// The dtype the experiment asked for, when the device could not run it
@@ -116,6 +134,9 @@ pub struct RunEnvironment {
     pub requested_dtype: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpointing: Option<Checkpointing>,
+    /// How `dtype` is applied (absent in events written before autocast).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype_policy: Option<DtypePolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention: Option<AttentionKernel>,
     /// The meter behind every `peak_bytes` of this run.
@@ -158,6 +179,12 @@ pub enum Event {
         /// of the phase (the driver's view: pool reservations and contexts included).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nvml_bytes: Option<u64>,
+        /// The value the phase read back from the device (parameter checksum
+        /// after `model` and `step`, output mean after `fwd`, gradient norm
+        /// after `bwd`): proof that the phase's kernels ran. Absent in events
+        /// written before the worker read back.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        readback: Option<f64>,
     },
     Result {
         t: f64,

@@ -104,15 +104,23 @@ impl Backend {
     }
 }
 
-/// The float dtype a precision runs at in Burn, which has no autocast: AMP
-/// configs run entirely in the half type (weights included), the closest Burn
-/// gets to the group's runs; the record's dtype field says what really ran.
-pub fn float_dtype(p: Precision) -> FloatDType {
+/// The float dtype the device runs at and, for the AMP precisions, the half
+/// type autocast computes in (see [`crate::models::amp`]). `bf16` and `fp16`
+/// run uniformly in that type, weights included; `bf16-amp` and `fp16-amp`
+/// keep f32 parameters and optimizer state as PyTorch's autocast does.
+pub fn dtypes(p: Precision) -> (FloatDType, Option<FloatDType>) {
     match p {
-        Precision::Fp32 => FloatDType::F32,
-        Precision::Bf16 | Precision::Bf16Amp => FloatDType::BF16,
-        Precision::Fp16Amp => FloatDType::F16,
+        Precision::Fp32 => (FloatDType::F32, None),
+        Precision::Bf16 => (FloatDType::BF16, None),
+        Precision::Bf16Amp => (FloatDType::F32, Some(FloatDType::BF16)),
+        Precision::Fp16Amp => (FloatDType::F32, Some(FloatDType::F16)),
     }
+}
+
+/// The dtype a precision computes in: the half type under AMP, else the device's.
+pub fn compute_dtype(p: Precision) -> FloatDType {
+    let (device, half) = dtypes(p);
+    half.unwrap_or(device)
 }
 
 pub fn dtype_name(d: FloatDType) -> &'static str {
@@ -127,29 +135,36 @@ pub fn dtype_name(d: FloatDType) -> &'static str {
 /// A device ready for a run, and what it really runs.
 pub struct Prepared {
     pub device: Device,
+    /// The type the run computes in: the device's, or autocast's half type.
     pub dtype: FloatDType,
-    /// Set when the device cannot compute in the requested dtype and runs f32.
+    /// Set when the device cannot compute in the requested dtype and runs another.
     pub fell_back_from: Option<FloatDType>,
+    /// Autocast's half type (AMP precisions); the device then holds f32.
+    pub autocast: Option<FloatDType>,
     pub checkpointing: Checkpointing,
 }
 
-/// Configure the device: float dtype (falling back to f32 where the backend
-/// cannot compute in the requested type; the start event says so), autodiff
-/// on, Burn's gradient checkpointing when asked. Must run before the first
-/// tensor on the device. Device creation may panic (no adapter, no driver):
-/// the runner calls this inside its panic guard.
+/// Configure the device: float dtype, autodiff on, Burn's gradient
+/// checkpointing when asked. A half type the backend cannot compute in falls
+/// back: under autocast bf16 → f16 (the same bytes), else f32; the start event
+/// says so. Must run before the first tensor on the device. Device creation
+/// may panic (no adapter, no driver): the runner calls this inside its panic guard.
 pub fn prepare(backend: Backend, precision: Precision, grad_ckpt: bool) -> Result<Prepared, BackendError> {
     let mut device = backend.device();
-    let wanted = float_dtype(precision);
-    let dtype = if device.supports_dtype(wanted) { wanted } else { FloatDType::F32 };
-    device.configure(dtype).map_err(|e| BackendError::Configure(format!("{e:?}")))?;
-    let device = device.autodiff();
-    let (device, checkpointing) = if grad_ckpt {
-        (device.gradient_checkpointing(), Checkpointing::BurnBalanced)
-    } else {
-        (device, Checkpointing::Off)
+    let (storage, half) = dtypes(precision);
+    let wanted = half.unwrap_or(storage);
+    let (storage, autocast) = match half {
+        None => (if device.supports_dtype(storage) { storage } else { FloatDType::F32 }, None),
+        Some(h) if device.supports_dtype(h) => (storage, Some(h)),
+        Some(FloatDType::BF16) if device.supports_dtype(FloatDType::F16) => (storage, Some(FloatDType::F16)),
+        Some(_) => (storage, None),
     };
-    Ok(Prepared { device, dtype, fell_back_from: (dtype != wanted).then_some(wanted), checkpointing })
+    let dtype = autocast.unwrap_or(storage);
+    device.configure(storage).map_err(|e| BackendError::Configure(format!("{e:?}")))?;
+    let device = device.autodiff();
+    let (device, checkpointing) =
+        if grad_ckpt { (device.gradient_checkpointing(), Checkpointing::BurnBalanced) } else { (device, Checkpointing::Off) };
+    Ok(Prepared { device, dtype, fell_back_from: (dtype != wanted).then_some(wanted), autocast, checkpointing })
 }
 
 /// The device for the run header: name, driver version, total memory.

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use spec::event::AttentionKernel;
 use spec::run::Manifest;
 use spec::RunConfig;
 use worker::{Backend, RunOptions};
@@ -43,6 +44,27 @@ struct RunArgs {
     /// Backend (default: the first GPU backend compiled in, else `flex`).
     #[arg(long)]
     backend: Option<String>,
+    /// Attention of the transformer families: `memory-efficient` (the default,
+    /// what PyTorch's SDPA runs: no N x N scores kept for backward) or
+    /// `materialised` (Burn's decomposed attention, holding the scores). The
+    /// UNet's attention is always materialised, as MONAI's is.
+    #[arg(long, value_enum, default_value_t = AttentionArg::MemoryEfficient)]
+    attention: AttentionArg,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum AttentionArg {
+    MemoryEfficient,
+    Materialised,
+}
+
+impl From<AttentionArg> for AttentionKernel {
+    fn from(a: AttentionArg) -> Self {
+        match a {
+            AttentionArg::MemoryEfficient => AttentionKernel::MemoryEfficient,
+            AttentionArg::Materialised => AttentionKernel::Materialised,
+        }
+    }
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
@@ -92,6 +114,7 @@ fn main() -> Result<()> {
             };
             let mut opts = RunOptions::new(&args.state_dir, backend);
             opts.memory_limit = args.memory_limit;
+            opts.attention = args.attention.into();
             let outcome = worker::run(&cfg, &opts)?;
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
             eprintln!(

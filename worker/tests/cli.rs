@@ -143,8 +143,9 @@ fn memory_limit_is_recorded_as_oom() {
 fn host_allocation_failure_without_a_limit_is_recorded_as_oom() {
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
-    // 32^3 tokens at patch 1: one materialised score tensor is 4 heads x
-    // 32768^2 x 4 bytes = 16 GiB, far above the 4 GiB address space allowed.
+    // 32^3 tokens at patch 1 with the decomposed attention: one materialised
+    // score tensor is 4 heads x 32768^2 x 4 bytes = 16 GiB, far above the 4 GiB
+    // address space allowed.
     let cfg = RunConfig {
         name: "host_oom".into(),
         model: ModelSpec::Dit(spec::DitSpec {
@@ -158,7 +159,10 @@ fn host_allocation_failure_without_a_limit_is_recorded_as_oom() {
         ..tiny_unet("host_oom")
     };
     let mut cmd = worker();
-    cmd.args(["run", "--config"]).arg(write_config(dir.path(), &cfg)).arg("--state-dir").arg(dir.path());
+    cmd.args(["run", "--attention", "materialised", "--config"])
+        .arg(write_config(dir.path(), &cfg))
+        .arg("--state-dir")
+        .arg(dir.path());
     // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -243,4 +247,71 @@ fn sigterm_is_recorded_as_cancelled_after_heartbeats() {
     assert!(message.unwrap().contains("signal 15"));
     // The manifest's other config was not run.
     assert!(events(dir.path(), &tiny_unet("other")).is_empty());
+}
+
+/// A crash inside native code (a GPU driver's shader compiler segfaulting, a
+/// C++ abort) still leaves a `failed` result naming the signal and the phase,
+/// and the process still dies of that signal so SLURM sees the crash. The
+/// signal is real, sent from outside while the run is inside a phase.
+#[test]
+fn crash_signals_are_recorded_as_failed_with_the_signal() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    for (sig, name) in [(libc::SIGSEGV, "SIGSEGV"), (libc::SIGABRT, "SIGABRT"), (libc::SIGBUS, "SIGBUS")] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = tiny_unet(&format!("crash-{name}"));
+        cfg.mode = Mode::Train;
+        cfg.steps = 1_000_000; // runs until the signal
+        let path = write_config(dir.path(), &cfg);
+        let mut cmd = worker();
+        cmd.args(["run", "--config"]).arg(&path).arg("--state-dir").arg(dir.path()).stderr(Stdio::null());
+        // SAFETY: setrlimit is async-signal-safe; no core file for this deliberate crash.
+        unsafe {
+            cmd.pre_exec(|| {
+                let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                libc::setrlimit(libc::RLIMIT_CORE, &none);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !events(dir.path(), &cfg).iter().any(|e| matches!(e, Event::PhaseEnd { phase: Phase::Fwd, .. })) {
+            assert!(Instant::now() < deadline, "no forward phase within 120 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: signalling our own child process by its id.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig), "{name}: the process dies of the signal ({status:?})");
+        let (status, phase, _, message, peaks) = result(&events(dir.path(), &cfg));
+        assert_eq!(status, RunStatus::Failed, "{name}");
+        assert!(phase.is_some(), "{name}");
+        let message = message.unwrap();
+        assert!(message.contains(name) && message.contains(" phase"), "{name}: {message}");
+        assert!(peaks.model.is_some() && peaks.fwd.is_some(), "{name}: closed phases keep their peaks: {peaks:?}");
+    }
+}
+
+/// Every phase reads a value back from the device and says so in its
+/// `phase_end`: a run is `ok` only when every phase's value came back.
+#[test]
+fn every_phase_reads_a_value_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_unet("readback");
+    let path = write_config(dir.path(), &cfg);
+    let status = worker().args(["run", "--config"]).arg(&path).arg("--state-dir").arg(dir.path()).status().unwrap();
+    assert!(status.success());
+    let ev = events(dir.path(), &cfg);
+    let readbacks: Vec<(Phase, f64)> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::PhaseEnd { phase, readback, .. } => Some((*phase, readback.expect("every phase reads back"))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(readbacks.iter().map(|(p, _)| *p).collect::<Vec<_>>(), Phase::ALL);
+    assert!(readbacks.iter().all(|(_, v)| v.is_finite()), "{readbacks:?}");
+    // The step changed the parameters: their checksums before and after differ.
+    assert_ne!(readbacks[0].1, readbacks[3].1);
+    // A gradient norm is positive.
+    assert!(readbacks[2].1 > 0.0);
 }

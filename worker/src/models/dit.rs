@@ -7,6 +7,8 @@ use burn::nn::conv::{Conv3d, Conv3dConfig};
 use burn::prelude::*;
 use spec::{DitSpec, Input};
 
+use super::amp::{self, AutocastForward};
+use super::attention::{AttentionKernel, Heads};
 use super::{sincos_table, to_tokens, unpatchify, BuildError, DitBlock, FinalLayer, Grid, TimeMlp};
 
 #[derive(Module, Debug)]
@@ -19,10 +21,18 @@ pub struct Dit {
     final_layer: FinalLayer,
     patch: usize,
     out_channels: usize,
+    #[module(skip)]
+    attention: AttentionKernel,
 }
 
 impl Dit {
-    pub fn new(m: &DitSpec, input: &Input, out_channels: u32, device: &Device) -> Result<Self, BuildError> {
+    pub fn new(
+        m: &DitSpec,
+        input: &Input,
+        out_channels: u32,
+        attention: AttentionKernel,
+        device: &Device,
+    ) -> Result<Self, BuildError> {
         let d = m.dims()?;
         let (h, heads, p) = (d.hidden as usize, d.heads as usize, m.patch as usize);
         if heads == 0 || h % heads != 0 {
@@ -34,18 +44,23 @@ impl Dit {
             patch_embed: Conv3dConfig::new([cin, h], [p; 3]).with_stride([p; 3]).init(device),
             pos: Param::from_tensor(sincos_table(grid, h, device)).set_require_grad(false),
             time: TimeMlp::new(h, device),
-            blocks: (0..d.depth).map(|_| DitBlock::new(h, heads, device)).collect(),
+            blocks: (0..d.depth).map(|_| DitBlock::new(h, Heads { count: heads, kernel: attention }, device)).collect(),
             final_layer: FinalLayer::new(h, p, out_channels as usize, device),
             patch: p,
             out_channels: out_channels as usize,
+            attention,
         })
+    }
+
+    pub fn attention(&self) -> AttentionKernel {
+        self.attention
     }
 
     pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
         let device = x.device();
         let [_, _, d, h, w] = x.dims();
         let grid = Grid { d: d / self.patch, h: h / self.patch, w: w / self.patch };
-        let mut x = to_tokens(self.patch_embed.forward(x)) + self.pos.val().unsqueeze::<3>();
+        let mut x = amp::add(to_tokens(self.patch_embed.amp(x)), self.pos.val().unsqueeze::<3>());
         let c = self.time.forward(t, &device);
         for block in &self.blocks {
             x = block.forward(x, c.clone());
@@ -65,7 +80,7 @@ mod tests {
     fn check(m: DitSpec, input: Input, out: u32) -> Dit {
         let device = device();
         let expected = spec::params::count(&ModelSpec::Dit(m.clone()), &input, out).unwrap();
-        let model = Dit::new(&m, &input, out, &device).unwrap();
+        let model = Dit::new(&m, &input, out, AttentionKernel::MemoryEfficient, &device).unwrap();
         assert_eq!(model.num_params() as u64, expected, "{m:?}");
         model
     }

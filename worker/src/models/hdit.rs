@@ -9,6 +9,8 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use spec::{HditSpec, Input};
 
+use super::amp::{self, AutocastForward};
+use super::attention::{AttentionKernel, Heads};
 use super::{
     linear, merge_tokens, split_tokens, table, to_tokens, unpatchify, BuildError, DitBlock, FinalLayer, Grid, TimeMlp,
 };
@@ -33,10 +35,18 @@ pub struct Hdit {
     final_layer: FinalLayer,
     patch: usize,
     out_channels: usize,
+    #[module(skip)]
+    attention: AttentionKernel,
 }
 
 impl Hdit {
-    pub fn new(m: &HditSpec, input: &Input, out_channels: u32, device: &Device) -> Result<Self, BuildError> {
+    pub fn new(
+        m: &HditSpec,
+        input: &Input,
+        out_channels: u32,
+        attention: AttentionKernel,
+        device: &Device,
+    ) -> Result<Self, BuildError> {
         let d = m.dims()?;
         let (h, heads, p) = (d.hidden as usize, d.heads as usize, m.patch as usize);
         if heads == 0 || h % heads != 0 {
@@ -55,7 +65,7 @@ impl Hdit {
             let next = grids.last().expect("level 0").halve()?;
             grids.push(next);
         }
-        let blocks = |n: u32| (0..n).map(|_| DitBlock::new(h, heads, device)).collect::<Vec<_>>();
+        let blocks = |n: u32| (0..n).map(|_| DitBlock::new(h, Heads { count: heads, kernel: attention }, device)).collect::<Vec<_>>();
         let cin = input.channels as usize;
         Ok(Self {
             patch_embed: Conv3dConfig::new([cin, h], [p; 3]).with_stride([p; 3]).init(device),
@@ -75,7 +85,12 @@ impl Hdit {
             final_layer: FinalLayer::new(h, p, out_channels as usize, device),
             patch: p,
             out_channels: out_channels as usize,
+            attention,
         })
+    }
+
+    pub fn attention(&self) -> AttentionKernel {
+        self.attention
     }
 
     pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
@@ -87,23 +102,24 @@ impl Hdit {
             grids.push(Grid { d: g.d / 2, h: g.h / 2, w: g.w / 2 });
         }
         let c = self.time.forward(t, &device);
-        let mut x = to_tokens(self.patch_embed.forward(x)) + self.pos[0].val().unsqueeze::<3>();
+        let mut x = amp::add(to_tokens(self.patch_embed.amp(x)), self.pos[0].val().unsqueeze::<3>());
         let mut skips = Vec::with_capacity(self.down.len());
         for (l, blocks) in self.down.iter().enumerate() {
             for b in blocks {
                 x = b.forward(x, c.clone());
             }
             skips.push(x.clone());
-            x = self.transitions[l].merge.forward(merge_tokens(x, grids[l])) + self.pos[l + 1].val().unsqueeze::<3>();
+            let merged = self.transitions[l].merge.amp(merge_tokens(x, grids[l]));
+            x = amp::add(merged, self.pos[l + 1].val().unsqueeze::<3>());
         }
         for b in &self.mid {
             x = b.forward(x, c.clone());
         }
         for l in (0..self.up.len()).rev() {
             let tr = &self.transitions[l];
-            let up = split_tokens(tr.split.forward(x), grids[l]);
+            let up = split_tokens(tr.split.amp(x), grids[l]);
             let skip = skips.pop().expect("one skip per level");
-            x = tr.skip.forward(Tensor::cat(vec![up, skip], 2));
+            x = tr.skip.amp(amp::cat(vec![up, skip], 2));
             for b in &self.up[l] {
                 x = b.forward(x, c.clone());
             }
@@ -123,7 +139,7 @@ mod tests {
     fn check(m: HditSpec, input: Input, out: u32) -> Hdit {
         let device = device();
         let expected = spec::params::count(&ModelSpec::Hdit(m.clone()), &input, out).unwrap();
-        let model = Hdit::new(&m, &input, out, &device).unwrap();
+        let model = Hdit::new(&m, &input, out, AttentionKernel::MemoryEfficient, &device).unwrap();
         assert_eq!(model.num_params() as u64, expected, "{m:?}");
         model
     }

@@ -11,6 +11,8 @@
 //! 0.22.1 decomposes it into matmul + softmax, so the B x heads x N x N score
 //! tensor *is* materialised (unlike PyTorch's SDPA); the precheck models that.
 
+pub mod amp;
+pub mod attention;
 pub mod dit;
 pub mod hdit;
 pub mod unet;
@@ -20,9 +22,10 @@ use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::{gelu, silu};
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
 use spec::{Input, ModelSpec};
+
+use amp::AutocastForward;
+use attention::{scaled_dot_product, AttentionKernel, Heads};
 
 /// Why a spec cannot be built into a model.
 #[derive(Debug, thiserror::Error)]
@@ -43,14 +46,33 @@ pub enum Model {
 }
 
 impl Model {
-    /// Build `spec` for inputs of shape `input` on `device` (weights allocated there).
-    pub fn build(spec: &ModelSpec, input: &Input, out_channels: u32, device: &Device) -> Result<Model, BuildError> {
+    /// Build `spec` for inputs of shape `input` on `device` (weights allocated
+    /// there). `attention` is the transformer families' kernel; the UNet's
+    /// attention is always materialised, as MONAI's is.
+    pub fn build(
+        spec: &ModelSpec,
+        input: &Input,
+        out_channels: u32,
+        attention: AttentionKernel,
+        device: &Device,
+    ) -> Result<Model, BuildError> {
         Ok(match spec {
             ModelSpec::Unet(u) => Model::Unet(unet::Unet::new(u, input, out_channels, device)?),
-            ModelSpec::Dit(m) => Model::Dit(dit::Dit::new(m, input, out_channels, device)?),
-            ModelSpec::Hdit(m) => Model::Hdit(hdit::Hdit::new(m, input, out_channels, device)?),
-            ModelSpec::Uvit(m) => Model::Uvit(uvit::Uvit::new(m, input, device)?),
+            ModelSpec::Dit(m) => Model::Dit(dit::Dit::new(m, input, out_channels, attention, device)?),
+            ModelSpec::Hdit(m) => Model::Hdit(hdit::Hdit::new(m, input, out_channels, attention, device)?),
+            ModelSpec::Uvit(m) => Model::Uvit(uvit::Uvit::new(m, input, attention, device)?),
         })
+    }
+
+    /// The kernel of this model's attention layers (every family has some:
+    /// the UNet's middle block always attends).
+    pub fn attention(&self) -> AttentionKernel {
+        match self {
+            Model::Unet(_) => AttentionKernel::Materialised,
+            Model::Dit(m) => m.attention(),
+            Model::Hdit(m) => m.attention(),
+            Model::Uvit(m) => m.attention(),
+        }
     }
 
     /// Noise prediction for `x` `[B, C, D, H, W]` at diffusion timesteps `t` (one per sample).
@@ -87,19 +109,26 @@ pub(crate) fn linear(i: usize, o: usize, device: &Device) -> Linear {
     LinearConfig::new(i, o).init(device)
 }
 
-/// LayerNorm without affine parameters over the last dim (DiT's `elementwise_affine=False`).
+/// LayerNorm without affine parameters over the last dim (DiT's `elementwise_affine=False`), in f32 under autocast.
 pub(crate) fn layer_norm_plain(x: Tensor<3>, eps: f64) -> Tensor<3> {
+    let x = amp::to_f32(x);
     let (var, mean) = x.clone().var_mean_bias(2);
     (x - mean).div(var.add_scalar(eps).sqrt())
 }
 
 /// `x * (1 + scale) + shift`, with per-sample `[B, h]` shift and scale.
 pub(crate) fn modulate(x: Tensor<3>, shift: Tensor<2>, scale: Tensor<2>) -> Tensor<3> {
-    x * (scale.unsqueeze_dim::<3>(1).add_scalar(1.0)) + shift.unsqueeze_dim::<3>(1)
+    amp::add(amp::mul(x, scale.unsqueeze_dim::<3>(1).add_scalar(1.0)), shift.unsqueeze_dim::<3>(1))
+}
+
+/// The residual `x + gate * y`, gate `[B, h]` per sample, with type promotion.
+pub(crate) fn gated_residual(x: Tensor<3>, gate: Tensor<2>, y: Tensor<3>) -> Tensor<3> {
+    amp::add(x, amp::mul(gate.unsqueeze_dim::<3>(1), y))
 }
 
 /// Multi-head self-attention of `[B, N, 3h]` packed q/k/v into `[B, N, h]`.
-pub(crate) fn self_attention(qkv: Tensor<3>, heads: usize) -> Tensor<3> {
+pub(crate) fn self_attention(qkv: Tensor<3>, heads: Heads) -> Tensor<3> {
+    let Heads { count: heads, kernel } = heads;
     let [b, n, h3] = qkv.dims();
     let h = h3 / 3;
     let hd = h / heads;
@@ -110,15 +139,15 @@ pub(crate) fn self_attention(qkv: Tensor<3>, heads: usize) -> Tensor<3> {
     let v = parts.pop().expect("three chunks");
     let k = parts.pop().expect("three chunks");
     let q = parts.pop().expect("three chunks");
-    let out = attention(q, k, v, None, None, AttentionModuleOptions::default());
+    let out = scaled_dot_product(q, k, v, kernel);
     out.swap_dims(1, 2).reshape([b, n, h])
 }
 
-/// Attention of separate q, k, v `[B, N, C]` with `heads` heads.
+/// Attention of separate q, k, v `[B, N, C]` with `heads` heads (MONAI's UNet attention: materialised).
 pub(crate) fn attention_qkv(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, heads: usize) -> Tensor<3> {
     let [b, n, c] = q.dims();
     let split = |x: Tensor<3>| x.reshape([b, n, heads, c / heads]).swap_dims(1, 2);
-    let out = attention(split(q), split(k), split(v), None, None, AttentionModuleOptions::default());
+    let out = scaled_dot_product(split(q), split(k), split(v), AttentionKernel::Materialised);
     out.swap_dims(1, 2).reshape([b, n, c])
 }
 
@@ -135,7 +164,7 @@ impl TimeMlp {
     }
     pub fn forward(&self, t: &[f32], device: &Device) -> Tensor<2> {
         let emb = timestep_embedding(t, spec::params::TIME_FREQ_DIM as usize, device);
-        self.fc2.forward(silu(self.fc1.forward(emb)))
+        self.fc2.amp(silu(self.fc1.amp(emb)))
     }
 }
 
@@ -147,11 +176,12 @@ pub struct DitBlock {
     fc1: Linear,
     fc2: Linear,
     ada_ln: Linear,
-    heads: usize,
+    #[module(skip)]
+    heads: Heads,
 }
 
 impl DitBlock {
-    pub fn new(h: usize, heads: usize, device: &Device) -> Self {
+    pub fn new(h: usize, heads: Heads, device: &Device) -> Self {
         Self {
             qkv: linear(h, 3 * h, device),
             proj: linear(h, h, device),
@@ -164,15 +194,15 @@ impl DitBlock {
 
     /// `x` `[B, N, h]` conditioned on `c` `[B, h]`.
     pub fn forward(&self, x: Tensor<3>, c: Tensor<2>) -> Tensor<3> {
-        let m = self.ada_ln.forward(silu(c)).chunk(6, 1);
+        let m = self.ada_ln.amp(silu(c)).chunk(6, 1);
         let [shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp]: [Tensor<2>; 6] =
             m.try_into().expect("six chunks");
         let h = modulate(layer_norm_plain(x.clone(), 1e-6), shift_msa, scale_msa);
-        let attn = self.proj.forward(self_attention(self.qkv.forward(h), self.heads));
-        let x = x + gate_msa.unsqueeze_dim::<3>(1) * attn;
+        let attn = self.proj.amp(self_attention(self.qkv.amp(h), self.heads));
+        let x = gated_residual(x, gate_msa, attn);
         let h = modulate(layer_norm_plain(x.clone(), 1e-6), shift_mlp, scale_mlp);
-        let mlp = self.fc2.forward(gelu(self.fc1.forward(h)));
-        x + gate_mlp.unsqueeze_dim::<3>(1) * mlp
+        let mlp = self.fc2.amp(gelu(self.fc1.amp(h)));
+        gated_residual(x, gate_mlp, mlp)
     }
 }
 
@@ -188,10 +218,10 @@ impl FinalLayer {
         Self { ada_ln: linear(h, 2 * h, device), proj: linear(h, patch.pow(3) * out, device) }
     }
     pub fn forward(&self, x: Tensor<3>, c: Tensor<2>) -> Tensor<3> {
-        let mut m = self.ada_ln.forward(silu(c)).chunk(2, 1);
+        let mut m = self.ada_ln.amp(silu(c)).chunk(2, 1);
         let scale = m.pop().expect("two chunks");
         let shift = m.pop().expect("two chunks");
-        self.proj.forward(modulate(layer_norm_plain(x, 1e-6), shift, scale))
+        self.proj.amp(modulate(layer_norm_plain(x, 1e-6), shift, scale))
     }
 }
 
@@ -333,7 +363,7 @@ mod tests {
         }
         for spec in specs {
             let expected = spec::params::count(&spec, &input, 1).unwrap();
-            let model = Model::build(&spec, &input, 1, &device).unwrap();
+            let model = Model::build(&spec, &input, 1, AttentionKernel::MemoryEfficient, &device).unwrap();
             assert_eq!(model.num_params() as u64, expected, "{}", spec.summary());
         }
     }

@@ -12,6 +12,7 @@ use burn::prelude::*;
 use burn::tensor::activation::silu;
 use spec::{Input, UnetSpec};
 
+use super::amp::{self, AutocastForward};
 use super::{attention_qkv, linear, timestep_embedding, BuildError};
 
 /// MONAI uses eps 1e-6 in its diffusion UNet norms.
@@ -55,14 +56,14 @@ impl ResBlock {
     }
 
     fn forward(&self, x: Tensor<5>, emb: Tensor<2>) -> Tensor<5> {
-        let h = self.conv1.forward(silu(self.norm1.forward(x.clone())));
-        let t: Tensor<5> = self.time_proj.forward(silu(emb)).unsqueeze_dims(&[2, 3, 4]);
-        let h = self.conv2.forward(silu(self.norm2.forward(h + t)));
+        let h = self.conv1.amp(silu(self.norm1.amp(x.clone())));
+        let t: Tensor<5> = self.time_proj.amp(silu(emb)).unsqueeze_dims(&[2, 3, 4]);
+        let h = self.conv2.amp(silu(self.norm2.amp(amp::add(h, t))));
         let skip = match &self.skip {
-            Some(conv) => conv.forward(x),
+            Some(conv) => conv.amp(x),
             None => x,
         };
-        skip + h
+        amp::add(skip, h)
     }
 }
 
@@ -95,10 +96,10 @@ impl AttnBlock {
     fn forward(&self, x: Tensor<5>) -> Tensor<5> {
         let [b, c, d, h, w] = x.dims();
         let n = d * h * w;
-        let t = self.norm.forward(x.clone()).reshape([b, c, n]).swap_dims(1, 2);
-        let a = attention_qkv(self.q.forward(t.clone()), self.k.forward(t.clone()), self.v.forward(t), self.heads);
-        let a = self.out.forward(a).swap_dims(1, 2).reshape([b, c, d, h, w]);
-        x + a
+        let t = self.norm.amp(x.clone()).reshape([b, c, n]).swap_dims(1, 2);
+        let a = attention_qkv(self.q.amp(t.clone()), self.k.amp(t.clone()), self.v.amp(t), self.heads);
+        let a = self.out.amp(a).swap_dims(1, 2).reshape([b, c, d, h, w]);
+        amp::add(x, a)
     }
 }
 
@@ -218,9 +219,9 @@ impl Unet {
     pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
         let device = x.device();
         let emb = timestep_embedding(t, self.c0, &device);
-        let emb = self.time2.forward(silu(self.time1.forward(emb)));
+        let emb = self.time2.amp(silu(self.time1.amp(emb)));
 
-        let mut h = self.conv_in.forward(x);
+        let mut h = self.conv_in.amp(x);
         let mut skips = vec![h.clone()];
         for level in &self.down {
             for s in &level.stages {
@@ -228,7 +229,7 @@ impl Unet {
                 skips.push(h.clone());
             }
             if let Some(conv) = &level.downsample {
-                h = conv.forward(h);
+                h = conv.amp(h);
                 skips.push(h.clone());
             }
         }
@@ -238,13 +239,13 @@ impl Unet {
         for level in &self.up {
             for s in &level.stages {
                 let skip = skips.pop().expect("one skip per up-path ResBlock");
-                h = s.forward(Tensor::cat(vec![h, skip], 1), emb.clone());
+                h = s.forward(amp::cat(vec![h, skip], 1), emb.clone());
             }
             if let Some(conv) = &level.upsample {
-                h = conv.forward(upsample_nearest2(h));
+                h = conv.amp(upsample_nearest2(h));
             }
         }
-        self.conv_out.forward(silu(self.out_norm.forward(h)))
+        self.conv_out.amp(silu(self.out_norm.amp(h)))
     }
 }
 

@@ -12,6 +12,8 @@ use burn::prelude::*;
 use burn::tensor::activation::gelu;
 use spec::{Input, UvitSpec};
 
+use super::amp::{self, AutocastForward};
+use super::attention::{AttentionKernel, Heads};
 use super::{linear, self_attention, table, to_tokens, unpatchify, BuildError, Grid, TimeMlp};
 
 /// Pre-LN transformer block: attention (qkv without bias) and a 4h MLP.
@@ -23,11 +25,12 @@ pub struct UvitBlock {
     norm2: LayerNorm,
     fc1: Linear,
     fc2: Linear,
-    heads: usize,
+    #[module(skip)]
+    heads: Heads,
 }
 
 impl UvitBlock {
-    fn new(h: usize, heads: usize, device: &Device) -> Self {
+    fn new(h: usize, heads: Heads, device: &Device) -> Self {
         Self {
             norm1: LayerNormConfig::new(h).init(device),
             qkv: LinearConfig::new(h, 3 * h).with_bias(false).init(device),
@@ -40,10 +43,10 @@ impl UvitBlock {
     }
 
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let a = self.proj.forward(self_attention(self.qkv.forward(self.norm1.forward(x.clone())), self.heads));
-        let x = x + a;
-        let m = self.fc2.forward(gelu(self.fc1.forward(self.norm2.forward(x.clone()))));
-        x + m
+        let a = self.proj.amp(self_attention(self.qkv.amp(self.norm1.amp(x.clone())), self.heads));
+        let x = amp::add(x, a);
+        let m = self.fc2.amp(gelu(self.fc1.amp(self.norm2.amp(x.clone()))));
+        amp::add(x, m)
     }
 }
 
@@ -68,10 +71,12 @@ pub struct Uvit {
     final_conv: Conv3d,
     patch: usize,
     channels: usize,
+    #[module(skip)]
+    attention: AttentionKernel,
 }
 
 impl Uvit {
-    pub fn new(m: &UvitSpec, input: &Input, device: &Device) -> Result<Self, BuildError> {
+    pub fn new(m: &UvitSpec, input: &Input, attention: AttentionKernel, device: &Device) -> Result<Self, BuildError> {
         let d = m.dims()?;
         let (h, heads, p, depth) = (d.hidden as usize, d.heads as usize, m.patch as usize, d.depth as usize);
         if heads == 0 || h % heads != 0 {
@@ -80,6 +85,7 @@ impl Uvit {
         let grid = Grid::of(input, m.patch)?;
         let cin = input.channels as usize;
         let half = depth / 2;
+        let heads = Heads { count: heads, kernel: attention };
         Ok(Self {
             patch_embed: Conv3dConfig::new([cin, h], [p; 3]).with_stride([p; 3]).init(device),
             time: TimeMlp::new(h, device),
@@ -96,16 +102,21 @@ impl Uvit {
                 .init(device),
             patch: p,
             channels: cin,
+            attention,
         })
+    }
+
+    pub fn attention(&self) -> AttentionKernel {
+        self.attention
     }
 
     pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
         let device = x.device();
         let [_, _, d, h, w] = x.dims();
         let grid = Grid { d: d / self.patch, h: h / self.patch, w: w / self.patch };
-        let tokens = to_tokens(self.patch_embed.forward(x));
+        let tokens = to_tokens(self.patch_embed.amp(x));
         let time = self.time.forward(t, &device).unsqueeze_dim::<3>(1);
-        let mut x = Tensor::cat(vec![time, tokens], 1) + self.pos.val().unsqueeze::<3>();
+        let mut x = amp::add(amp::cat(vec![time, tokens], 1), self.pos.val().unsqueeze::<3>());
         let mut skips = Vec::with_capacity(self.in_blocks.len());
         for b in &self.in_blocks {
             x = b.forward(x);
@@ -116,12 +127,12 @@ impl Uvit {
         }
         for b in &self.out_blocks {
             let skip = skips.pop().expect("one skip per in-block");
-            x = b.block.forward(b.skip.forward(Tensor::cat(vec![x, skip], 2)));
+            x = b.block.forward(b.skip.amp(amp::cat(vec![x, skip], 2)));
         }
-        let x = self.pred.forward(self.norm.forward(x));
+        let x = self.pred.amp(self.norm.amp(x));
         let n = x.dims()[1];
         let x = x.narrow(1, 1, n - 1); // drop the time token
-        self.final_conv.forward(unpatchify(x, grid, self.patch, self.channels))
+        self.final_conv.amp(unpatchify(x, grid, self.patch, self.channels))
     }
 }
 
@@ -135,7 +146,7 @@ mod tests {
     fn check(m: UvitSpec, input: Input) -> Uvit {
         let device = device();
         let expected = spec::params::count(&ModelSpec::Uvit(m.clone()), &input, input.channels).unwrap();
-        let model = Uvit::new(&m, &input, &device).unwrap();
+        let model = Uvit::new(&m, &input, AttentionKernel::MemoryEfficient, &device).unwrap();
         assert_eq!(model.num_params() as u64, expected, "{m:?}");
         model
     }

@@ -17,24 +17,30 @@
 //! it formats the result into a stack buffer from the atomics in [`PROGRESS`],
 //! writes it with `write(2)` and leaves with `_exit(2)`.
 
-use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
-use spec::event::{AttentionKernel, Event, MemoryMeter, Phase, PhasePeaks, RunEnvironment, RunStatus};
+use burn::tensor::FloatDType;
+use spec::event::{AttentionKernel, DtypePolicy, Event, MemoryMeter, Phase, PhasePeaks, RunEnvironment, RunStatus};
 use spec::{Mode, RunConfig};
 
 use crate::alloc;
 use crate::backend::{self, Backend};
 use crate::events::{events_path, now, EventLog};
 use crate::meter::Meter;
+use crate::models::amp::Autocast;
 use crate::models::Model;
+
+mod progress;
+mod readback;
+
+use progress::{current_phase, oom_hook, peaks_so_far, phase_index, NONE, PROGRESS};
 
 /// Exit codes of `worker run`: the result is in the event stream either way;
 /// these let a plain shell or SLURM tell the outcomes apart.
@@ -55,11 +61,20 @@ pub struct RunOptions {
     pub memory_limit: Option<u64>,
     /// Seconds between heartbeats (1 in production; tests may shorten it).
     pub heartbeat: Duration,
+    /// The transformer families' attention kernel (the UNet's is always
+    /// materialised, as MONAI's is): memory-efficient by default, as PyTorch's SDPA.
+    pub attention: AttentionKernel,
 }
 
 impl RunOptions {
     pub fn new(state_dir: impl Into<PathBuf>, backend: Backend) -> Self {
-        RunOptions { state_dir: state_dir.into(), backend, memory_limit: None, heartbeat: HEARTBEAT }
+        RunOptions {
+            state_dir: state_dir.into(),
+            backend,
+            memory_limit: None,
+            heartbeat: HEARTBEAT,
+            attention: AttentionKernel::MemoryEfficient,
+        }
     }
 }
 
@@ -92,130 +107,6 @@ pub enum RunError {
     Events { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Backend(#[from] backend::BackendError),
-}
-
-/// Progress of the run in this process, readable without locks or allocation
-/// (by the OOM hook, the signal thread and the heartbeat).
-struct Progress {
-    phase: AtomicU8,
-    /// Peak per phase, `u64::MAX` = not reached.
-    peaks: [AtomicU64; 4],
-    params: AtomicU64,
-    start_bits: AtomicU64,
-    fd: AtomicI32,
-    finished: AtomicBool,
-    gpu: AtomicBool,
-    /// `--memory-limit` (0 = none), for the OOM message on either meter.
-    limit: AtomicU64,
-    /// NVML's peak over the run so far (0 = no NVML).
-    nvml_peak: AtomicU64,
-}
-
-const NONE: u64 = u64::MAX;
-
-static PROGRESS: Progress = Progress {
-    phase: AtomicU8::new(0),
-    peaks: [AtomicU64::new(NONE), AtomicU64::new(NONE), AtomicU64::new(NONE), AtomicU64::new(NONE)],
-    params: AtomicU64::new(0),
-    start_bits: AtomicU64::new(0),
-    fd: AtomicI32::new(-1),
-    finished: AtomicBool::new(false),
-    gpu: AtomicBool::new(false),
-    limit: AtomicU64::new(0),
-    nvml_peak: AtomicU64::new(0),
-};
-
-fn phase_index(p: Phase) -> usize {
-    match p {
-        Phase::Model => 0,
-        Phase::Fwd => 1,
-        Phase::Bwd => 2,
-        Phase::Step => 3,
-    }
-}
-
-fn current_phase() -> Phase {
-    Phase::ALL[(PROGRESS.phase.load(Ordering::Relaxed) as usize).min(3)]
-}
-
-/// Phase peaks so far, the current phase's open window included (`live_peak`).
-fn peaks_so_far(live_peak: u64) -> (PhasePeaks, u64) {
-    let cur = PROGRESS.phase.load(Ordering::Relaxed) as usize;
-    let mut v = [None; 4];
-    for (i, slot) in v.iter_mut().enumerate() {
-        let p = PROGRESS.peaks[i].load(Ordering::Relaxed);
-        let p = if p == NONE { None } else { Some(p) };
-        *slot = if i == cur { Some(p.unwrap_or(0).max(live_peak)) } else { p };
-    }
-    let overall = v.iter().flatten().copied().max().unwrap_or(0);
-    (PhasePeaks { model: v[0], fwd: v[1], bwd: v[2], step: v[3] }, overall)
-}
-
-/// A fixed buffer implementing `fmt::Write`, for formatting without allocating.
-struct StackBuf {
-    buf: [u8; 1024],
-    len: usize,
-}
-
-impl std::fmt::Write for StackBuf {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        if end > self.buf.len() {
-            return Err(std::fmt::Error);
-        }
-        self.buf[self.len..end].copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
-/// The `oom` result line as `serde_json` would write `Event::Result`, without allocating.
-fn format_oom(out: &mut StackBuf, t: f64, requested: u64, live: u64, limit: u64, live_peak: u64) -> std::fmt::Result {
-    let (peaks, overall) = peaks_so_far(live_peak);
-    let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
-    write!(
-        out,
-        "{{\"event\":\"result\",\"t\":{t},\"status\":\"oom\",\"params\":{},\"peaks\":{{",
-        PROGRESS.params.load(Ordering::Relaxed)
-    )?;
-    let mut first = true;
-    for (name, v) in [("model", peaks.model), ("fwd", peaks.fwd), ("bwd", peaks.bwd), ("step", peaks.step)] {
-        if let Some(v) = v {
-            write!(out, "{}\"{name}\":{v}", if first { "" } else { "," })?;
-            first = false;
-        }
-    }
-    write!(out, "}},\"peak_bytes\":{overall},\"phase\":\"{}\",\"message\":\"", current_phase().name())?;
-    if limit == 0 {
-        write!(out, "host allocation of {requested} bytes failed with {live} bytes live and no limit set: the node ran out of memory")?;
-    } else {
-        write!(out, "allocation of {requested} bytes refused: {live} bytes live, limit {limit}")?;
-    }
-    write!(out, "\",\"wall_s\":{}}}\n", (t - start).max(0.0))
-}
-
-/// The allocator's OOM hook (and the GPU sampler's over-limit callback).
-fn oom_hook(requested: u64, live: u64) {
-    if PROGRESS.finished.swap(true, Ordering::SeqCst) {
-        return; // A result is already written (or being written); just fail the allocation.
-    }
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    let live_peak = if PROGRESS.gpu.load(Ordering::Relaxed) { live } else { alloc::peak() };
-    let mut out = StackBuf { buf: [0; 1024], len: 0 };
-    let limit = PROGRESS.limit.load(Ordering::Relaxed);
-    let fd = PROGRESS.fd.load(Ordering::Relaxed);
-    if format_oom(&mut out, t, requested, live, limit, live_peak).is_ok() && fd >= 0 {
-        // SAFETY: plain write(2) of an initialised buffer; no allocation, async-signal-safe.
-        unsafe {
-            libc::write(fd, out.buf.as_ptr().cast(), out.len);
-        }
-    }
-    const MSG: &[u8] = b"worker: memory limit reached, recorded as oom\n";
-    // SAFETY: as above; _exit skips destructors and atexit handlers, which could allocate.
-    unsafe {
-        libc::write(2, MSG.as_ptr().cast(), MSG.len());
-        libc::_exit(EXIT_OOM);
-    }
 }
 
 fn hostname() -> String {
@@ -315,6 +206,7 @@ fn run_with_setup(
     PROGRESS.gpu.store(opts.backend.is_gpu(), Ordering::Relaxed);
     PROGRESS.limit.store(opts.memory_limit.unwrap_or(0), Ordering::Relaxed);
     PROGRESS.nvml_peak.store(0, Ordering::Relaxed);
+    PROGRESS.pool_window_peak.store(0, Ordering::Relaxed);
     let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap_or(0);
     PROGRESS.params.store(params, Ordering::Relaxed);
 
@@ -323,7 +215,7 @@ fn run_with_setup(
     let prepared = catch_unwind(AssertUnwindSafe(setup))
         .map_err(|payload| format!("device setup panicked: {}", panic_message(payload.as_ref())))
         .and_then(|r| r.map_err(|e| format!("device setup failed: {e}")));
-    let requested = backend::float_dtype(cfg.precision);
+    let requested = backend::compute_dtype(cfg.precision);
     let (device_name, driver, device_memory) = match &prepared {
         Ok(p) => catch_unwind(AssertUnwindSafe(|| backend::describe(opts.backend, &p.device)))
             .unwrap_or_else(|_| (opts.backend.name().to_string(), None, None)),
@@ -342,10 +234,11 @@ fn run_with_setup(
             .and_then(|p| p.fell_back_from)
             .map(|d| backend::dtype_name(d).to_string()),
         checkpointing: prepared.as_ref().ok().map(|p| p.checkpointing),
-        // Burn 0.22's autodiff decomposes `attention` into matmul + softmax;
-        // on CPU the scores are held for backward, on CubeCL's fused GPU
-        // backends they are not (measured: docs/gpu.md).
-        attention: Some(if opts.backend.is_gpu() { AttentionKernel::Fused } else { AttentionKernel::Materialised }),
+        dtype_policy: prepared
+            .as_ref()
+            .ok()
+            .map(|p| if p.autocast.is_some() { DtypePolicy::Autocast } else { DtypePolicy::Uniform }),
+        attention: Some(attention_of(cfg, opts)),
         meter: Some(if opts.backend.is_gpu() { MemoryMeter::CubeclPool } else { MemoryMeter::HostAllocator }),
         device_memory_bytes: device_memory,
         memory_limit_bytes: opts.memory_limit,
@@ -354,8 +247,8 @@ fn run_with_setup(
     };
     log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env }).map_err(ev_err)?;
 
-    let device = match prepared {
-        Ok(p) => p.device,
+    let (device, autocast) = match prepared {
+        Ok(p) => (p.device, p.autocast),
         Err(msg) => return finish(&log, &path, params, start, 0, Err((RunStatus::Failed, msg))),
     };
 
@@ -367,10 +260,13 @@ fn run_with_setup(
         alloc::set_limit(opts.memory_limit);
     }
     spawn_signal_thread(log.clone(), meter.clone());
+    // A driver or shader compiler that crashes (SIGSEGV, SIGBUS, SIGABRT) still leaves a result.
+    progress::install_crash_handlers();
     let beating = Arc::new(AtomicBool::new(true));
     let heartbeat = spawn_heartbeat(log.clone(), meter.clone(), beating.clone(), opts.heartbeat);
 
-    let result = catch_unwind(AssertUnwindSafe(|| phases(cfg, &device, &meter, &log)));
+    let kernels = Kernels { attention: attention_of(cfg, opts), autocast };
+    let result = catch_unwind(AssertUnwindSafe(|| phases(cfg, kernels, &device, &meter, &log)));
     alloc::set_limit(None);
     beating.store(false, Ordering::Relaxed);
     if let Some(h) = heartbeat {
@@ -428,19 +324,24 @@ fn finish(
     Ok(Outcome { status, params, peaks, peak_bytes, phase, message, events: path.to_path_buf() })
 }
 
-/// Run `f` as phase `p`: fresh peak window, device synced at the end, peak recorded.
+/// Run `f` as phase `p`: fresh peak window, device synced at the end, peak
+/// recorded, then `check` reads a value of the phase back from the device (see
+/// [`readback`]): a phase whose value does not come back has failed, whatever
+/// the sync said. The read-back runs after the peak is taken, so its few small
+/// tensors are not counted in the phase.
 fn phase<T>(
     p: Phase,
     device: &Device,
     meter: &Meter,
     log: &EventLog,
     f: impl FnOnce() -> Result<T, String>,
+    check: impl FnOnce(&T) -> readback::Readback,
 ) -> Result<T, String> {
     PROGRESS.phase.store(phase_index(p) as u8, Ordering::Relaxed);
     meter.reset_peak();
     let t0 = Instant::now();
     let out = f()?;
-    device.sync().map_err(|e| format!("{} phase: device error: {e:?}", p.name()))?;
+    device.sync().map_err(|e| format!("{} phase: device error: {e}", p.name()))?;
     meter.sample();
     let peak = meter.peak();
     let nvml_bytes = meter.nvml_peak();
@@ -450,23 +351,45 @@ fn phase<T>(
     let slot = &PROGRESS.peaks[phase_index(p)];
     let prev = slot.load(Ordering::Relaxed);
     slot.store(if prev == NONE { peak } else { prev.max(peak) }, Ordering::Relaxed);
-    let _ = log.emit(&Event::PhaseEnd {
-        t: now(),
-        phase: p,
-        peak_bytes: peak,
-        seconds: t0.elapsed().as_secs_f64(),
-        nvml_bytes,
-    });
+    let seconds = t0.elapsed().as_secs_f64();
+    let value = check(&out).map_err(|e| format!("{} phase: {e}", p.name()))?;
+    let _ = log.emit(&Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds, nvml_bytes, readback: Some(value) });
     Ok(out)
 }
 
-fn phases(cfg: &RunConfig, device: &Device, meter: &Meter, log: &EventLog) -> Result<(), String> {
-    let model = phase(Phase::Model, device, meter, log, || {
-        let m = Model::build(&cfg.model, &cfg.input, cfg.out_channels, device).map_err(|e| e.to_string())?;
+/// The attention kernel a config runs with: MONAI's UNet attention is
+/// materialised; the transformer families use the run's choice.
+fn attention_of(cfg: &RunConfig, opts: &RunOptions) -> AttentionKernel {
+    match cfg.model {
+        spec::ModelSpec::Unet(_) => AttentionKernel::Materialised,
+        _ => opts.attention,
+    }
+}
+
+/// How the model's layers compute: the attention kernel and autocast's half type.
+#[derive(Debug, Clone, Copy)]
+struct Kernels {
+    attention: AttentionKernel,
+    autocast: Option<FloatDType>,
+}
+
+fn phases(
+    cfg: &RunConfig,
+    kernels: Kernels,
+    device: &Device,
+    meter: &Meter,
+    log: &EventLog,
+) -> Result<(), String> {
+    let build = || {
+        let m = Model::build(&cfg.model, &cfg.input, cfg.out_channels, kernels.attention, device)
+            .map_err(|e| e.to_string())?;
         m.visit(&mut Materialise);
         Ok(m)
+    };
+    let mut model = phase(Phase::Model, device, meter, log, build, |m| {
+        readback::pool_holds_params(device, m)?;
+        readback::param_checksum(m)
     })?;
-    let mut model = model;
     let mut optim = AdamWConfig::new().init();
     let steps = match cfg.mode {
         Mode::Profile => 1,
@@ -475,22 +398,31 @@ fn phases(cfg: &RunConfig, device: &Device, meter: &Meter, log: &EventLog) -> Re
     let [d, h, w] = cfg.input.spatial.dims();
     let shape = [cfg.batch as usize, cfg.input.channels as usize, d as usize, h as usize, w as usize];
     for step in 0..steps {
-        let (out, x) = phase(Phase::Fwd, device, meter, log, || {
+        let forward = || {
             let x = Tensor::<5>::random(shape, burn::tensor::Distribution::Normal(0.0, 1.0), device);
             let t: Vec<f32> = (0..cfg.batch).map(|i| ((step * 7919 + i * 104_729) % 1000) as f32).collect();
+            let _autocast = Autocast::enter(kernels.autocast);
             let out = model.forward(x.clone(), &t);
             Ok((out, x))
+        };
+        let (out, x) = phase(Phase::Fwd, device, meter, log, forward, |(out, _)| {
+            readback::scalar(out.clone().detach().mean().cast(burn::tensor::FloatDType::F32), "output mean")
         })?;
-        let grads = phase(Phase::Bwd, device, meter, log, || {
+        let backward = || {
             let target = Tensor::random(out.dims(), burn::tensor::Distribution::Normal(0.0, 1.0), device);
+            // The loss in the device's type (f32 under autocast, whose output is half).
+            let out = if out.dtype() == target.dtype() { out } else { out.cast(FloatDType::from(target.dtype())) };
             let loss = (out - target).square().mean();
-            Ok(loss.backward())
+            let value = loss.clone().detach();
+            Ok((GradientsParams::from_grads(loss.backward(), &model), value))
+        };
+        let (grads, _) = phase(Phase::Bwd, device, meter, log, backward, |(grads, loss)| {
+            readback::scalar(loss.clone().cast(burn::tensor::FloatDType::F32), "loss")?;
+            readback::grad_norm(&model, grads)
         })?;
         drop(x);
-        model = phase(Phase::Step, device, meter, log, || {
-            let grads = GradientsParams::from_grads(grads, &model);
-            Ok(optim.step(1e-4, model.clone(), grads))
-        })?;
+        let step = || Ok(optim.step(1e-4, model.clone(), grads));
+        model = phase(Phase::Step, device, meter, log, step, readback::param_checksum)?;
     }
     Ok(())
 }
@@ -508,6 +440,8 @@ fn spawn_heartbeat(
             let mut last = Instant::now();
             while beating.load(Ordering::Relaxed) {
                 std::thread::sleep(tick);
+                // The crash handler cannot read the meter: keep its copy of the window's peak fresh.
+                PROGRESS.pool_window_peak.store(meter.peak(), Ordering::Relaxed);
                 if last.elapsed() < every || !beating.load(Ordering::Relaxed) {
                     continue;
                 }

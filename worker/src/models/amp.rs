@@ -1,0 +1,195 @@
+//! Mixed precision as PyTorch's autocast runs it (`bf16-amp`, `fp16-amp`).
+//!
+//! Like `torch.autocast`, a per-thread context: [`Autocast::enter`] sets the
+//! half type, dropping the guard restores the previous state. Parameters,
+//! gradients and AdamW state stay in the device's f32. Inside the context:
+//!
+//! - convolutions, linears and matmuls cast their input and weights to the half
+//!   type and return a half output; the half copies are what their backward
+//!   keeps (Burn's `cast` is differentiable: the f32 weight gets an f32 gradient);
+//! - norms and softmax take f32 and return f32 (autocast's fp32 list), and so
+//!   does the loss;
+//! - an element-wise op between a half and an f32 tensor runs in f32
+//!   (PyTorch's type promotion), through [`add`] and [`mul`].
+//!
+//! Outside a context every helper is the plain operation.
+
+use std::cell::Cell;
+
+use burn::nn::conv::Conv3d;
+use burn::nn::{GroupNorm, LayerNorm, Linear, PaddingConfig3d};
+use burn::prelude::*;
+use burn::tensor::module::{conv3d, linear};
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{DType, FloatDType};
+
+thread_local! {
+    static HALF: Cell<Option<FloatDType>> = const { Cell::new(None) };
+}
+
+/// The half type of the current autocast context, if one is entered.
+pub fn half() -> Option<FloatDType> {
+    HALF.with(Cell::get)
+}
+
+/// An entered autocast context; leaving it restores the previous one.
+#[must_use = "the context ends when the guard is dropped"]
+pub struct Autocast {
+    previous: Option<FloatDType>,
+}
+
+impl Autocast {
+    /// Enter autocast to `half` on this thread (`None`: no autocast).
+    pub fn enter(half: Option<FloatDType>) -> Autocast {
+        Autocast { previous: HALF.with(|h| h.replace(half)) }
+    }
+}
+
+impl Drop for Autocast {
+    fn drop(&mut self) {
+        HALF.with(|h| h.set(self.previous));
+    }
+}
+
+fn cast_to<const D: usize>(t: Tensor<D>, to: FloatDType) -> Tensor<D> {
+    if t.dtype() == DType::from(to) {
+        t
+    } else {
+        t.cast(to)
+    }
+}
+
+/// `t` in the autocast half type (unchanged outside autocast).
+pub fn to_half<const D: usize>(t: Tensor<D>) -> Tensor<D> {
+    match half() {
+        Some(h) => cast_to(t, h),
+        None => t,
+    }
+}
+
+/// `t` in f32 inside autocast (the fp32 list's inputs); unchanged outside.
+pub fn to_f32<const D: usize>(t: Tensor<D>) -> Tensor<D> {
+    match half() {
+        Some(_) => cast_to(t, FloatDType::F32),
+        None => t,
+    }
+}
+
+/// Both operands in the wider of their two dtypes (PyTorch's promotion).
+fn widen<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> (Tensor<D>, Tensor<D>) {
+    let (da, db) = (a.dtype(), b.dtype());
+    if da == db {
+        (a, b)
+    } else if da.size() >= db.size() {
+        let to = FloatDType::from(da);
+        (a, cast_to(b, to))
+    } else {
+        let to = FloatDType::from(db);
+        (cast_to(a, to), b)
+    }
+}
+
+/// `a + b` with type promotion.
+pub fn add<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {
+    let (a, b) = widen(a, b);
+    a + b
+}
+
+/// `a * b` with type promotion.
+pub fn mul<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {
+    let (a, b) = widen(a, b);
+    a * b
+}
+
+/// `Tensor::cat` with type promotion (autocast's promote list).
+pub fn cat<const D: usize>(tensors: Vec<Tensor<D>>, dim: usize) -> Tensor<D> {
+    let widest = tensors.iter().map(|t| t.dtype()).max_by_key(|d| d.size());
+    let tensors = match widest {
+        Some(w) => tensors.into_iter().map(|t| cast_to(t, FloatDType::from(w))).collect(),
+        None => tensors,
+    };
+    Tensor::cat(tensors, dim)
+}
+
+/// A matmul in the half type.
+pub fn matmul<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {
+    to_half(a).matmul(to_half(b))
+}
+
+/// Layers that autocast casts around (linears, convolutions) or runs in f32 (norms).
+pub trait AutocastForward<const D: usize> {
+    fn amp(&self, x: Tensor<D>) -> Tensor<D>;
+}
+
+impl<const D: usize> AutocastForward<D> for Linear {
+    fn amp(&self, x: Tensor<D>) -> Tensor<D> {
+        if half().is_none() {
+            return self.forward(x);
+        }
+        let bias = self.bias.as_ref().map(|b| to_half(b.val()));
+        linear(to_half(x), to_half(self.weight.val()), bias)
+    }
+}
+
+impl AutocastForward<5> for Conv3d {
+    fn amp(&self, x: Tensor<5>) -> Tensor<5> {
+        if half().is_none() {
+            return self.forward(x);
+        }
+        // The models' convolutions are `Valid` or `Explicit` (Burn's own padding calculation is private).
+        let padding = match self.padding {
+            PaddingConfig3d::Explicit(d, h, w) => [d, h, w],
+            PaddingConfig3d::Valid => [0; 3],
+            PaddingConfig3d::Same => panic!("autocast conv3d: `Same` padding is not used by the models"),
+        };
+        let options = ConvOptions::new(self.stride, padding, self.dilation, self.groups);
+        let bias = self.bias.as_ref().map(|b| to_half(b.val()));
+        conv3d(to_half(x), to_half(self.weight.val()), bias, options)
+    }
+}
+
+impl<const D: usize> AutocastForward<D> for GroupNorm {
+    fn amp(&self, x: Tensor<D>) -> Tensor<D> {
+        self.forward(to_f32(x))
+    }
+}
+
+impl<const D: usize> AutocastForward<D> for LayerNorm {
+    fn amp(&self, x: Tensor<D>) -> Tensor<D> {
+        self.forward(to_f32(x))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::nn::LinearConfig;
+
+    #[test]
+    fn linear_runs_in_half_and_keeps_f32_weights() {
+        let device = Device::flex().autodiff();
+        let layer = LinearConfig::new(4, 3).init(&device);
+        let x = Tensor::<2>::ones([2, 4], &device);
+        let plain = layer.amp(x.clone());
+        assert_eq!(plain.dtype(), DType::F32);
+        let out = {
+            let _ctx = Autocast::enter(Some(FloatDType::BF16));
+            layer.amp(x)
+        };
+        assert_eq!(out.dtype(), DType::BF16);
+        assert_eq!(layer.weight.val().dtype(), DType::F32);
+        let grads = out.cast(FloatDType::F32).sum().backward();
+        let g = layer.weight.val().grad(&grads).expect("weight gradient");
+        assert_eq!(g.dtype(), DType::F32, "the f32 parameter gets an f32 gradient");
+        assert_eq!(half(), None, "the context ended with its guard");
+    }
+
+    #[test]
+    fn mixed_operands_promote_to_f32() {
+        let device = Device::flex();
+        let a = Tensor::<1>::ones([3], &device);
+        let b = Tensor::<1>::ones([3], &device).cast(FloatDType::BF16);
+        assert_eq!(add(a.clone(), b.clone()).dtype(), DType::F32);
+        assert_eq!(mul(b, a).dtype(), DType::F32);
+    }
+}
