@@ -245,6 +245,7 @@ pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementR
             }
             note
         }),
+        superseded: None,
     };
     match &cfg.model {
         ModelSpec::Unet(u) => {

@@ -85,6 +85,10 @@ pub struct MeasurementRecord {
     pub config_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Why this record no longer describes what its framework runs (a worker
+    /// fixed since): kept and shown, never fitted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded: Option<String>,
 }
 
 impl MeasurementRecord {

@@ -162,8 +162,11 @@ pub fn prepare(backend: Backend, precision: Precision, grad_ckpt: bool) -> Resul
     let dtype = autocast.unwrap_or(storage);
     device.configure(storage).map_err(|e| BackendError::Configure(format!("{e:?}")))?;
     let device = device.autodiff();
-    let (device, checkpointing) =
-        if grad_ckpt { (device.gradient_checkpointing(), Checkpointing::BurnBalanced) } else { (device, Checkpointing::Off) };
+    let (device, checkpointing) = if grad_ckpt {
+        (device.gradient_checkpointing(), Checkpointing::BurnBalanced)
+    } else {
+        (device, Checkpointing::Off)
+    };
     Ok(Prepared { device, dtype, fell_back_from: (dtype != wanted).then_some(wanted), autocast, checkpointing })
 }
 

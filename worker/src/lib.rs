@@ -11,6 +11,7 @@
 pub mod alloc;
 pub mod backend;
 pub mod events;
+pub mod fidelity;
 pub mod meter;
 pub mod models;
 #[cfg(feature = "nvml")]

@@ -22,6 +22,29 @@ enum Command {
     Run(RunArgs),
     /// List the backends compiled into this binary.
     Backends,
+    /// Run the configs of a measurement file (the group's PyTorch runs) through
+    /// this worker, one process each, and print the worker's peak beside the
+    /// measured one (markdown).
+    Fidelity(FidelityArgs),
+}
+
+#[derive(clap::Args)]
+struct FidelityArgs {
+    /// Measurement JSONL (data/vram-measurements.jsonl).
+    #[arg(long)]
+    records: PathBuf,
+    /// Only configs whose measured peak is at most this many GiB.
+    #[arg(long, default_value_t = 4.0)]
+    max_peak_gib: f64,
+    /// Backend (default: the first GPU backend compiled in, else `flex`).
+    #[arg(long)]
+    backend: Option<String>,
+    /// Where the runs' events go.
+    #[arg(long, default_value = "state")]
+    state_dir: PathBuf,
+    /// Also write the rows as JSON lines here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -104,6 +127,26 @@ fn main() -> Result<()> {
             for b in Backend::available() {
                 println!("{}", b.name());
             }
+            Ok(())
+        }
+        Command::Fidelity(args) => {
+            let backend = match &args.backend {
+                Some(name) => Backend::parse(name)?,
+                None => Backend::default_for_build().context("this build has no backend")?,
+            };
+            let opts = worker::fidelity::Options {
+                records: args.records,
+                max_peak_gib: args.max_peak_gib,
+                backend: backend.name().to_string(),
+                state_dir: args.state_dir,
+            };
+            let rows = worker::fidelity::run(&opts)?;
+            if let Some(path) = &args.json {
+                let lines: Vec<String> = rows.iter().map(serde_json::to_string).collect::<Result<_, _>>()?;
+                std::fs::write(path, lines.join("\n") + "\n").with_context(|| format!("writing {}", path.display()))?;
+            }
+            let device = if backend.is_gpu() { backend.name().to_string() } else { "CPU, flex backend".into() };
+            print!("{}", worker::fidelity::markdown(&rows, &device));
             Ok(())
         }
         Command::Run(args) => {

@@ -36,6 +36,10 @@ pub fn samples(records: &[MeasurementRecord]) -> (Vec<Sample>, Vec<String>) {
     let mut out = Vec::new();
     let mut skipped = Vec::new();
     for r in records {
+        if let Some(why) = &r.superseded {
+            skipped.push(format!("record `{}`: superseded ({why})", r.id));
+            continue;
+        }
         let cfg = match r.run_config() {
             Ok(c) => c,
             Err(e) => {
@@ -203,13 +207,14 @@ pub fn fit_with(runtime: &str, samples: &[&Sample], start: Coefficients, prior: 
 }
 
 /// The starting point for a runtime: the shipped coefficients where the runtime
-/// is known, else bare physics (Burn materialises transformer attention scores).
+/// is known, else bare physics (PyTorch and this project's worker alike: no
+/// transformer attention scores kept, autocast for the `-amp` precisions).
 pub fn start_for(runtime: &str) -> Coefficients {
     let builtin = Calibration::builtin();
     if let Some(c) = builtin.runtimes.get(runtime) {
         return *c;
     }
-    Coefficients::physical(runtime.starts_with("burn"))
+    Coefficients::physical()
 }
 
 /// One prediction of a record (by a fit without its fold, where cross-validated).

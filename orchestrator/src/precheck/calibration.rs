@@ -41,12 +41,14 @@ pub struct Coefficients {
     /// on: 1 when the runtime's UNet does not checkpoint (MONAI's DiffusionModelUNet
     /// has no checkpointing hooks), 0 for perfect per-block checkpointing.
     pub unet_ckpt_keep: f64,
-    /// Whether transformer attention materialises heads x N x N scores
-    /// (Burn's attention does; PyTorch's SDPA does not).
+    /// Whether transformer attention keeps heads x N x N scores for backward
+    /// (Burn's decomposed attention does; PyTorch's SDPA and this project's
+    /// worker, with its memory-efficient attention, do not).
     #[serde(default)]
     pub transformer_scores_materialised: bool,
-    /// Whether the runtime has autocast. Burn has none: an `-amp` precision
-    /// runs entirely in the half type, weights and optimizer state included.
+    /// Whether the runtime has autocast (PyTorch, and this project's worker
+    /// since its `amp` module); without it an `-amp` precision runs entirely in
+    /// the half type, weights and optimizer state included.
     #[serde(default = "yes")]
     pub autocast: bool,
     /// Whether the runtime computes in f32 whatever precision is asked (wgpu's
@@ -98,7 +100,7 @@ impl Coefficients {
         }
     }
     /// Starting point of a fit: the bare physics (walk counts as is, no extras).
-    pub fn physical(materialised: bool) -> Self {
+    pub fn physical() -> Self {
         Coefficients {
             act_scale: 1.0,
             bwd_transient: 1.0,
@@ -109,8 +111,8 @@ impl Coefficients {
             overhead_gib: 0.1,
             unet_ckpt_keep: 0.5,
             recompute_scale: 1.0,
-            transformer_scores_materialised: materialised,
-            autocast: !materialised,
+            transformer_scores_materialised: false,
+            autocast: true,
             f32_only: false,
             rel_uncertainty: 0.15,
         }

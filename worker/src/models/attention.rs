@@ -24,10 +24,10 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{backend_extension, Autodiff, Backend, Dispatch};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use burn::backend::TensorMetadata;
 use burn::prelude::*;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::backend::TensorMetadata;
 use burn::tensor::{DType, FloatDType, Scalar, Slice};
 pub use spec::event::AttentionKernel;
 
@@ -47,11 +47,13 @@ static CHUNK_SCORE_BYTES: AtomicUsize = AtomicUsize::new(64 << 20);
 /// Attention of `q`, `k`, `v` `[B, heads, N, head_dim]` with the given kernel.
 pub fn scaled_dot_product(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, kernel: AttentionKernel) -> Tensor<4> {
     match kernel {
-        AttentionKernel::MemoryEfficient => Tensor::from_dispatch(<Dispatch as MemoryEfficientAttention>::mem_efficient_attention(
-            q.into_dispatch(),
-            k.into_dispatch(),
-            v.into_dispatch(),
-        )),
+        AttentionKernel::MemoryEfficient => {
+            Tensor::from_dispatch(<Dispatch as MemoryEfficientAttention>::mem_efficient_attention(
+                q.into_dispatch(),
+                k.into_dispatch(),
+                v.into_dispatch(),
+            ))
+        }
         AttentionKernel::Materialised | AttentionKernel::Fused => match amp::half() {
             None => attention(q, k, v, None, None, AttentionModuleOptions::default()),
             // MONAI under autocast: half scores from the matmul, softmax in f32, half probabilities into the second matmul.

@@ -65,7 +65,9 @@ impl Hdit {
             let next = grids.last().expect("level 0").halve()?;
             grids.push(next);
         }
-        let blocks = |n: u32| (0..n).map(|_| DitBlock::new(h, Heads { count: heads, kernel: attention }, device)).collect::<Vec<_>>();
+        let blocks = |n: u32| {
+            (0..n).map(|_| DitBlock::new(h, Heads { count: heads, kernel: attention }, device)).collect::<Vec<_>>()
+        };
         let cin = input.channels as usize;
         Ok(Self {
             patch_embed: Conv3dConfig::new([cin, h], [p; 3]).with_stride([p; 3]).init(device),

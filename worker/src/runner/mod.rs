@@ -234,10 +234,13 @@ fn run_with_setup(
             .and_then(|p| p.fell_back_from)
             .map(|d| backend::dtype_name(d).to_string()),
         checkpointing: prepared.as_ref().ok().map(|p| p.checkpointing),
-        dtype_policy: prepared
-            .as_ref()
-            .ok()
-            .map(|p| if p.autocast.is_some() { DtypePolicy::Autocast } else { DtypePolicy::Uniform }),
+        dtype_policy: prepared.as_ref().ok().map(|p| {
+            if p.autocast.is_some() {
+                DtypePolicy::Autocast
+            } else {
+                DtypePolicy::Uniform
+            }
+        }),
         attention: Some(attention_of(cfg, opts)),
         meter: Some(if opts.backend.is_gpu() { MemoryMeter::CubeclPool } else { MemoryMeter::HostAllocator }),
         device_memory_bytes: device_memory,
@@ -353,7 +356,8 @@ fn phase<T>(
     slot.store(if prev == NONE { peak } else { prev.max(peak) }, Ordering::Relaxed);
     let seconds = t0.elapsed().as_secs_f64();
     let value = check(&out).map_err(|e| format!("{} phase: {e}", p.name()))?;
-    let _ = log.emit(&Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds, nvml_bytes, readback: Some(value) });
+    let _ =
+        log.emit(&Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds, nvml_bytes, readback: Some(value) });
     Ok(out)
 }
 
@@ -373,13 +377,7 @@ struct Kernels {
     autocast: Option<FloatDType>,
 }
 
-fn phases(
-    cfg: &RunConfig,
-    kernels: Kernels,
-    device: &Device,
-    meter: &Meter,
-    log: &EventLog,
-) -> Result<(), String> {
+fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log: &EventLog) -> Result<(), String> {
     let build = || {
         let m = Model::build(&cfg.model, &cfg.input, cfg.out_channels, kernels.attention, device)
             .map_err(|e| e.to_string())?;

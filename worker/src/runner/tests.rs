@@ -118,7 +118,6 @@ fn gpu_oom_result_carries_phase_and_peak_reached() {
     assert_eq!(out.peak_bytes, 79 << 30);
 }
 
-
 #[test]
 fn oom_messages_are_recognised() {
     assert!(is_oom_message("CUDA error: out of memory"));

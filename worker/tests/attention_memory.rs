@@ -1,0 +1,54 @@
+//! What an attention keeps for backward, measured by the worker's exact
+//! tracking allocator: linear in tokens with the memory-efficient kernel,
+//! quadratic with Burn's decomposed (materialised) attention. Its own test
+//! binary, so no other test allocates while it measures.
+
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use worker::alloc;
+use worker::models::attention::{scaled_dot_product, AttentionKernel};
+
+/// Bytes still held after the forward pass of one attention over `n` tokens
+/// (4 heads of 16 channels): the inputs, the output and what backward keeps.
+fn held_after_forward(kernel: AttentionKernel, n: usize) -> u64 {
+    let device = Device::flex().autodiff();
+    let input = || Tensor::<4>::random([1, 4, n, 16], Distribution::Normal(0.0, 1.0), &device).require_grad();
+    let before = alloc::current();
+    let (q, k, v) = (input(), input(), input());
+    let out = scaled_dot_product(q, k, v, kernel);
+    device.sync().unwrap();
+    let held = alloc::current().saturating_sub(before);
+    // The graph is alive until here: backward works from what was kept.
+    let grads = out.sum().backward();
+    drop(grads);
+    held
+}
+
+#[test]
+fn memory_efficient_attention_keeps_linear_memory_and_the_decomposed_one_quadratic() {
+    let tokens = [512, 1024, 2048];
+    let efficient: Vec<u64> = tokens.iter().map(|&n| held_after_forward(AttentionKernel::MemoryEfficient, n)).collect();
+    let materialised: Vec<u64> = tokens.iter().map(|&n| held_after_forward(AttentionKernel::Materialised, n)).collect();
+    for (i, n) in tokens.iter().enumerate() {
+        eprintln!("{n:>5} tokens: memory-efficient {:>10} B, materialised {:>10} B", efficient[i], materialised[i]);
+    }
+    // q, k, v, out: 4 x n x 64 x 4 bytes; the log-sum-exp n x 4 x 4 bytes.
+    let inputs_and_output = |n: u64| 4 * n * 64 * 4;
+    for (i, &n) in tokens.iter().enumerate() {
+        let n = n as u64;
+        assert!(
+            efficient[i] >= inputs_and_output(n) && efficient[i] < inputs_and_output(n) * 3 / 2,
+            "memory-efficient at {n} tokens holds {} B: q, k, v and the output are {} B",
+            efficient[i],
+            inputs_and_output(n)
+        );
+        // One score tensor alone is 4 heads x n x n x 4 bytes.
+        assert!(materialised[i] > 4 * n * n * 4, "materialised at {n} tokens holds {} B", materialised[i]);
+    }
+    for w in 1..tokens.len() {
+        let (e, m) =
+            (efficient[w] as f64 / efficient[w - 1] as f64, materialised[w] as f64 / materialised[w - 1] as f64);
+        assert!((1.9..2.2).contains(&e), "doubling tokens multiplied the memory-efficient hold by {e:.2}");
+        assert!(m > 3.5, "doubling tokens multiplied the materialised hold by only {m:.2}");
+    }
+}
