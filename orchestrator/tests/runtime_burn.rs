@@ -1,8 +1,7 @@
-//! The precheck's Burn runtimes against what Burn really does, measured:
-//! `burn-flex` on CPU holds every attention score tensor for backward; the
-//! GPU runtimes (`burn-vulkan`, `burn-wgpu`) were measured on an H100
-//! (data/burn-gpu-h100.jsonl) and do not; none of them has autocast, and the
-//! GPU kernels compute in f32 whatever is asked.
+//! The precheck's Burn runtimes against what the worker runs: memory-efficient
+//! attention for the transformer families (no heads x N x N scores kept, one
+//! chunk's score tile while a block runs) and autocast for the `-amp`
+//! precisions, on CPU and GPU alike (worker/README.md, docs/gpu.md).
 
 use orchestrator::precheck::{Predictor, Verdict};
 use orchestrator::sweep;
@@ -28,38 +27,38 @@ fn plan_one(runtime: &str, precision: &str, model: &str, input: &str) -> (Verdic
 const DIT_L_P2: &str = "{family: dit, variant: L, patch: 2}";
 const IN_80: &str = "{channels: 1, spatial: [80, 64, 64]}";
 
-/// DiT-L at patch 2 on an 80x64x64 input (40,960 tokens). PyTorch's
-/// memory-efficient attention fits an 80 GB A100; Burn on CPU holds 16 heads
-/// x 40,960^2 scores per block and cannot; Burn on the GPU ran it on the H100
-/// at 57.6 GiB (f32), and the precheck says it fits there too.
+/// DiT-L at patch 2 on an 80x64x64 input (40,960 tokens). Kept scores would be
+/// 16 heads x 40,960^2 x 4 bytes = 100 GiB per block; neither PyTorch's SDPA
+/// nor the worker's memory-efficient attention keeps them, so every runtime
+/// plans it within a card's size, the half types below fp32.
 #[test]
 fn dit_l_patch2_per_runtime() {
     assert!(matches!(plan_one("pytorch", "bf16-amp", DIT_L_P2, IN_80).0, Verdict::Fits { .. }));
-    match plan_one("burn-flex", "fp32", DIT_L_P2, IN_80).0 {
-        Verdict::Oom { predicted_gib, .. } => assert!(predicted_gib > 1000.0, "{predicted_gib}"),
-        other => panic!("burn-flex: {other:?}"),
+    for (rt, precision) in [("burn-flex", "fp32"), ("burn-flex", "bf16-amp"), ("burn-vulkan", "fp32")] {
+        let (verdict, gib) = plan_one(rt, precision, DIT_L_P2, IN_80);
+        assert!(gib < 100.0, "{rt}/{precision} predicts {gib:.1} GiB: no score tensors are kept");
+        assert!(!matches!(verdict, Verdict::Invalid { .. }), "{rt}: {verdict:?}");
     }
-    let (verdict, gib) = plan_one("burn-vulkan", "fp32", DIT_L_P2, IN_80);
-    assert!((gib - 57.64).abs() / 57.64 < 0.25, "burn-vulkan predicts {gib:.1} GiB, measured 57.6");
-    assert!(!matches!(verdict, Verdict::Oom { .. } | Verdict::Invalid { .. }), "{verdict:?}");
+    assert!(plan_one("burn-flex", "bf16-amp", DIT_L_P2, IN_80).1 < plan_one("burn-flex", "fp32", DIT_L_P2, IN_80).1);
 }
 
-/// No autocast in Burn: `bf16-amp` is planned as pure bf16 on CPU, and the
-/// GPU runtimes plan f32 whatever is asked (the worker falls back and says so).
+/// Autocast in the worker: `bf16-amp` keeps f32 parameters and AdamW state
+/// (above pure bf16) with half activations (below fp32), on CPU and GPU.
 #[test]
 fn burn_precisions_are_what_burn_runs() {
     let unet = "{family: unet, channels: [64, 128, 256], attention_levels: [false, false, true], num_res_blocks: 2, num_head_channels: 64}";
     let input = "{channels: 8, spatial: [40, 64, 64]}";
     let peak = |rt: &str, p: &str| plan_one(rt, p, unet, input).1;
-    assert_eq!(peak("burn-flex", "bf16-amp"), peak("burn-flex", "bf16"));
-    assert!(peak("burn-flex", "bf16") < peak("burn-flex", "fp32"));
-    assert_eq!(peak("burn-vulkan", "bf16"), peak("burn-vulkan", "fp32"));
-    assert_eq!(peak("burn-wgpu", "bf16-amp"), peak("burn-wgpu", "fp32"));
+    for rt in ["burn-flex", "burn-vulkan", "burn-wgpu"] {
+        let (amp, bf16, fp32) = (peak(rt, "bf16-amp"), peak(rt, "bf16"), peak(rt, "fp32"));
+        assert!(bf16 < amp && amp < fp32, "{rt}: bf16 {bf16:.3}, bf16-amp {amp:.3}, fp32 {fp32:.3} GiB");
+    }
 }
 
-/// The shipped `burn-vulkan` coefficients against every H100 run of the
-/// worker: no run that completed is predicted `oom`, and the errors stay
-/// within the band the runtime declares.
+/// The shipped `burn-vulkan` coefficients still reproduce the H100 runs they
+/// were fitted on (superseded records: made before the read-back, which
+/// `calibrate` no longer fits on): no run that completed is predicted `oom`,
+/// and the errors stay within the band the runtime declares.
 #[test]
 fn burn_vulkan_matches_the_h100_runs() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/burn-gpu-h100.jsonl");

@@ -46,6 +46,12 @@ pub struct Coefficients {
     /// worker, with its memory-efficient attention, do not).
     #[serde(default)]
     pub transformer_scores_materialised: bool,
+    /// Bytes of f32 scores one chunk of a chunked memory-efficient attention
+    /// computes at a time (this project's worker: 64 MiB; 0 for kernels that
+    /// hold no score tile worth counting, PyTorch's SDPA). While the largest
+    /// block runs, `score_transient_bytes` per element of that chunk is live.
+    #[serde(default)]
+    pub attention_chunk_bytes: f64,
     /// Whether the runtime has autocast (PyTorch, and this project's worker
     /// since its `amp` module); without it an `-amp` precision runs entirely in
     /// the half type, weights and optimizer state included.
@@ -112,6 +118,7 @@ impl Coefficients {
             unet_ckpt_keep: 0.5,
             recompute_scale: 1.0,
             transformer_scores_materialised: false,
+            attention_chunk_bytes: 0.0,
             autocast: true,
             f32_only: false,
             rel_uncertainty: 0.15,

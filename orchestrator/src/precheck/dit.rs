@@ -41,11 +41,11 @@ pub(super) fn block_seg(
     params: u64,
 ) -> Seg {
     let c = w.c;
-    let (saved_attn, score_elems) = if c.transformer_scores_materialised {
-        (0.0, heads * tokens * tokens)
+    let (saved_attn, score_elems, chunk_elems) = if c.transformer_scores_materialised {
+        (0.0, heads * tokens * tokens, 0.0)
     } else {
-        // logsumexp per head and query, fp32.
-        (4.0 * heads * tokens, 0.0)
+        // logsumexp per head and query, fp32; a chunked kernel's f32 score tile while it runs.
+        (4.0 * heads * tokens, 0.0, (heads * tokens * tokens).min(c.attention_chunk_bytes / 4.0))
     };
     let raw = (block_bytes_per_token(w, hidden, adaln) + extra_per_token) * tokens + saved_attn;
     let full = w.act(raw);
@@ -58,7 +58,9 @@ pub(super) fn block_seg(
         s.kept = full;
         s.scores = scores;
     }
-    s.transient = c.bwd_transient * full + w.batch * c.score_transient_bytes * w.dt.score_scale() * score_elems;
+    s.transient = c.bwd_transient * full
+        + w.batch * c.score_transient_bytes * w.dt.score_scale() * score_elems
+        + c.score_transient_bytes * chunk_elems;
     s.params = params as f64;
     s
 }
