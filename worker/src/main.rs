@@ -120,6 +120,14 @@ fn config_of(args: &RunArgs) -> Result<RunConfig> {
     Ok(cfg.clone())
 }
 
+/// `--backend NAME`, else the first GPU backend compiled in, else the CPU.
+fn backend_of(name: Option<&str>) -> Result<Backend> {
+    match name {
+        Some(name) => Ok(Backend::parse(name)?),
+        None => Backend::default_for_build().context("this build has no backend"),
+    }
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -130,10 +138,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::Fidelity(args) => {
-            let backend = match &args.backend {
-                Some(name) => Backend::parse(name)?,
-                None => Backend::default_for_build().context("this build has no backend")?,
-            };
+            let backend = backend_of(args.backend.as_deref())?;
             let opts = worker::fidelity::Options {
                 records: args.records,
                 max_peak_gib: args.max_peak_gib,
@@ -151,10 +156,7 @@ fn main() -> Result<()> {
         }
         Command::Run(args) => {
             let cfg = config_of(&args)?;
-            let backend = match &args.backend {
-                Some(name) => Backend::parse(name)?,
-                None => Backend::default_for_build().context("this build has no backend")?,
-            };
+            let backend = backend_of(args.backend.as_deref())?;
             let mut opts = RunOptions::new(&args.state_dir, backend);
             opts.memory_limit = args.memory_limit;
             opts.attention = args.attention.into();
