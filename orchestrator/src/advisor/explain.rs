@@ -162,9 +162,9 @@ pub fn render(e: &Explanation) -> String {
     let mut out = String::new();
     out.push_str(&format!("{}: {}  input {}  {} params\n", e.config, e.summary, e.input, millions(e.params)));
     out.push_str(&format!(
-        "predicted peak {:.1} GiB ±{:.0}%{} on {} ({:.1} GiB), set by {}; the other phase peaks at {:.1} GiB; training (AdamW + EMA) {:.1} GiB\n\n",
+        "predicted peak {:.1} GiB ({}){} on {} ({:.1} GiB), set by {}; the other phase peaks at {:.1} GiB; training (AdamW + EMA) {:.1} GiB\n\n",
         e.peak_gib,
-        100.0 * e.rel_uncertainty,
+        crate::precheck::interval(e.peak_gib, e.rel_uncertainty),
         e.band_reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default(),
         e.gpu,
         e.capacity_gib,

@@ -130,6 +130,19 @@ pub fn memory(gib: f64) -> String {
     }
 }
 
+/// Where a measured peak is expected to lie for a prediction `p` with the
+/// relative band `u`: `[p/(1+u), p/(1-u)]`, said as that interval, not as
+/// `±u` (asymmetric, and without an upper end once `u` reaches 100%).
+pub fn interval(predicted_gib: f64, band: f64) -> String {
+    let u = band.clamp(0.0, 1.0);
+    let low = memory(predicted_gib / (1.0 + u));
+    if u >= 1.0 {
+        format!("likely {low} or more, no upper bound")
+    } else {
+        format!("likely {low}–{}", memory(predicted_gib / (1.0 - u)))
+    }
+}
+
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -143,7 +156,12 @@ impl fmt::Display for Verdict {
                     RiskReason::NearBudget => "near budget",
                     RiskReason::OverBudget => "over budget",
                 };
-                write!(f, "risky ({} ±{:.0}%, {what} {limit_gib:.1} GiB", memory(*predicted_gib), 100.0 * band)?;
+                write!(
+                    f,
+                    "risky ({}, {}, {what} {limit_gib:.1} GiB",
+                    memory(*predicted_gib),
+                    interval(*predicted_gib, *band)
+                )?;
                 match why {
                     Some(w) => write!(f, "; {w})"),
                     None => write!(f, ")"),
@@ -176,7 +194,7 @@ mod tests {
         // 81 GiB on a 79.2 GiB card with a 5% band: the measured peak may be 77.1 GiB.
         let above = judge(81.0, 79.2, None, 0.05, None);
         assert!(matches!(above, Verdict::Risky { reason: RiskReason::AboveCapacity, .. }), "{above}");
-        assert_eq!(above.to_string(), "risky (81.0G ±5%, above capacity 79.2 GiB)");
+        assert_eq!(above.to_string(), "risky (81.0G, likely 77.1G–85.3G, above capacity 79.2 GiB)");
         assert!(!above.fits_gpu(), "predicted above the card");
         // Beyond the band on the far side: oom.
         assert_eq!(judge(83.5, 79.2, None, 0.05, None).name(), "oom");
@@ -185,7 +203,19 @@ mod tests {
         let far = judge(90.0, 79.2, None, 0.2, Some(&d));
         assert_eq!(
             far.to_string(),
-            "risky (90.0G ±20%, above capacity 79.2 GiB; level-0 volume 4.0x the largest measured)"
+            "risky (90.0G, likely 75.0G–112.5G, above capacity 79.2 GiB; level-0 volume 4.0x the largest measured)"
         );
+    }
+
+    /// A band of 100% has no upper end: said so, not printed as `±100%`. A
+    /// 2.1 GiB prediction is risky on an 80 GiB card then because nothing
+    /// bounds it, and the words say that rather than "near capacity" alone.
+    #[test]
+    fn an_unbounded_band_is_called_what_it_is() {
+        let v = judge(2.1, 79.2, None, 1.0, None);
+        assert_eq!(v.to_string(), "risky (2.1G, likely 1.1G or more, no upper bound, near capacity 79.2 GiB)");
+        // A 39% band around 53.3 GiB reaches 87.4 GiB: the capacity is inside it, as the interval shows.
+        let v = judge(53.3, 79.2, None, 0.39, None);
+        assert_eq!(v.to_string(), "risky (53.3G, likely 38.3G–87.4G, near capacity 79.2 GiB)");
     }
 }
