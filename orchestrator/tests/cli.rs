@@ -169,3 +169,13 @@ fn planning_does_not_grow_with_the_input_and_refuses_absurd_sizes() {
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
     }
 }
+
+/// A fractional `--scale-input` is refused in words that say what is wanted.
+#[test]
+fn a_fractional_input_scale_is_refused_in_words() {
+    let out = run(&["explain", "experiments/demo.yaml", "--scale-input", "1.5"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("`1.5` is not a whole factor") && err.contains("--input D,H,W"), "{err}");
+    assert!(!err.contains("invalid digit"), "{err}");
+}

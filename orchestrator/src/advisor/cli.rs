@@ -27,7 +27,7 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     /// Predict every config with H and W multiplied by this factor (D kept, as exp11 → exp11_1).
-    #[arg(long, value_name = "F", conflicts_with = "input")]
+    #[arg(long, value_name = "F", conflicts_with = "input", value_parser = whole_factor)]
     pub scale_input: Option<u32>,
     /// Predict every config at this input shape instead (D,H,W).
     #[arg(long, value_name = "D,H,W")]
@@ -195,4 +195,12 @@ mod tests {
         assert!(parse_variant("XXL").is_err());
         assert!(parse_mode("train").is_ok() && parse_mode("fast").is_err());
     }
+}
+
+/// `--scale-input`: a whole factor, said in words when it is not one (not
+/// clap's "invalid digit found in string").
+fn whole_factor(text: &str) -> Result<u32, String> {
+    text.trim().parse::<u32>().map_err(|_| {
+        format!("`{text}` is not a whole factor: H and W are multiplied by a whole number (2 turns 64x64 into 128x128); for another shape give --input D,H,W")
+    })
 }

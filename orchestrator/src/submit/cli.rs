@@ -267,7 +267,11 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             let opts = options(&common, None, None);
             let name = experiment_of(&experiment, &[], &opts)?.experiment.name;
             let ids = block_on(cancel(&name, &opts))?.context("cancel")?;
-            println!("cancelled {} job array(s): {}", ids.len(), ids.join(" "));
+            if ids.is_empty() {
+                println!("nothing to cancel: no job array of {name} is queued or running");
+            } else {
+                println!("cancelled {} job array(s): {}", ids.len(), ids.join(" "));
+            }
         }
         ClusterCommand::Install { worker, common } => {
             let opts = options(&common, None, None);
