@@ -100,6 +100,9 @@ pub enum Checkpointing {
     /// Burn's op-level `Balanced` strategy: memory-bound ops are recomputed in
     /// backward, compute-bound ones (matmul, conv) keep their outputs.
     BurnBalanced,
+    /// Per block, as `torch.utils.checkpoint` around each transformer block in
+    /// the group's runs: a block keeps only its inputs and is recomputed in backward.
+    Block,
 }
 
 /// How float types are used across a run.

@@ -144,12 +144,13 @@ pub struct Prepared {
     pub checkpointing: Checkpointing,
 }
 
-/// Configure the device: float dtype, autodiff on, Burn's gradient
-/// checkpointing when asked. A half type the backend cannot compute in falls
+/// Configure the device: float dtype, autodiff on, Burn's op-level gradient
+/// checkpointing when `checkpointing` is [`Checkpointing::BurnBalanced`] (per-block
+/// checkpointing is the models' own, see `models::checkpoint`). A half type the backend cannot compute in falls
 /// back: under autocast bf16 → f16 (the same bytes), else f32; the start event
 /// says so. Must run before the first tensor on the device. Device creation
 /// may panic (no adapter, no driver): the runner calls this inside its panic guard.
-pub fn prepare(backend: Backend, precision: Precision, grad_ckpt: bool) -> Result<Prepared, BackendError> {
+pub fn prepare(backend: Backend, precision: Precision, checkpointing: Checkpointing) -> Result<Prepared, BackendError> {
     let mut device = backend.device();
     let (storage, half) = dtypes(precision);
     let wanted = half.unwrap_or(storage);
@@ -162,10 +163,9 @@ pub fn prepare(backend: Backend, precision: Precision, grad_ckpt: bool) -> Resul
     let dtype = autocast.unwrap_or(storage);
     device.configure(storage).map_err(|e| BackendError::Configure(format!("{e:?}")))?;
     let device = device.autodiff();
-    let (device, checkpointing) = if grad_ckpt {
-        (device.gradient_checkpointing(), Checkpointing::BurnBalanced)
-    } else {
-        (device, Checkpointing::Off)
+    let device = match checkpointing {
+        Checkpointing::BurnBalanced => device.gradient_checkpointing(),
+        Checkpointing::Off | Checkpointing::Block => device,
     };
     Ok(Prepared { device, dtype, fell_back_from: (dtype != wanted).then_some(wanted), autocast, checkpointing })
 }

@@ -45,13 +45,15 @@ impl Row {
     }
 }
 
-/// The records this comparison can run: PyTorch runs that fitted (`ok`), no
-/// gradient checkpointing (the worker's is Burn's op-level strategy, not the
-/// group's per-block checkpoints), measured peak within `max_peak_gib`.
+/// The records this comparison can run: PyTorch runs that fitted (`ok`),
+/// measured peak within `max_peak_gib`; with gradient checkpointing only for the
+/// transformer families, which the worker checkpoints per block as the group's
+/// runs do (its UNet's checkpointing is Burn's op-level strategy, MONAI's none).
 pub fn select(records: &[MeasurementRecord], max_peak_gib: f64) -> Vec<&MeasurementRecord> {
     records
         .iter()
-        .filter(|r| r.framework == "pytorch" && !r.grad_ckpt && r.superseded.is_none())
+        .filter(|r| r.framework == "pytorch" && r.superseded.is_none())
+        .filter(|r| !r.grad_ckpt || r.family != Family::Unet)
         .filter(|r| r.peak_gb.is_some_and(|p| p <= max_peak_gib))
         .collect()
 }
@@ -167,13 +169,16 @@ mod tests {
 {"id":"b","family":"dit","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":true,"batch":1,"in_channels":1,"out_channels":1,"spatial":[8,8,8],"variant":"S","patch":4,"peak_gb":0.7,"status":"ok"}
 {"id":"c","family":"dit","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":false,"batch":1,"in_channels":1,"out_channels":1,"spatial":[8,8,8],"variant":"S","patch":4,"peak_gb":50.0,"status":"ok"}
 {"id":"d","family":"dit","framework":"burn-flex","gpu":"cpu","precision":"bf16-amp","grad_ckpt":false,"batch":1,"in_channels":1,"out_channels":1,"spatial":[8,8,8],"variant":"S","patch":4,"peak_gb":0.7,"status":"ok"}
-{"id":"e","family":"dit","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":false,"batch":1,"in_channels":1,"out_channels":1,"spatial":[8,8,8],"variant":"S","patch":4,"status":"oom"}"#;
+{"id":"e","family":"dit","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":false,"batch":1,"in_channels":1,"out_channels":1,"spatial":[8,8,8],"variant":"S","patch":4,"status":"oom"}
+{"id":"f","family":"unet","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":true,"batch":1,"in_channels":1,"out_channels":1,"spatial":[8,8,8],"channels":[8,16],"attention_levels":[false,false],"num_res_blocks":[1,1],"num_head_channels":8,"peak_gb":0.5,"status":"ok"}"#;
 
     #[test]
-    fn selects_pytorch_runs_that_fit_without_checkpointing() {
+    fn selects_pytorch_runs_that_fit_and_checkpoint_as_the_worker_does() {
         let recs = spec::record::read_jsonl(RECORDS).unwrap();
         let ids: Vec<&str> = select(&recs, 4.0).iter().map(|r| r.id.as_str()).collect();
-        assert_eq!(ids, ["a"]);
+        // b: a checkpointed transformer (per block, as the worker does); f: a
+        // checkpointed UNet, which the worker cannot checkpoint as the group's ran.
+        assert_eq!(ids, ["a", "b"]);
     }
 
     #[test]

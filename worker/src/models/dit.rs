@@ -9,6 +9,7 @@ use spec::{DitSpec, Input};
 
 use super::amp::{self, AutocastForward};
 use super::attention::{AttentionKernel, Heads};
+use super::checkpoint::Tape;
 use super::{sincos_table, to_tokens, unpatchify, BuildError, DitBlock, FinalLayer, Grid, TimeMlp};
 
 #[derive(Module, Debug)]
@@ -56,16 +57,19 @@ impl Dit {
         self.attention
     }
 
-    pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
+    /// The noise prediction; each block is checkpointed on `tape` when it is on.
+    pub fn forward<'a>(&'a self, x: Tensor<5>, t: &[f32], tape: &mut Tape<'a>) -> Tensor<5> {
         let device = x.device();
         let [_, _, d, h, w] = x.dims();
         let grid = Grid { d: d / self.patch, h: h / self.patch, w: w / self.patch };
-        let mut x = amp::add(to_tokens(self.patch_embed.amp(x)), self.pos.val().unsqueeze::<3>());
-        let c = self.time.forward(t, &device);
+        let x = amp::add(to_tokens(self.patch_embed.amp(x)), self.pos.val().unsqueeze::<3>());
+        // c: [B, h], handed to the blocks as [B, 1, h].
+        let c = tape.value(self.time.forward(t, &device).unsqueeze_dim(1));
+        let mut x = tape.value(x);
         for block in &self.blocks {
-            x = block.forward(x, c.clone());
+            x = tape.block(block, [x, c.clone()], |b, [x, c]| b.forward(x, c.squeeze_dim(1)));
         }
-        let x = self.final_layer.forward(x, c);
+        let x = self.final_layer.forward(x.tensor(), c.tensor().squeeze_dim(1));
         unpatchify(x, grid, self.patch, self.out_channels)
     }
 }
@@ -108,6 +112,6 @@ mod tests {
         let m = DitSpec { variant: None, hidden: Some(32), heads: Some(2), depth: Some(1), patch: 4 };
         let model = check(m, input, 1);
         let x = Tensor::<5>::random([1, 2, 8, 8, 8], burn::tensor::Distribution::Default, &device);
-        assert_eq!(model.forward(x, &[3.0]).dims(), [1, 1, 8, 8, 8]);
+        assert_eq!(model.forward(x, &[3.0], &mut Tape::new(false)).dims(), [1, 1, 8, 8, 8]);
     }
 }

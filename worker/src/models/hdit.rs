@@ -11,6 +11,7 @@ use spec::{HditSpec, Input};
 
 use super::amp::{self, AutocastForward};
 use super::attention::{AttentionKernel, Heads};
+use super::checkpoint::{Tape, Value};
 use super::{
     linear, merge_tokens, split_tokens, table, to_tokens, unpatchify, BuildError, DitBlock, FinalLayer, Grid, TimeMlp,
 };
@@ -95,7 +96,9 @@ impl Hdit {
         self.attention
     }
 
-    pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
+    /// The noise prediction; each block is checkpointed on `tape` when it is
+    /// on (the merges, splits and skip projections are not, as in the group's runs).
+    pub fn forward<'a>(&'a self, x: Tensor<5>, t: &[f32], tape: &mut Tape<'a>) -> Tensor<5> {
         let device = x.device();
         let [_, _, d, h, w] = x.dims();
         let mut grids = vec![Grid { d: d / self.patch, h: h / self.patch, w: w / self.patch }];
@@ -103,30 +106,31 @@ impl Hdit {
             let g = *grids.last().expect("level 0");
             grids.push(Grid { d: g.d / 2, h: g.h / 2, w: g.w / 2 });
         }
-        let c = self.time.forward(t, &device);
-        let mut x = amp::add(to_tokens(self.patch_embed.amp(x)), self.pos[0].val().unsqueeze::<3>());
-        let mut skips = Vec::with_capacity(self.down.len());
-        for (l, blocks) in self.down.iter().enumerate() {
+        // c: [B, h], handed to the blocks as [B, 1, h].
+        let c = tape.value(self.time.forward(t, &device).unsqueeze_dim(1));
+        let blocks = |tape: &mut Tape<'a>, blocks: &'a [DitBlock], mut x: Value| {
             for b in blocks {
-                x = b.forward(x, c.clone());
+                x = tape.block(b, [x, c.clone()], |b, [x, c]| b.forward(x, c.squeeze_dim(1)));
             }
+            x
+        };
+        let mut x = tape.value(amp::add(to_tokens(self.patch_embed.amp(x)), self.pos[0].val().unsqueeze::<3>()));
+        let mut skips = Vec::with_capacity(self.down.len());
+        for (l, level) in self.down.iter().enumerate() {
+            x = blocks(tape, level, x);
             skips.push(x.clone());
-            let merged = self.transitions[l].merge.amp(merge_tokens(x, grids[l]));
-            x = amp::add(merged, self.pos[l + 1].val().unsqueeze::<3>());
+            let merged = self.transitions[l].merge.amp(merge_tokens(x.tensor(), grids[l]));
+            x = tape.value(amp::add(merged, self.pos[l + 1].val().unsqueeze::<3>()));
         }
-        for b in &self.mid {
-            x = b.forward(x, c.clone());
-        }
+        x = blocks(tape, &self.mid, x);
         for l in (0..self.up.len()).rev() {
             let tr = &self.transitions[l];
-            let up = split_tokens(tr.split.amp(x), grids[l]);
-            let skip = skips.pop().expect("one skip per level");
-            x = tr.skip.amp(amp::cat(vec![up, skip], 2));
-            for b in &self.up[l] {
-                x = b.forward(x, c.clone());
-            }
+            let up = split_tokens(tr.split.amp(x.tensor()), grids[l]);
+            let skip = skips.pop().expect("one skip per level").tensor();
+            let joined = tape.value(tr.skip.amp(amp::cat(vec![up, skip], 2)));
+            x = blocks(tape, &self.up[l], joined);
         }
-        let x = self.final_layer.forward(x, c);
+        let x = self.final_layer.forward(x.tensor(), c.tensor().squeeze_dim(1));
         unpatchify(x, grids[0], self.patch, self.out_channels)
     }
 }
@@ -176,6 +180,6 @@ mod tests {
             1,
         );
         let x = Tensor::<5>::random([1, 2, 8, 8, 8], burn::tensor::Distribution::Default, &device);
-        assert_eq!(model.forward(x, &[5.0]).dims(), [1, 1, 8, 8, 8]);
+        assert_eq!(model.forward(x, &[5.0], &mut Tape::new(false)).dims(), [1, 1, 8, 8, 8]);
     }
 }

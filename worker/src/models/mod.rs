@@ -13,6 +13,7 @@
 
 pub mod amp;
 pub mod attention;
+pub mod checkpoint;
 pub mod dit;
 pub mod hdit;
 pub mod unet;
@@ -26,6 +27,7 @@ use spec::{Input, ModelSpec};
 
 use amp::AutocastForward;
 use attention::{scaled_dot_product, AttentionKernel, Heads};
+use checkpoint::Tape;
 
 /// Why a spec cannot be built into a model.
 #[derive(Debug, thiserror::Error)]
@@ -75,13 +77,15 @@ impl Model {
         }
     }
 
-    /// Noise prediction for `x` `[B, C, D, H, W]` at diffusion timesteps `t` (one per sample).
-    pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
+    /// Noise prediction for `x` `[B, C, D, H, W]` at diffusion timesteps `t`
+    /// (one per sample). The transformer families checkpoint each block on
+    /// `tape` when it is on; the UNet never does (MONAI's has no such hooks).
+    pub fn forward<'a>(&'a self, x: Tensor<5>, t: &[f32], tape: &mut Tape<'a>) -> Tensor<5> {
         match self {
             Model::Unet(m) => m.forward(x, t),
-            Model::Dit(m) => m.forward(x, t),
-            Model::Hdit(m) => m.forward(x, t),
-            Model::Uvit(m) => m.forward(x, t),
+            Model::Dit(m) => m.forward(x, t, tape),
+            Model::Hdit(m) => m.forward(x, t, tape),
+            Model::Uvit(m) => m.forward(x, t, tape),
         }
     }
 }

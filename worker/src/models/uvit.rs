@@ -14,6 +14,7 @@ use spec::{Input, UvitSpec};
 
 use super::amp::{self, AutocastForward};
 use super::attention::{AttentionKernel, Heads};
+use super::checkpoint::Tape;
 use super::{linear, self_attention, table, to_tokens, unpatchify, BuildError, Grid, TimeMlp};
 
 /// Pre-LN transformer block: attention (qkv without bias) and a 4h MLP.
@@ -110,26 +111,28 @@ impl Uvit {
         self.attention
     }
 
-    pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
+    /// The noise prediction; each block (with its skip projection, as
+    /// upstream's `Block`) is checkpointed on `tape` when it is on.
+    pub fn forward<'a>(&'a self, x: Tensor<5>, t: &[f32], tape: &mut Tape<'a>) -> Tensor<5> {
         let device = x.device();
         let [_, _, d, h, w] = x.dims();
         let grid = Grid { d: d / self.patch, h: h / self.patch, w: w / self.patch };
         let tokens = to_tokens(self.patch_embed.amp(x));
         let time = self.time.forward(t, &device).unsqueeze_dim::<3>(1);
-        let mut x = amp::add(amp::cat(vec![time, tokens], 1), self.pos.val().unsqueeze::<3>());
+        let mut x = tape.value(amp::add(amp::cat(vec![time, tokens], 1), self.pos.val().unsqueeze::<3>()));
         let mut skips = Vec::with_capacity(self.in_blocks.len());
         for b in &self.in_blocks {
-            x = b.forward(x);
+            x = tape.block(b, [x], |b, [x]| b.forward(x));
             skips.push(x.clone());
         }
         for b in &self.mid {
-            x = b.forward(x);
+            x = tape.block(b, [x], |b, [x]| b.forward(x));
         }
         for b in &self.out_blocks {
             let skip = skips.pop().expect("one skip per in-block");
-            x = b.block.forward(b.skip.amp(amp::cat(vec![x, skip], 2)));
+            x = tape.block(b, [x, skip], |b, [x, skip]| b.block.forward(b.skip.amp(amp::cat(vec![x, skip], 2))));
         }
-        let x = self.pred.amp(self.norm.amp(x));
+        let x = self.pred.amp(self.norm.amp(x.tensor()));
         let n = x.dims()[1];
         let x = x.narrow(1, 1, n - 1); // drop the time token
         self.final_conv.amp(unpatchify(x, grid, self.patch, self.channels))
@@ -166,6 +169,6 @@ mod tests {
         let model =
             check(UvitSpec { variant: None, hidden: Some(16), heads: Some(2), depth: Some(3), patch: 4 }, input);
         let x = Tensor::<5>::random([1, 2, 8, 8, 8], burn::tensor::Distribution::Default, &device);
-        assert_eq!(model.forward(x, &[1.0]).dims(), [1, 2, 8, 8, 8]);
+        assert_eq!(model.forward(x, &[1.0], &mut Tape::new(false)).dims(), [1, 2, 8, 8, 8]);
     }
 }

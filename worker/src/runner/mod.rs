@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::{AdamWConfig, GradientsParams};
+use burn::optim::AdamWConfig;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use spec::event::{AttentionKernel, DtypePolicy, Event, MemoryMeter, Phase, PhasePeaks, RunEnvironment, RunStatus};
+use spec::event::{AttentionKernel, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, PhasePeaks, RunEnvironment, RunStatus};
 use spec::{Mode, RunConfig};
 
 use crate::alloc;
@@ -35,6 +35,7 @@ use crate::backend::{self, Backend};
 use crate::events::{events_path, now, EventLog};
 use crate::meter::Meter;
 use crate::models::amp::Autocast;
+use crate::models::checkpoint::Tape;
 use crate::models::Model;
 
 mod progress;
@@ -181,7 +182,18 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// itself cannot be written (nothing could be recorded then). An OOM under the
 /// CPU limit and SIGTERM end the process from inside (after writing the result).
 pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
-    run_with_setup(cfg, opts, || backend::prepare(opts.backend, cfg.precision, cfg.grad_ckpt))
+    run_with_setup(cfg, opts, || backend::prepare(opts.backend, cfg.precision, checkpointing_of(cfg)))
+}
+
+/// How a config's `grad_ckpt` runs: per block for the transformer families (the
+/// group's `torch.utils.checkpoint` per block); MONAI's UNet has no checkpoint
+/// hooks, so the worker's UNet keeps Burn's op-level strategy, as before.
+fn checkpointing_of(cfg: &RunConfig) -> Checkpointing {
+    match (&cfg.model, cfg.grad_ckpt) {
+        (_, false) => Checkpointing::Off,
+        (spec::ModelSpec::Unet(_), true) => Checkpointing::BurnBalanced,
+        (_, true) => Checkpointing::Block,
+    }
 }
 
 /// [`run`] with the device setup given, so tests can make it fail as a node
@@ -250,8 +262,8 @@ fn run_with_setup(
     };
     log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env }).map_err(ev_err)?;
 
-    let (device, autocast) = match prepared {
-        Ok(p) => (p.device, p.autocast),
+    let (device, autocast, checkpointing) = match prepared {
+        Ok(p) => (p.device, p.autocast, p.checkpointing),
         Err(msg) => return finish(&log, &path, params, start, 0, Err((RunStatus::Failed, msg))),
     };
 
@@ -268,7 +280,7 @@ fn run_with_setup(
     let beating = Arc::new(AtomicBool::new(true));
     let heartbeat = spawn_heartbeat(log.clone(), meter.clone(), beating.clone(), opts.heartbeat);
 
-    let kernels = Kernels { attention: attention_of(cfg, opts), autocast };
+    let kernels = Kernels { attention: attention_of(cfg, opts), autocast, block_checkpoints: checkpointing == Checkpointing::Block };
     let result = catch_unwind(AssertUnwindSafe(|| phases(cfg, kernels, &device, &meter, &log)));
     alloc::set_limit(None);
     beating.store(false, Ordering::Relaxed);
@@ -370,11 +382,13 @@ fn attention_of(cfg: &RunConfig, opts: &RunOptions) -> AttentionKernel {
     }
 }
 
-/// How the model's layers compute: the attention kernel and autocast's half type.
+/// How the model's layers compute: the attention kernel, autocast's half type,
+/// and whether blocks are checkpointed.
 #[derive(Debug, Clone, Copy)]
 struct Kernels {
     attention: AttentionKernel,
     autocast: Option<FloatDType>,
+    block_checkpoints: bool,
 }
 
 fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log: &EventLog) -> Result<(), String> {
@@ -400,10 +414,11 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
             let x = Tensor::<5>::random(shape, burn::tensor::Distribution::Normal(0.0, 1.0), device);
             let t: Vec<f32> = (0..cfg.batch).map(|i| ((step * 7919 + i * 104_729) % 1000) as f32).collect();
             let _autocast = Autocast::enter(kernels.autocast);
-            let out = model.forward(x.clone(), &t);
-            Ok((out, x))
+            let mut tape = Tape::new(kernels.block_checkpoints);
+            let out = model.forward(x.clone(), &t, &mut tape);
+            Ok((out, x, tape))
         };
-        let (out, x) = phase(Phase::Fwd, device, meter, log, forward, |(out, _)| {
+        let (out, x, tape) = phase(Phase::Fwd, device, meter, log, forward, |(out, _, _)| {
             readback::scalar(out.clone().detach().mean().cast(burn::tensor::FloatDType::F32), "output mean")
         })?;
         let backward = || {
@@ -412,7 +427,9 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
             let out = if out.dtype() == target.dtype() { out } else { out.cast(FloatDType::from(target.dtype())) };
             let loss = (out - target).square().mean();
             let value = loss.clone().detach();
-            Ok((GradientsParams::from_grads(loss.backward(), &model), value))
+            // Checkpointed blocks run their forward again here, under the same autocast.
+            let _autocast = Autocast::enter(kernels.autocast);
+            Ok((tape.backward(loss, &model), value))
         };
         let (grads, _) = phase(Phase::Bwd, device, meter, log, backward, |(grads, loss)| {
             readback::scalar(loss.clone().cast(burn::tensor::FloatDType::F32), "loss")?;
