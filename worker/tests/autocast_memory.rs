@@ -1,0 +1,99 @@
+//! `bf16-amp` against `fp32` on the CPU backend's exact allocator: autocast
+//! keeps the parameters, gradients and AdamW state in f32 (the `model` and
+//! `step` phases hold the same bytes as an fp32 run, 4 and 16 bytes a
+//! parameter) and saves half-precision activations (the forward holds less).
+
+use std::path::Path;
+use std::process::Command;
+
+use spec::event::{Event, Phase, RunStatus};
+use spec::{DitSpec, Gpu, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
+
+fn config(name: &str, model: ModelSpec, precision: Precision) -> RunConfig {
+    RunConfig {
+        experiment: "amp".into(),
+        name: name.into(),
+        model,
+        input: Input { channels: 1, spatial: Spatial::new(16, 16, 16) },
+        out_channels: 1,
+        batch: 1,
+        precision,
+        grad_ckpt: false,
+        mode: Mode::Profile,
+        steps: 1,
+        gpu: Gpu::A100Sxm80,
+    }
+}
+
+/// Each phase's peak, and the run's parameter count.
+fn run(dir: &Path, cfg: &RunConfig) -> ([u64; 4], u64) {
+    let path = dir.join(format!("{}.json", cfg.name));
+    std::fs::write(&path, serde_json::to_string(cfg).unwrap()).unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_worker"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .arg("--state-dir")
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{}", cfg.name);
+    let text = std::fs::read_to_string(dir.join("amp/runs").join(&cfg.name).join("events.jsonl")).unwrap();
+    let mut peaks = [0; 4];
+    let mut params = 0;
+    for e in text.lines().map(|l| serde_json::from_str::<Event>(l).unwrap()) {
+        match e {
+            Event::PhaseEnd { phase, peak_bytes, .. } => {
+                peaks[Phase::ALL.iter().position(|p| *p == phase).unwrap()] = peak_bytes;
+            }
+            Event::Result { status, params: p, .. } => {
+                assert_eq!(status, RunStatus::Ok);
+                params = p;
+            }
+            _ => {}
+        }
+    }
+    (peaks, params)
+}
+
+#[test]
+fn autocast_keeps_f32_weights_and_adam_state_and_saves_half_activations() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = [
+        (
+            "unet",
+            ModelSpec::Unet(UnetSpec {
+                channels: vec![32, 64],
+                attention_levels: vec![false, false],
+                num_res_blocks: PerLevel::All(1),
+                num_head_channels: PerLevel::All(32),
+                norm_num_groups: 8,
+            }),
+        ),
+        ("dit", ModelSpec::Dit(DitSpec { variant: None, hidden: Some(128), heads: Some(4), depth: Some(4), patch: 2 })),
+    ];
+    for (family, model) in models {
+        let (f32_peaks, params) = run(dir.path(), &config(&format!("{family}_f32"), model.clone(), Precision::Fp32));
+        let (amp_peaks, _) = run(dir.path(), &config(&format!("{family}_amp"), model, Precision::Bf16Amp));
+        let [model_f32, fwd_f32, _, step_f32] = f32_peaks;
+        let [model_amp, fwd_amp, _, step_amp] = amp_peaks;
+        let (held_f32, held_amp) = (fwd_f32 - model_f32, fwd_amp - model_amp);
+        eprintln!(
+            "{family}: {params} params; weights {model_f32} B fp32, {model_amp} B bf16-amp; step {step_f32} / \
+             {step_amp} B; forward above the weights {held_f32} / {held_amp} B"
+        );
+        // f32 parameters: 4 bytes each (and a few percent of module bookkeeping).
+        assert_eq!(model_amp, model_f32, "{family}");
+        assert!(model_amp >= 4 * params && model_amp < 4 * params + 4 * params / 20, "{family}: {model_amp} B");
+        // f32 gradients and AdamW moments: the step holds what an fp32 run's does, 16 B a parameter or more.
+        assert!(step_amp.abs_diff(step_f32) * 100 <= step_f32, "{family}: {step_amp} vs {step_f32} B");
+        assert!(step_amp >= 16 * params, "{family}: {step_amp} B for {params} params");
+        // Half-precision saved activations: the forward holds less. Only a
+        // little less in these tiny configs: in the UNet the f32 GroupNorm and
+        // SiLU tensors dominate what is kept (4% less; the precheck's `pytorch`
+        // runtime counts 26% less), in the DiT one block's f32 attention tiles
+        // and LayerNorms (14% less; the precheck 39%). At DiT-S sizes the
+        // worker's bf16-amp forward lands within 0.3% of the group's (docs/gpu.md).
+        let most = if family == "unet" { 99 } else { 90 };
+        assert!(held_amp * 100 < held_f32 * most, "{family}: {held_amp} B bf16-amp vs {held_f32} B fp32");
+    }
+}
