@@ -21,6 +21,8 @@ pub struct Options {
     pub records: PathBuf,
     /// Only records whose measured peak is at most this many GiB (what the device can hold).
     pub max_peak_gib: f64,
+    /// Only records of these families (all when empty).
+    pub families: Vec<Family>,
     /// Backend name passed to `worker run`.
     pub backend: String,
     /// Where the runs' events go (kept for inspection).
@@ -63,8 +65,14 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     let text = std::fs::read_to_string(&opts.records).with_context(|| format!("reading {}", opts.records.display()))?;
     let records = spec::record::read_jsonl(&text)
         .map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", opts.records.display()))?;
-    let chosen = select(&records, opts.max_peak_gib);
-    anyhow::ensure!(!chosen.is_empty(), "no record of {} is within {} GiB", opts.records.display(), opts.max_peak_gib);
+    let mut chosen = select(&records, opts.max_peak_gib);
+    chosen.retain(|r| opts.families.is_empty() || opts.families.contains(&r.family));
+    anyhow::ensure!(
+        !chosen.is_empty(),
+        "no record of {} is within {} GiB (and of the families asked for)",
+        opts.records.display(),
+        opts.max_peak_gib
+    );
     let exe = std::env::current_exe().context("locating this worker binary")?;
     let mut rows = Vec::new();
     for (i, r) in chosen.iter().enumerate() {

@@ -36,6 +36,9 @@ struct FidelityArgs {
     /// Only configs whose measured peak is at most this many GiB.
     #[arg(long, default_value_t = 4.0)]
     max_peak_gib: f64,
+    /// Only configs of these families (unet, dit, hdit, uvit; repeat or comma-separate).
+    #[arg(long, value_delimiter = ',', value_parser = family)]
+    family: Vec<spec::model::Family>,
     /// Backend (default: the first GPU backend compiled in, else `flex`).
     #[arg(long)]
     backend: Option<String>,
@@ -142,6 +145,7 @@ fn main() -> Result<()> {
             let opts = worker::fidelity::Options {
                 records: args.records,
                 max_peak_gib: args.max_peak_gib,
+                families: args.family,
                 backend: backend.name().to_string(),
                 state_dir: args.state_dir,
             };
@@ -173,4 +177,13 @@ fn main() -> Result<()> {
             std::process::exit(outcome.exit_code());
         }
     }
+}
+
+/// A family by its name, for `--family`.
+fn family(name: &str) -> Result<spec::model::Family, String> {
+    use spec::model::Family;
+    [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit]
+        .into_iter()
+        .find(|f| f.name() == name)
+        .ok_or_else(|| format!("unknown family `{name}` (unet, dit, hdit or uvit)"))
 }
