@@ -113,40 +113,28 @@ impl RunProgress {
 /// The events in the complete lines of `bytes` (through the last newline),
 /// each with the offset just past its line; how many bytes those lines span
 /// (where the next read starts); and how many complete lines did not parse.
-/// A torn last line is left for the next read.
+/// The text after the last newline is left for the next read, whole.
 pub fn complete_lines(bytes: &[u8]) -> (Vec<(Event, usize)>, usize, usize) {
-    let consumed = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let (mut events, mut skipped, mut start) = (Vec::new(), 0, 0);
-    for (i, &b) in bytes[..consumed].iter().enumerate() {
-        if b != b'\n' {
-            continue;
-        }
-        let line = bytes[start..i].trim_ascii();
-        start = i + 1;
-        if line.is_empty() {
-            continue;
-        }
-        match serde_json::from_slice::<Event>(line) {
-            Ok(e) => events.push((e, i + 1)),
+    let lines = spec::jsonl::read::<Event>(bytes);
+    let mut skipped = 0;
+    let mut events = Vec::new();
+    for l in lines.complete {
+        match l.value {
+            Ok(e) => events.push((e, l.end)),
             Err(_) => skipped += 1,
         }
     }
-    (events, consumed, skipped)
+    (events, lines.consumed, skipped)
 }
 
 /// Parse an events file's bytes. Never fails: unreadable lines are counted in
 /// `skipped_lines` (a torn last line is the normal case while a run is live).
 pub fn parse_events(bytes: &[u8]) -> RunProgress {
     let mut p = RunProgress::default();
-    let (events, consumed, skipped) = complete_lines(bytes);
-    for (e, _) in events {
-        p.apply(e);
-    }
-    p.skipped_lines += skipped;
-    // The whole file: a last line without its newline counts if it is whole.
-    let tail = bytes[consumed..].trim_ascii();
-    if !tail.is_empty() {
-        match serde_json::from_slice::<Event>(tail) {
+    let lines = spec::jsonl::read::<Event>(bytes);
+    p.skipped_lines += usize::from(lines.torn);
+    for l in lines.all() {
+        match l.value {
             Ok(e) => p.apply(e),
             Err(_) => p.skipped_lines += 1,
         }

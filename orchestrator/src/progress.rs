@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 
+use crate::fsio;
 use crate::slurm::Activity;
 use crate::state::{self, ConfigRecord};
 
@@ -173,7 +174,7 @@ pub fn sweep_progress<'a>(
 
 /// The progress of experiment `experiment` under `state_root`, read without the lock.
 pub fn read(state_root: &Path, experiment: &str) -> Result<SweepProgress, state::StateError> {
-    let sweep: Option<serde_json::Value> = state::read_json(&state_root.join(experiment).join("sweep.json"))?;
+    let sweep: Option<serde_json::Value> = fsio::read_json(&state_root.join(experiment).join("sweep.json"))?;
     let parallelism = sweep
         .as_ref()
         .and_then(|v| v.pointer("/sweep/experiment/array_parallelism"))
@@ -184,13 +185,13 @@ pub fn read(state_root: &Path, experiment: &str) -> Result<SweepProgress, state:
     if let Ok(entries) = std::fs::read_dir(&dir) {
         for e in entries.flatten() {
             if e.path().extension().is_some_and(|x| x == "json") {
-                if let Some(r) = state::read_json::<ConfigRecord>(&e.path())? {
+                if let Some(r) = fsio::read_json::<ConfigRecord>(&e.path())? {
                     records.push(r);
                 }
             }
         }
     }
-    Ok(sweep_progress(&records, parallelism, state::now()))
+    Ok(sweep_progress(&records, parallelism, fsio::now()))
 }
 
 /// `1h02m`, `3m05s`, `12s`, `0.4s`.
@@ -256,7 +257,7 @@ pub fn watch_bar() -> WatchBar {
         .with_key("eta_left", move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
             let p = shared.lock().ok().and_then(|g| g.clone());
             if let Some(p) = p.filter(|p| p.running + p.waiting > 0) {
-                let _ = match p.eta_left(state::now()) {
+                let _ = match p.eta_left(fsio::now()) {
                     Some(e) => write!(w, ", ETA ~{}", human_duration(e)),
                     None => write!(w, ", ETA after the first run ends"),
                 };

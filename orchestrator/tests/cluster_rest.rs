@@ -280,7 +280,7 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
     let (name, c) = file.get("test", &label).expect("test cluster");
     let t = orchestrator::transport::open(&name, &c, &w.opts.state_root).expect("rest transport");
     let names: Vec<String> = w.submissions().into_iter().map(|s| s.job_name).collect();
-    let since = orchestrator::state::now() - 3600.0;
+    let since = orchestrator::fsio::now() - 3600.0;
     t.poll(&names, since).expect("first poll");
     let before = t.counters();
     let p = t.poll(&names, since).expect("poll");

@@ -12,9 +12,9 @@ use spec::{Gpu, Mode, ModelSpec, PerLevel, RunConfig, Variant};
 use std::collections::HashSet;
 
 use super::{input_label, mode_peak_gib, params_of, AdvisorError};
-use crate::plan::{millions, render_table};
 use crate::precheck::Predictor;
 use crate::sweep::Sweep;
+use crate::util::table::{millions, render_table};
 
 /// What "fits" means.
 #[derive(Debug, Clone, Copy, Serialize)]

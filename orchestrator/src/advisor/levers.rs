@@ -6,8 +6,8 @@ use serde::Serialize;
 use spec::{ModelSpec, PerLevel, Precision, RunConfig, UnetSpec};
 
 use super::{mode_peak_gib, params_of, AdvisorError};
-use crate::plan::render_table;
 use crate::precheck::Predictor;
+use crate::util::table::render_table;
 
 /// One single change and what it does to the peak and the parameter count.
 #[derive(Debug, Clone, Serialize)]
@@ -184,7 +184,7 @@ pub fn render(levers: &[Lever]) -> String {
             l.change.clone(),
             format!("{:.1}G", l.peak_gib),
             format!("{:+.1}G", -l.delta_gib),
-            crate::plan::millions(l.params),
+            crate::util::table::millions(l.params),
             format!("{:+.1}M", l.delta_params as f64 / 1e6),
         ]);
     }

@@ -141,20 +141,15 @@ impl Overlay {
             let text =
                 std::fs::read_to_string(file).map_err(|source| OverlayError::Io { path: file.into(), source })?;
             // A torn last line (a run being appended) is left for the next refresh.
-            let last = text.lines().count();
-            for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-                match serde_json::from_str::<MeasurementRecord>(line) {
-                    Ok(r) => records.push(r),
-                    Err(_) if i + 1 == last && !text.ends_with('\n') => {}
-                    Err(source) => return Err(OverlayError::Record { path: file.into(), line: i + 1, source }),
-                }
-            }
+            let recs: Vec<MeasurementRecord> = spec::jsonl::values(&text)
+                .map_err(|(line, source)| OverlayError::Record { path: file.into(), line, source })?;
+            records.extend(recs);
         }
         let mut overlay = Overlay::fit(&records, &Calibration::builtin());
         overlay.sources = sources;
         let json = serde_json::to_vec_pretty(&overlay).expect("an overlay serialises");
         // A read-only state root still gets the fit, only not kept.
-        if let Err(e) = crate::state::write_atomic(&path, &json) {
+        if let Err(e) = crate::fsio::write_atomic(&path, &json) {
             tracing::warn!("cannot keep the calibration overlay: {e}");
         }
         Ok(overlay)

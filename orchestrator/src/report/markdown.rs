@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::{Report, Row, Status};
-use crate::plan::millions;
+use crate::util::table::millions;
 
 /// GiB as the reports print it (`49.7G`); small runs keep three digits.
 pub fn fmt_gib(g: f64) -> String {

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::collect::{self, RunResult};
+use crate::fsio;
 use crate::precheck::Predictor;
 use crate::slurm::{Activity, SlurmState};
 use crate::state::{self, ConfigRecord, StateError, StoredSweep};
@@ -35,6 +36,8 @@ const GIB: f64 = (1u64 << 30) as f64;
 pub enum ReportError {
     #[error(transparent)]
     State(#[from] StateError),
+    #[error(transparent)]
+    Fs(#[from] crate::fsio::FsError),
     #[error("no state for experiment `{experiment}` under {} (submit it first, or pass --state-dir)", root.display())]
     NoState { experiment: String, root: PathBuf },
     #[error("{}: {source}", path.display())]
@@ -467,7 +470,7 @@ fn read_records(dir: &Path) -> Result<BTreeMap<String, ConfigRecord>, ReportErro
     for entry in entries {
         let path = entry.map_err(|source| ReportError::Io { path: dir.into(), source })?.path();
         if path.extension().is_some_and(|e| e == "json") {
-            if let Some(r) = state::read_json::<ConfigRecord>(&path)? {
+            if let Some(r) = fsio::read_json::<ConfigRecord>(&path)? {
                 out.insert(r.hash.clone(), r);
             }
         }
@@ -482,7 +485,7 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         return Err(StateError::BadName(experiment.to_string()).into());
     }
     let dir = state_root.join(experiment);
-    let stored: StoredSweep = state::read_json(&dir.join("sweep.json"))?
+    let stored: StoredSweep = fsio::read_json(&dir.join("sweep.json"))?
         .ok_or_else(|| ReportError::NoState { experiment: experiment.to_string(), root: state_root.to_path_buf() })?;
     let records = read_records(&dir.join("configs"))?;
     let sweep = &stored.sweep;
@@ -691,8 +694,8 @@ pub fn write(report: &Report, out: &Path) -> Result<(PathBuf, Vec<PathBuf>), Rep
     let plots = plot::write_all(report, out).map_err(|e| ReportError::Plot(e.to_string()))?;
     let md = markdown::render(report, &plots, out);
     let md_path = out.join("report.md");
-    state::write_atomic(&md_path, md.as_bytes())?;
-    state::write_json(&out.join("report.json"), &json(report))?;
+    fsio::write_atomic(&md_path, md.as_bytes())?;
+    fsio::write_json(&out.join("report.json"), &json(report))?;
     Ok((md_path, plots))
 }
 

@@ -3,6 +3,7 @@
 //! the worker's exact line format; and the records mode.
 
 use super::*;
+use crate::fsio;
 use crate::precheck::Predictor;
 use crate::state::{Attempt, StateChange, StateDir};
 use std::time::Duration;
@@ -61,7 +62,7 @@ fn fixture() -> Fixture {
     let root = dir.path().join("state");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), SWEEP, &[]).expect("sweep parses");
     let st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
+    fsio::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
         .expect("sweep.json");
     let p = Predictor::pytorch();
     let mut records = BTreeMap::new();
@@ -162,7 +163,7 @@ fn fixture() -> Fixture {
             if r.result.is_none() {
                 r.result = crate::submit::last_result(&text);
             }
-            state::write_atomic(&st.path(&format!("runs/{}/events.jsonl", c.name)), text.as_bytes()).expect("events");
+            fsio::write_atomic(&st.path(&format!("runs/{}/events.jsonl", c.name)), text.as_bytes()).expect("events");
         }
         st.save_record(&r).expect("record");
         records.insert(c.name.clone(), r);
@@ -383,7 +384,7 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
     let text = SWEEP.replace("budget_gb: 60\n", "budget_gb: 60\nworker: {memory_limit: 512MiB}\n");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), &text, &[]).expect("sweep parses");
     let st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
+    fsio::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
         .expect("sweep.json");
     let c = &sweep.configs[0];
     let result = serde_json::json!({

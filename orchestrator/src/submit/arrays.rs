@@ -10,10 +10,11 @@ use super::{
     allowed, cluster_name, experiment_hash, template_dirs, verdicts, CommandError, Options, StoredSweep, Target,
 };
 use crate::cluster::{merge_resources, ClusterConfig, ClustersFile};
+use crate::fsio;
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
+use crate::state::intent::IntentState;
 use crate::state::{self, StateError, Submission};
-use crate::submit::protocol::IntentState;
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport;
 
@@ -27,7 +28,7 @@ pub(crate) struct Prepared {
 fn random_suffix() -> String {
     let mut h = Sha256::new();
     h.update(std::process::id().to_le_bytes());
-    h.update(state::now().to_le_bytes());
+    h.update(fsio::now().to_le_bytes());
     h.update(format!("{:?}", Instant::now()).as_bytes());
     hex::encode(&h.finalize()[..2])
 }
@@ -103,7 +104,7 @@ pub(crate) fn prepare_arrays(
         ];
         for (name, data) in &files {
             // Copies of what goes to the cluster: replaced atomically, no fsync (the intent is the durable record).
-            state::write_replace(&local_dir.join(name), data)?;
+            fsio::write_replace(&local_dir.join(name), data)?;
         }
         out.push(Prepared {
             sub: Submission {
@@ -133,7 +134,7 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, Strin
     if !state::valid_experiment_name(&sweep.experiment.name) {
         return Err(StateError::BadName(sweep.experiment.name.clone()).into());
     }
-    let prev = state::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
+    let prev = fsio::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
     let cluster = cluster_name(opts, sweep, prev.as_ref());
     let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
     let (name, config) = file.get(&cluster, &label)?;

@@ -3,7 +3,8 @@
 use std::collections::BTreeSet;
 
 use super::{blocking, open_target, protocol, stored_sweep, CommandError, Options};
-use crate::state::{self, StateDir};
+use crate::fsio;
+use crate::state::StateDir;
 
 /// `cancel`: scancel every array of the experiment that still has live tasks.
 pub async fn cancel(experiment: &str, opts: &Options) -> Result<Vec<String>, CommandError> {
@@ -19,7 +20,7 @@ pub async fn cancel(experiment: &str, opts: &Options) -> Result<Vec<String>, Com
         .filter_map(|a| a.array_job_id.clone())
         .collect();
     let ids: Vec<String> = ids.into_iter().collect();
-    st.journal(serde_json::json!({"t": state::now(), "op": "cancel", "jobs": ids}))?;
+    st.journal(serde_json::json!({"t": fsio::now(), "op": "cancel", "jobs": ids}))?;
     let send = ids.clone();
     blocking(&target.transport, move |t| t.cancel(&send)).await?;
     Ok(ids)

@@ -278,11 +278,11 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             let Some(cluster) = common.cluster.as_deref() else {
                 anyhow::bail!("install needs --cluster NAME (a cluster of the clusters file)");
             };
-            let worker = match worker.or_else(crate::install::default_worker) {
+            let worker = match worker.or_else(super::install::default_worker) {
                 Some(w) => w,
                 None => anyhow::bail!("cannot locate this executable's directory; pass --worker PATH"),
             };
-            let r = block_on(crate::install::install(&opts, cluster, &worker))?.context("install")?;
+            let r = block_on(super::install::install(&opts, cluster, &worker))?.context("install")?;
             println!(
                 "{} {} ({:.1} MiB, sha256 {}) on {}: {:.1} s",
                 if r.uploaded { "installed" } else { "up to date:" },

@@ -20,6 +20,7 @@ use std::io::Write;
 
 use super::{blocking, same_file, Target};
 use crate::collect::{complete_lines, parse_events, to_record};
+use crate::fsio;
 use crate::slurm::{Activity, SlurmState, WorkerOutcome};
 use crate::state::{self, Attempt, ConfigRecord, Live, StateDir};
 use crate::sweep::Sweep;
@@ -123,7 +124,7 @@ pub(crate) async fn pull_events(
     let Ok(remote_state) = blocking(&target.transport, |t| t.remote_state_root()).await else { return got };
     let configs: BTreeMap<&str, &spec::RunConfig> =
         sweep.configs.iter().map(|c| (c.hash.0.as_str(), &c.config)).collect();
-    let now = state::now();
+    let now = fsio::now();
     for r in records.values_mut() {
         let Some(latest) = r.latest() else { continue };
         if latest.array_job_id.is_none() || !wants_read(latest, changed.contains(&r.hash), settle, grace_s, now) {
@@ -196,19 +197,10 @@ fn append_local(local: &std::path::Path, offset: u64, bytes: &[u8]) -> std::io::
 
 /// Appends the measurement of a finished run to `measurements.jsonl` (read
 /// from this one config's local events: O(one file) per new result).
-fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::Path) -> Result<(), state::StateError> {
-    let io = |source| state::StateError::Io { path: local.to_path_buf(), source };
-    let bytes = std::fs::read(local).map_err(io)?;
+fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::Path) -> Result<(), fsio::FsError> {
+    let bytes = std::fs::read(local).map_err(fsio::io(local))?;
     let Some(rec) = to_record(cfg, &parse_events(&bytes)) else { return Ok(()) };
-    let path = st.path("measurements.jsonl");
-    let mut line = serde_json::to_vec(&rec).map_err(|source| state::StateError::Json { path: path.clone(), source })?;
-    line.push(b'\n');
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|source| state::StateError::Io { path: path.clone(), source })?;
-    f.write_all(&line).map_err(|source| state::StateError::Io { path, source })
+    fsio::append_jsonl(&st.path("measurements.jsonl"), &rec)
 }
 
 /// What an events file says about the attempt that ran as SLURM job

@@ -21,16 +21,18 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cluster::ClusterError;
+use crate::fsio;
 use crate::precheck::Predictor;
 use crate::render::RenderFailure;
 use crate::slurm::RetryPolicy;
-use crate::state::{self, ConfigRecord, StateDir, StateError};
+use crate::state::{ConfigRecord, StateDir, StateError};
 use crate::sweep::Sweep;
 use crate::transport::TransportError;
 
 mod arrays;
 pub mod cancel;
 mod collect;
+pub mod install;
 mod poll;
 pub mod protocol;
 mod send;
@@ -47,6 +49,8 @@ pub use view::{status, StatusReport, StatusRow, Watch};
 pub enum CommandError {
     #[error(transparent)]
     State(#[from] StateError),
+    #[error(transparent)]
+    Fs(#[from] crate::fsio::FsError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     #[error(transparent)]
@@ -165,7 +169,7 @@ pub(crate) fn prepare(
     sweep: &Sweep,
     cluster: &str,
 ) -> Result<BTreeMap<String, ConfigRecord>, CommandError> {
-    let prev = state::read_json::<StoredSweep>(&st.path("sweep.json"))?;
+    let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     if let Some(prev) = &prev {
         if prev.cluster != cluster && !st.load_submissions()?.is_empty() {
             return Err(CommandError::Refused(format!(
@@ -176,7 +180,7 @@ pub(crate) fn prepare(
         }
     }
     let mut records = st.repair()?;
-    state::write_json(
+    fsio::write_json(
         &st.path("sweep.json"),
         &StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, &records) },
     )?;
@@ -238,7 +242,7 @@ pub(crate) fn same_file(local: &Path, remote: &str) -> bool {
 
 /// Loads the stored sweep of an experiment by name.
 pub fn stored_sweep(state_root: &Path, experiment: &str) -> Result<StoredSweep, CommandError> {
-    state::read_json::<StoredSweep>(&state_root.join(experiment).join("sweep.json"))?.ok_or_else(|| {
+    fsio::read_json::<StoredSweep>(&state_root.join(experiment).join("sweep.json"))?.ok_or_else(|| {
         CommandError::Refused(format!(
             "no state for experiment `{experiment}` under {} (submit it first, or pass the experiment file)",
             state_root.display()

@@ -7,14 +7,16 @@ use std::time::Instant;
 
 use super::arrays::{prepare_arrays, Prepared};
 use super::collect::awaiting_result;
-use super::protocol::{self, Event};
+use super::protocol;
 use super::{
     allowed, blocking, cluster_name, open_target, prepare, same_file, template_dirs, CommandError, Options,
     StoredSweep, Target,
 };
+use crate::fsio;
 use crate::render::Renderer;
 use crate::slurm::{SlurmState, WorkerOutcome};
-use crate::state::{self, Attempt, ConfigRecord, StateDir};
+use crate::state::intent::{Event, IntentState};
+use crate::state::{Attempt, ConfigRecord, StateDir};
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport::{CounterSnapshot, TransportError};
 
@@ -66,7 +68,7 @@ async fn send(
         }
         // 2. The intent, durable before sbatch. The records' attempts follow
         // from it (`StateDir::repair`), so they are written without fsync.
-        p.sub.intended_at = state::now();
+        p.sub.intended_at = fsio::now();
         st.save_submission(&p.sub)?;
         st.journal(serde_json::json!({"t": p.sub.intended_at, "op": "intent", "submission": p.sub.id, "job_name": p.sub.job_name, "configs": p.sub.tasks}))?;
         for (task, hash) in p.sub.tasks.iter().enumerate() {
@@ -88,7 +90,7 @@ async fn send(
             }
             Err(e @ TransportError::NotSent(_)) => {
                 protocol::advance(st, records, &mut p.sub, &Event::NotSent)?;
-                st.journal(serde_json::json!({"t": state::now(), "op": "not_sent", "submission": p.sub.id, "error": e.to_string()}))?;
+                st.journal(serde_json::json!({"t": fsio::now(), "op": "not_sent", "submission": p.sub.id, "error": e.to_string()}))?;
                 return Err(CommandError::Refused(format!(
                     "submitting {} ({} configs) failed: {e}; its configs are free to submit again",
                     p.sub.id,
@@ -97,13 +99,13 @@ async fn send(
             }
             Err(e) => {
                 protocol::advance(st, records, &mut p.sub, &Event::SbatchFailed)?;
-                st.journal(serde_json::json!({"t": state::now(), "op": "sbatch_error", "submission": p.sub.id, "error": e.to_string()}))?;
+                st.journal(serde_json::json!({"t": fsio::now(), "op": "sbatch_error", "submission": p.sub.id, "error": e.to_string()}))?;
                 // Did it reach SLURM anyway? Ask by name now; whatever stays open, every later command asks again.
                 if let Ok(s) = protocol::reconcile(st, target, records, false).await {
                     report.merge(s);
                 }
                 let state = st.load_submissions()?.into_iter().find(|s| s.id == p.sub.id).map(|s| s.state());
-                if let Some(protocol::IntentState::Submitted { job_id }) = state {
+                if let Some(IntentState::Submitted { job_id }) = state {
                     report.arrays.push(job_id);
                     report.submitted.extend(p.sub.tasks.iter().filter_map(|h| records.get(h).map(|r| r.name.clone())));
                     continue;
@@ -150,7 +152,7 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
     }
     let tried: Vec<&Attempt> = r.attempts.iter().filter(|a| !a.abandoned).collect();
     let last = tried.last()?;
-    if awaiting_result(last, opts.result_grace.as_secs_f64(), state::now()) {
+    if awaiting_result(last, opts.result_grace.as_secs_f64(), fsio::now()) {
         return Some(format!(
             "ended {} without a visible result yet; read again for {:.0} s (shared filesystem lag)",
             last.state.as_ref().map(|s| s.to_string()).unwrap_or_default(),
@@ -188,7 +190,7 @@ fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
 pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<SubmitReport, CommandError> {
     let t0 = Instant::now();
     let st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
-    let prev = state::read_json::<StoredSweep>(&st.path("sweep.json"))?;
+    let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     let cluster = cluster_name(opts, sweep, prev.as_ref());
     let target = open_target(opts, &cluster)?;
     let mut records = prepare(&st, sweep, &cluster)?;

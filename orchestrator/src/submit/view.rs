@@ -8,8 +8,9 @@ use std::time::Duration;
 use super::collect::awaiting_result;
 use super::poll::{update, PollSummary};
 use super::{open_target, protocol, stored_sweep, CommandError, Options};
+use crate::fsio;
 use crate::slurm::Activity;
-use crate::state::{self, ConfigRecord, StateDir};
+use crate::state::{ConfigRecord, StateDir};
 use crate::sweep::Sweep;
 
 /// One line of `status`.
@@ -195,7 +196,7 @@ pub async fn status(
             let poll = update(&st, &target, &mut records, &stored.sweep, false, grace).await?;
             let rows = rows(&stored.sweep, &records);
             // Settled: nothing queued, running or unresolved, and no ended job's result still in flight.
-            let now = state::now();
+            let now = fsio::now();
             let settled =
                 !records.values().any(|r| r.live() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
             Ok(StatusReport { rows, poll, settled })

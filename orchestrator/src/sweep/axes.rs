@@ -3,15 +3,36 @@
 
 use serde_yaml::Value;
 
-use super::name::{auto_label, Template};
+use super::name::{auto_label, describe, sanitize, Template};
 use crate::experiment::locate::KeyPath;
-use crate::experiment::{show, LoadError, Origin, Source, PER_CONFIG_KEYS};
+use crate::experiment::{show, LoadError, Origin, Override, Source, PER_CONFIG_KEYS};
 
 /// One axis value: an optional label and the overrides it applies.
 #[derive(Clone)]
 pub(crate) struct Choice {
     pub label: Option<String>,
     pub sets: Vec<(KeyPath, Value, Origin)>,
+}
+
+/// The name of one combination: labels joined by `_`, or `fallback` when no
+/// choice has one. A label is dropped when a command-line override replaced
+/// (part of) what its choice sets; the choice's remaining values label it instead.
+pub(crate) fn from_labels(combo: &[Choice], cli: &[Override], fallback: &str) -> String {
+    let overridden = |k: &KeyPath| cli.iter().any(|o| o.key.starts_with(k) || k.starts_with(&o.key));
+    let mut labels: Vec<String> = Vec::new();
+    for c in combo {
+        let Some(label) = c.label.as_deref().filter(|l| !l.is_empty()) else { continue };
+        if !c.sets.iter().any(|(k, _, _)| overridden(k)) {
+            labels.push(label.to_string());
+            continue;
+        }
+        labels.extend(c.sets.iter().filter(|(k, _, _)| !overridden(k)).map(|(k, v, _)| describe(&k.to_string(), v)));
+    }
+    if labels.is_empty() {
+        fallback.to_string()
+    } else {
+        sanitize(&labels.join("_"))
+    }
 }
 
 /// The parsed `sweep:` block.

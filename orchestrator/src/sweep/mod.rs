@@ -196,11 +196,11 @@ fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadError> {
                     &template_at,
                     format!(
                         "the name template uses `{{{key}}}`, which config {} (a {family}) does not set; use keys every config sets",
-                        name::from_labels(&combo, &[], &experiment.name)
+                        axes::from_labels(&combo, &[], &experiment.name)
                     ),
                 )
             })?,
-            None => name::from_labels(&combo, &cli, &experiment.name),
+            None => axes::from_labels(&combo, &cli, &experiment.name),
         };
         if let Some(&kept) = by_hash.get(&hash) {
             // The name the file gives it, so the reader recognises it.
@@ -213,7 +213,7 @@ fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadError> {
                     }
                     t.fill(&file_doc).unwrap_or(name)
                 }
-                None => name::from_labels(&combo, &[], &experiment.name),
+                None => axes::from_labels(&combo, &[], &experiment.name),
             };
             collapsed.push((as_written, configs[kept].name.clone()));
             continue;

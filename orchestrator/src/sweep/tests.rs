@@ -167,7 +167,7 @@ fn worker_block_parses_sizes_and_names_the_bad_key() {
         assert!(e.starts_with("exp.yaml:12:") && e.contains(want), "{bad}: {e}");
     }
     for (text, bytes) in [("1.5GiB", 3 << 29), ("64G", 64 << 30), ("1GB", 1_000_000_000), ("100 kib", 102_400)] {
-        assert_eq!(crate::experiment::size::parse(text), Ok(bytes), "{text}");
+        assert_eq!(crate::util::size::parse(text), Ok(bytes), "{text}");
     }
 }
 

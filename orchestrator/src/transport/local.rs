@@ -147,7 +147,7 @@ impl LocalTransport {
     }
 
     fn job(&self, dir: &Path) -> Option<LocalJob> {
-        crate::state::read_json::<LocalJob>(&dir.join("job.json")).ok().flatten()
+        crate::fsio::read_json::<LocalJob>(&dir.join("job.json")).ok().flatten()
     }
 
     fn task_state(&self, dir: &Path, job: &LocalJob, task: u32) -> (SlurmState, Option<String>, Option<String>) {
@@ -264,11 +264,11 @@ impl Transport for LocalTransport {
             comment: d.comment.clone().unwrap_or_default(),
             tasks: tasks.clone(),
             parallel,
-            submitted: crate::state::now(),
+            submitted: crate::fsio::now(),
         };
         std::fs::copy(script_path, dir.join("job.sbatch")).map_err(|e| ferr(&dir, e))?;
         std::fs::write(dir.join("runner.sh"), RUNNER).map_err(|e| ferr(&dir, e))?;
-        crate::state::write_json(&dir.join("job.json"), &job).map_err(|e| ferr(&dir, e))?;
+        crate::fsio::write_json(&dir.join("job.json"), &job).map_err(|e| ferr(&dir, e))?;
         let chdir = d.chdir.clone().unwrap_or_else(|| dir.to_string_lossy().into_owned());
         let output = d.output.clone().unwrap_or_else(|| format!("{}/%a.out", dir.display()));
         let ids: Vec<String> = tasks.iter().map(u32::to_string).collect();

@@ -313,7 +313,7 @@ impl Transport for SlurmTransport {
         }
         let live = self.checked(slurm::squeue_argv(names), true).and_then(|o| Ok(slurm::parse_squeue(&o.stdout)?));
         // A day of margin: sacct reads the time in the cluster's local zone.
-        let start = utc_timestamp(since - 86_400.0);
+        let start = crate::fsio::utc_timestamp(since - 86_400.0);
         let hist =
             self.checked(slurm::sacct_argv(names, &start), true).and_then(|o| Ok(slurm::parse_sacct(&o.stdout)?));
         combine(live, hist, ("squeue", "sacct"))
@@ -357,23 +357,6 @@ pub(crate) fn combine(
     Ok(poll)
 }
 
-/// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds; SLURM's time syntax.
-pub fn utc_timestamp(secs: f64) -> String {
-    let secs = secs.max(0.0) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil-from-days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,12 +372,5 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("sbatch"), "{msg}");
         assert!(!msg.contains("hunter2-secret") && !msg.contains("SWEEP_SECRET_TOKEN"), "{msg}");
-    }
-
-    #[test]
-    fn utc_timestamps() {
-        assert_eq!(utc_timestamp(0.0), "1970-01-01T00:00:00");
-        assert_eq!(utc_timestamp(951_782_400.0), "2000-02-29T00:00:00");
-        assert_eq!(utc_timestamp(1_767_225_599.0), "2025-12-31T23:59:59");
     }
 }

@@ -182,7 +182,7 @@ impl Transport for RestTransport {
         }
         let live = self.live(names);
         // A day of margin, as for sacct.
-        let hist = self.history(names, &super::utc_timestamp(since - 86_400.0));
+        let hist = self.history(names, &crate::fsio::utc_timestamp(since - 86_400.0));
         super::combine(live, hist, ("jobs", "accounting jobs"))
     }
 

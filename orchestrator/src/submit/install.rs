@@ -13,8 +13,8 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::{CommandError, Options};
 use crate::cluster::TransportKind;
-use crate::submit::{CommandError, Options};
 use crate::target::blocking;
 
 /// What `install` did.

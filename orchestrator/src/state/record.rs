@@ -1,0 +1,208 @@
+//! The state directory's record of one config (`configs/<hash>.json`) and of
+//! each of its attempts.
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsio::now;
+use crate::slurm::{Activity, SlurmState, WorkerOutcome};
+
+/// A state change as observed by a poll.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateChange {
+    pub t: f64,
+    pub state: SlurmState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// One submission of one config: an array task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub submission: String,
+    pub task_id: u32,
+    /// The array's job id; `None` while only the intent is recorded.
+    #[serde(default)]
+    pub array_job_id: Option<String>,
+    /// The task's own job id (SLURM gives each array task one when it starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    pub intended_at: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_at: Option<f64>,
+    /// The latest state seen; `None` before the first poll.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<SlurmState>,
+    #[serde(default)]
+    pub history: Vec<StateChange>,
+    /// The sbatch never happened (settled by `resume`: SLURM has no such job).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abandoned: bool,
+    /// What this attempt's worker wrote in its events (matched by SLURM job
+    /// id): `started` once its `start` line is seen, then its result status
+    /// (`ok`, `oom`, `failed`, `cancelled`). `None`: not seen (yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// Bytes of `events.jsonl` read while this attempt was the latest (the
+    /// next read starts here: one poll reads only what is new).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub events_offset: u64,
+    /// The last `start` line read was this attempt's own (its lines follow).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub events_mine: bool,
+    /// The worker's last reported phase and peak, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Live>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Live progress of a running attempt, from its heartbeats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Live {
+    pub phase: spec::event::Phase,
+    pub peak_bytes: u64,
+    /// When the worker started (its `start` line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_t: Option<f64>,
+    /// Time of the last event.
+    pub t: f64,
+}
+
+/// How long a submitted task may be absent from both squeue and sacct before
+/// it counts as gone (slurmdbd may lag a few seconds behind the controller).
+pub const MISSING_GRACE_S: f64 = 10.0;
+
+impl Attempt {
+    /// The intent to submit `task_id` of `submission`, before any sbatch:
+    /// what every attempt starts as (the protocol fills in the rest).
+    pub fn intended(submission: impl Into<String>, task_id: u32, intended_at: f64) -> Attempt {
+        Attempt {
+            submission: submission.into(),
+            task_id,
+            array_job_id: None,
+            job_id: None,
+            intended_at,
+            submitted_at: None,
+            state: None,
+            history: vec![],
+            abandoned: false,
+            worker: None,
+            events_offset: 0,
+            events_mine: false,
+            live: None,
+        }
+    }
+
+    /// Whether this attempt still occupies the config (queued, running, or an
+    /// unsettled intent): then nothing may submit it again.
+    pub fn is_live(&self) -> bool {
+        if self.abandoned {
+            return false;
+        }
+        match &self.state {
+            None => true,
+            Some(s) => s.activity() != Activity::Ended,
+        }
+    }
+
+    /// A complete poll (squeue and sacct both answered) did not list this task.
+    /// A pending array task cancelled before it ever started leaves the queue
+    /// without any accounting record (SLURM 22.05), so once the absence
+    /// outlasts [`MISSING_GRACE_S`] the task is recorded as CANCELLED. Returns
+    /// whether the state changed.
+    /// `since` is when the absence was first seen (kept in `missing.json`).
+    pub fn missing(&mut self, since: f64, now: f64) -> bool {
+        if !self.is_live() || self.array_job_id.is_none() || now - since < MISSING_GRACE_S {
+            return false;
+        }
+        self.observe(
+            SlurmState::Cancelled,
+            Some("left the queue without running; SLURM keeps no record of it".into()),
+            None,
+        )
+    }
+
+    /// The worker's side of this attempt, for [`crate::slurm::RetryPolicy::refusal`].
+    pub fn worker_outcome(&self) -> WorkerOutcome {
+        use spec::event::RunStatus;
+        match self.worker.as_deref() {
+            None => WorkerOutcome::NotStarted,
+            Some("ok") => WorkerOutcome::Result(RunStatus::Ok),
+            Some("oom") => WorkerOutcome::Result(RunStatus::Oom),
+            Some("failed") => WorkerOutcome::Result(RunStatus::Failed),
+            Some("cancelled") => WorkerOutcome::Result(RunStatus::Cancelled),
+            Some(_) => WorkerOutcome::NoResult,
+        }
+    }
+
+    /// The key of this attempt in `missing.json`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.submission, self.task_id)
+    }
+
+    /// Records `state` if it differs from the latest; returns whether it changed.
+    pub fn observe(&mut self, state: SlurmState, detail: Option<String>, job_id: Option<String>) -> bool {
+        if job_id.is_some() && self.job_id != job_id {
+            self.job_id = job_id;
+        }
+        if self.state.as_ref() == Some(&state) {
+            return false;
+        }
+        self.history.push(StateChange { t: now(), state: state.clone(), detail });
+        self.state = Some(state);
+        true
+    }
+}
+
+/// The state directory's record of one config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigRecord {
+    pub hash: String,
+    pub name: String,
+    /// The precheck's verdict name (`fits`, `risky`, `oom`, `invalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_gib: Option<f64>,
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+    /// The worker's final `result` event of the latest attempt, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+}
+
+impl ConfigRecord {
+    pub fn latest(&self) -> Option<&Attempt> {
+        self.attempts.iter().rev().find(|a| !a.abandoned)
+    }
+    pub fn live(&self) -> bool {
+        self.attempts.iter().any(Attempt::is_live)
+    }
+    /// `oom` when the worker measured an out-of-memory.
+    pub fn result_status(&self) -> Option<&str> {
+        self.result.as_ref()?.get("status")?.as_str()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_gone_from_squeue_and_sacct_counts_as_cancelled_after_the_grace() {
+        let mut a = Attempt {
+            array_job_id: Some("34".into()),
+            submitted_at: Some(0.0),
+            state: Some(SlurmState::Pending),
+            ..Attempt::intended("s", 2, 0.0)
+        };
+        assert!(!a.missing(100.0, 105.0), "within the grace");
+        assert!(a.is_live());
+        assert!(a.missing(100.0, 100.0 + MISSING_GRACE_S), "gone");
+        assert_eq!(a.state, Some(SlurmState::Cancelled));
+        assert!(!a.is_live());
+        assert!(!a.missing(100.0, 1000.0), "an ended attempt stays as it is");
+    }
+}

@@ -1,0 +1,5 @@
+//! Small helpers every stage may use; leaves (they import nothing of the crate).
+
+pub mod shell;
+pub mod size;
+pub mod table;
