@@ -279,7 +279,7 @@ mod tests {
         ConfigRecord {
             hash: hash.into(),
             name: hash.into(),
-            verdict: Some("fits".into()),
+            verdict: Some(crate::precheck::VerdictKind::Fits),
             predicted_gib: Some(1.0),
             attempts: vec![Attempt {
                 array_job_id: Some("7".into()),

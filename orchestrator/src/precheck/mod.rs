@@ -41,7 +41,7 @@ use spec::{ModelSpec, Precision, RunConfig};
 
 pub use calibration::{runtime_key, Calibration, Coefficients};
 pub use uncertainty::{Distance, Uncertainty};
-pub use verdict::{interval, judge, memory, RiskReason, Verdict};
+pub use verdict::{interval, judge, memory, RiskReason, Verdict, VerdictKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrecheckError {

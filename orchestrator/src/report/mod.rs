@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use crate::collect::{self, RunResult};
 use crate::fsio;
-use crate::precheck::Predictor;
+use crate::precheck::{Predictor, VerdictKind};
 use crate::slurm::{Activity, SlurmState};
 use crate::state::{self, ConfigRecord, StateError, StoredSweep};
 use crate::sweep::SweepConfig;
@@ -129,7 +129,7 @@ pub struct Row {
     pub oom_at_gib: Option<f64>,
     pub predicted_gib: Option<f64>,
     /// `fits`, `risky`, `oom`, `invalid`.
-    pub verdict: String,
+    pub verdict: VerdictKind,
     pub status: Status,
     /// Why (invalid reason, failure message, SLURM state).
     pub detail: Option<String>,
@@ -278,8 +278,7 @@ impl Report {
         }
         for g in variants {
             let rows: Vec<&Row> = self.rows.iter().filter(|r| r.group == g).collect();
-            let predicted_tokens =
-                rows.iter().filter(|r| matches!(r.verdict.as_str(), "fits" | "risky")).filter_map(|r| r.tokens).max();
+            let predicted_tokens = rows.iter().filter(|r| r.verdict.may_run()).filter_map(|r| r.tokens).max();
             let ran = rows
                 .iter()
                 .filter(|r| r.status == Status::Ok)
@@ -353,7 +352,7 @@ pub fn group_of(model: &ModelSpec) -> String {
 
 /// Shape facts of a config (resolution, tokens, per-family fields) as a row
 /// template with nothing measured yet.
-fn base_row(cfg: &RunConfig, id: String, section: String) -> Row {
+fn base_row(cfg: &RunConfig, id: String, section: String, verdict: VerdictKind) -> Row {
     let (channels, attention, level_depths) = match &cfg.model {
         ModelSpec::Unet(u) => (Some(u.channels.clone()), Some(u.attention_levels.clone()), None),
         ModelSpec::Hdit(m) => (None, None, Some(m.level_depths.clone())),
@@ -383,7 +382,7 @@ fn base_row(cfg: &RunConfig, id: String, section: String) -> Row {
         peak_gib: None,
         oom_at_gib: None,
         predicted_gib: None,
-        verdict: String::new(),
+        verdict,
         status: Status::NotSubmitted,
         detail: None,
         capacity_gib: cfg.gpu.capacity_gib(),
@@ -439,11 +438,11 @@ fn stored_result(r: &ConfigRecord) -> Option<RunResult> {
 }
 
 /// Status of a config that has no result yet, from its verdict and latest attempt.
-fn unfinished_status(record: Option<&ConfigRecord>, verdict: &str) -> (Status, Option<String>) {
+fn unfinished_status(record: Option<&ConfigRecord>, verdict: VerdictKind) -> (Status, Option<String>) {
     let Some(a) = record.and_then(ConfigRecord::latest) else {
         return match verdict {
-            "oom" => (Status::SkippedOom, None),
-            "risky" => (Status::SkippedRisky, Some("submit with --include-risky to run it".into())),
+            VerdictKind::Oom => (Status::SkippedOom, None),
+            VerdictKind::Risky => (Status::SkippedRisky, Some("submit with --include-risky to run it".into())),
             _ => (Status::NotSubmitted, None),
         };
     };
@@ -551,22 +550,21 @@ fn state_row(
     budget_gb: Option<f64>,
     env: &mut Environment,
 ) -> Result<Row, ReportError> {
-    let mut row = base_row(&c.config, c.hash.0.clone(), section);
     if !c.is_valid() {
-        row.verdict = "invalid".into();
+        let mut row = base_row(&c.config, c.hash.0.clone(), section, VerdictKind::Invalid);
         row.status = Status::Invalid;
         row.detail = Some(c.invalid.iter().map(|i| i.to_string()).collect::<Vec<_>>().join("; "));
         row.params = None;
         return Ok(row);
     }
     // What submit decided on, when it did; otherwise the prediction now.
-    let verdict = match record.and_then(|r| r.verdict.clone()) {
+    let verdict = match record.and_then(|r| r.verdict) {
         Some(v) => v,
-        None => predictor.verdict(&c.config, budget_gb).name().to_string(),
+        None => predictor.verdict(&c.config, budget_gb).kind(),
     };
+    let mut row = base_row(&c.config, c.hash.0.clone(), section, verdict);
     row.predicted_gib =
         record.and_then(|r| r.predicted_gib).or_else(|| predictor.predict_peak(&c.config).ok().map(|p| p.peak_gib()));
-    row.verdict = verdict;
     // The worker's events are the authority (the latest attempt only); the
     // record's copy of the result covers state dirs whose events were not pulled.
     let events = dir.join("runs").join(&c.name).join("events.jsonl");
@@ -595,7 +593,7 @@ fn state_row(
     match result {
         Some(res) => apply_result(&mut row, &res, budget),
         None => {
-            let (status, detail) = unfinished_status(record, &row.verdict);
+            let (status, detail) = unfinished_status(record, row.verdict);
             row.status = status;
             row.detail = detail;
             if status == Status::Running {
@@ -649,7 +647,8 @@ pub fn from_records(records: &[MeasurementRecord], source: String, predictor: &P
             }
         };
         gpus.insert(cfg.gpu.to_string());
-        let mut row = base_row(&cfg, r.id.clone(), section);
+        let v = predictor.verdict(&cfg, Some(budget));
+        let mut row = base_row(&cfg, r.id.clone(), section, v.kind());
         row.name = r.config_name.clone().unwrap_or_else(|| r.id.clone());
         row.params = r.params_m.map(|m| (m * 1e6).round() as u64).or(row.params);
         if r.tokens.is_some() {
@@ -666,8 +665,6 @@ pub fn from_records(records: &[MeasurementRecord], source: String, predictor: &P
             MeasuredStatus::Oom => Status::Oom,
         };
         row.detail = r.note.clone();
-        let v = predictor.verdict(&cfg, Some(budget));
-        row.verdict = v.name().to_string();
         row.predicted_gib = v.predicted_gib();
         rows.push(row);
     }

@@ -373,7 +373,7 @@ mod tests {
             "precision": "fp32", "grad_ckpt": false, "gpu": "A100-40GB"
         }))
         .expect("config");
-        let mut r = super::super::base_row(&cfg, name.into(), String::new());
+        let mut r = super::super::base_row(&cfg, name.into(), String::new(), crate::precheck::VerdictKind::Fits);
         r.tokens = Some(tokens);
         r.peak_gib = peak;
         r.predicted_gib = Some(peak.unwrap_or(3.0));

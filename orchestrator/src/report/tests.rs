@@ -75,7 +75,7 @@ fn fixture() -> Fixture {
         let mut r = ConfigRecord {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
-            verdict: Some(v.name().into()),
+            verdict: Some(v.kind()),
             predicted_gib: v.predicted_gib(),
             attempts: vec![],
             result: None,
@@ -189,7 +189,7 @@ fn rows_match_the_state_directory() {
     for r in &rep.rows {
         let rec = &f.records[&r.name];
         assert_eq!(r.id, rec.hash);
-        assert_eq!(r.verdict, rec.verdict.clone().unwrap_or_default(), "{}", r.name);
+        assert_eq!(Some(r.verdict), rec.verdict, "{}", r.name);
         if r.status != Status::Invalid {
             assert_eq!(r.predicted_gib, rec.predicted_gib, "{}: the prediction submit decided on", r.name);
         }
@@ -394,7 +394,7 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
     let r = ConfigRecord {
         hash: c.hash.0.clone(),
         name: c.name.clone(),
-        verdict: Some("fits".into()),
+        verdict: Some(crate::precheck::VerdictKind::Fits),
         predicted_gib: Some(1.5),
         attempts: vec![attempt(0, Some(SlurmState::Completed))],
         result: Some(result),

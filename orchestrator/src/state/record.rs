@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::fsio::now;
+use crate::precheck::VerdictKind;
 use crate::slurm::{Activity, SlurmState, WorkerOutcome};
 
 /// A state change as observed by a poll.
@@ -161,9 +162,9 @@ impl Attempt {
 pub struct ConfigRecord {
     pub hash: String,
     pub name: String,
-    /// The precheck's verdict name (`fits`, `risky`, `oom`, `invalid`).
+    /// The precheck's verdict (`fits`, `risky`, `oom`, `invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verdict: Option<String>,
+    pub verdict: Option<VerdictKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_gib: Option<f64>,
     #[serde(default)]

@@ -155,7 +155,7 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, Strin
         .configs
         .iter()
         .filter(|c| seen.insert(&c.hash.0))
-        .filter(|c| v.get(&c.hash.0).is_some_and(|(verdict, _)| allowed(verdict, opts)))
+        .filter(|c| v.get(&c.hash.0).is_some_and(|verdict| allowed(verdict.kind(), opts)))
         .collect();
     let mut renderer = Renderer::new(template_dirs(opts, sweep));
     let dir = opts.state_root.join(&sweep.experiment.name).join("render");

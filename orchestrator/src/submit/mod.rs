@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::cluster::ClusterError;
 use crate::fsio;
-use crate::precheck::Predictor;
+use crate::precheck::{Predictor, Verdict, VerdictKind};
 use crate::render::RenderFailure;
 use crate::slurm::RetryPolicy;
 use crate::state::{ConfigRecord, StateDir, StateError};
@@ -124,8 +124,8 @@ impl From<crate::target::TargetError> for CommandError {
     }
 }
 
-/// Verdict name and predicted GiB of each config.
-pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, (String, Option<f64>)> {
+/// The precheck's verdict on each config, by hash.
+pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, Verdict> {
     // The runtime was checked when the file was loaded; a sweep stored by an
     // older version may name one no longer shipped.
     let p = match sweep.predictor_in(Some(state_root)) {
@@ -145,20 +145,20 @@ pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, (St
             let v = if c.is_valid() {
                 p.verdict(&c.config, sweep.experiment.budget_gb)
             } else {
-                crate::precheck::Verdict::Invalid { reasons: c.invalid.iter().map(|i| i.to_string()).collect() }
+                Verdict::Invalid { reasons: c.invalid.iter().map(|i| i.to_string()).collect() }
             };
-            (c.hash.0.clone(), (v.name().to_string(), v.predicted_gib()))
+            (c.hash.0.clone(), v)
         })
         .collect()
 }
 
 /// Which verdicts `submit` sends to the cluster.
-pub(crate) fn allowed(verdict: &str, opts: &Options) -> bool {
+pub(crate) fn allowed(verdict: VerdictKind, opts: &Options) -> bool {
     match verdict {
-        "fits" => true,
-        "risky" => opts.include_risky || opts.force,
-        "oom" => opts.force,
-        _ => false, // invalid: fails at once with a dimension error, never worth a job
+        VerdictKind::Fits => true,
+        VerdictKind::Risky => opts.include_risky || opts.force,
+        VerdictKind::Oom => opts.force,
+        VerdictKind::Invalid => false, // fails at once with a dimension error, never worth a job
     }
 }
 
@@ -191,7 +191,7 @@ pub(crate) fn prepare(
             tracing::warn!("config `{}` computes the same as an earlier one (hash {}): run once", c.name, c.hash);
             continue;
         }
-        let (verdict, gib) = v.get(&c.hash.0).cloned().unwrap_or_default();
+        let verdict = v.get(&c.hash.0);
         let r = records.entry(c.hash.0.clone()).or_insert_with(|| ConfigRecord {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
@@ -202,8 +202,8 @@ pub(crate) fn prepare(
         });
         let before = r.clone();
         r.name = c.name.clone();
-        r.verdict = Some(verdict);
-        r.predicted_gib = gib;
+        r.verdict = verdict.map(Verdict::kind);
+        r.predicted_gib = verdict.and_then(Verdict::predicted_gib);
         if *r != before || !st.record_path(&r.hash).exists() {
             st.save_record(r)?;
         }

@@ -13,6 +13,7 @@ use super::{
     StoredSweep, Target,
 };
 use crate::fsio;
+use crate::precheck::VerdictKind;
 use crate::render::Renderer;
 use crate::slurm::{SlurmState, WorkerOutcome};
 use crate::state::intent::{Event, IntentState};
@@ -134,11 +135,11 @@ impl SubmitReport {
 
 /// Why a config is not (re)submitted, or `None` when it should be.
 fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option<String> {
-    let verdict = r.verdict.as_deref().unwrap_or("invalid");
+    let verdict = r.verdict.unwrap_or(VerdictKind::Invalid);
     if !allowed(verdict, opts) {
         return Some(match verdict {
-            "risky" => "risky (use --include-risky)".into(),
-            "oom" => "predicted oom (use --force)".into(),
+            VerdictKind::Risky => "risky (use --include-risky)".into(),
+            VerdictKind::Oom => "predicted oom (use --force)".into(),
             v => v.to_string(),
         });
     }
@@ -248,7 +249,7 @@ mod tests {
         ConfigRecord {
             hash: "h".into(),
             name: "n".into(),
-            verdict: Some(verdict.into()),
+            verdict: Some(serde_json::from_value(verdict.into()).expect("a verdict name")),
             predicted_gib: None,
             attempts,
             result: result.map(|s| serde_json::json!({"event": "result", "status": s})),

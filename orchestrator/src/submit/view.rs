@@ -9,6 +9,7 @@ use super::collect::awaiting_result;
 use super::poll::{update, PollSummary};
 use super::{open_target, protocol, stored_sweep, CommandError, Options};
 use crate::fsio;
+use crate::precheck::Verdict;
 use crate::slurm::Activity;
 use crate::state::{ConfigRecord, StateDir};
 use crate::sweep::Sweep;
@@ -118,7 +119,7 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
         out.push(StatusRow {
             name: r.name.clone(),
             hash: r.hash.clone(),
-            verdict: r.verdict.clone().unwrap_or_default(),
+            verdict: r.verdict.map(|v| v.to_string()).unwrap_or_default(),
             predicted_gib: r.predicted_gib,
             state,
             job,
@@ -140,12 +141,12 @@ pub fn unsubmitted(sweep: &Sweep, state_root: &std::path::Path) -> StatusReport 
         .iter()
         .filter(|c| seen.insert(&c.hash.0))
         .map(|c| {
-            let (verdict, predicted_gib) = v.get(&c.hash.0).cloned().unwrap_or_default();
+            let verdict = v.get(&c.hash.0);
             StatusRow {
                 name: c.name.clone(),
                 hash: c.hash.0.clone(),
-                verdict,
-                predicted_gib,
+                verdict: verdict.map(|v| v.name().to_string()).unwrap_or_default(),
+                predicted_gib: verdict.and_then(Verdict::predicted_gib),
                 state: "-".into(),
                 job: None,
                 attempts: 0,
@@ -262,7 +263,7 @@ mod tests {
         let r = ConfigRecord {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
-            verdict: Some("fits".into()),
+            verdict: Some(crate::precheck::VerdictKind::Fits),
             predicted_gib: Some(4.0),
             attempts: vec![attempt(SlurmState::Running, Some(live))],
             result: None,
@@ -287,7 +288,7 @@ mod tests {
         let r = ConfigRecord {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
-            verdict: Some("fits".into()),
+            verdict: Some(crate::precheck::VerdictKind::Fits),
             predicted_gib: None,
             attempts: vec![attempt(SlurmState::Completed, Some(live))],
             result: Some(serde_json::json!({"event": "result", "status": "ok", "peak_bytes": 2u64 << 30})),
