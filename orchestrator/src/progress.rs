@@ -68,8 +68,8 @@ pub struct SweepProgress {
 /// How long a finished attempt ran: the worker's own wall time when there is a
 /// result, else from the first RUNNING to the end in the SLURM history.
 fn duration(r: &ConfigRecord) -> Option<f64> {
-    if let Some(w) = r.result.as_ref().and_then(|v| v.get("wall_s")).and_then(|w| w.as_f64()) {
-        return Some(w);
+    if let Some(res) = &r.result {
+        return Some(res.wall_s);
     }
     let a = r.latest()?;
     let end = a.history.last().filter(|c| c.state.activity() == Activity::Ended)?.t;
@@ -288,7 +288,12 @@ mod tests {
                 history: history.into_iter().map(|(t, state)| StateChange { t, state, detail: None }).collect(),
                 ..Attempt::intended("s001-x", 0, 0.0)
             }],
-            result: wall.map(|w| serde_json::json!({"event": "result", "status": "ok", "wall_s": w})),
+            result: wall.map(|w| {
+                serde_json::from_value(serde_json::json!({
+                    "event": "result", "t": 0.0, "status": "ok", "params": 0, "peaks": {}, "peak_bytes": 0, "wall_s": w
+                }))
+                .expect("a result")
+            }),
         }
     }
 

@@ -6,6 +6,8 @@
 //! recorded from a real cluster (SLURM 22.05) without one.
 
 use serde::{Deserialize, Serialize};
+
+use crate::collect::WorkerOutcome;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -180,19 +182,6 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy { timeout: true, cancelled: true, failed: false, killed: true, max_attempts: 3 }
     }
-}
-
-/// What the worker's own event stream says about one attempt; SLURM's state
-/// alone cannot tell a measured OOM (exit 3, FAILED) from a crash or a kill.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkerOutcome {
-    /// No `start` line of this attempt: the worker never ran (or its events
-    /// could not be read).
-    NotStarted,
-    /// A `start` line but no `result`: the worker was killed from outside.
-    NoResult,
-    /// The worker's own final word.
-    Result(spec::event::RunStatus),
 }
 
 impl RetryPolicy {

@@ -192,7 +192,12 @@ impl Exp {
 }
 
 fn status_of(r: &orchestrator::state::ConfigRecord) -> Option<&str> {
-    r.result.as_ref()?.get("status")?.as_str()
+    r.result.as_ref().map(|res| res.status.name())
+}
+
+/// A stored result as the JSON of its `result` line.
+fn json(r: &spec::event::RunResult) -> serde_json::Value {
+    serde_json::to_value(r).expect("a result serialises")
 }
 
 fn num(v: &serde_json::Value, k: &str) -> u64 {
@@ -260,8 +265,8 @@ fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
     for c in &sweep.configs {
         let rec = &recs[&c.name];
         assert_eq!(status_of(rec), Some("ok"), "{}: {:?}", c.name, rec.result);
-        assert_eq!(rec.attempts.last().and_then(|a| a.worker.as_deref()), Some("ok"));
-        let res = rec.result.as_ref().expect("result");
+        assert_eq!(rec.attempts.last().and_then(|a| a.worker.word()), Some("ok"));
+        let res = &json(rec.result.as_ref().expect("result"));
         let (params, peak) = (num(res, "params"), num(res, "peak_bytes"));
         assert_eq!(
             params,
@@ -350,7 +355,7 @@ fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
     let row = r.rows.iter().find(|x| x.name == "big").expect("row");
     assert_eq!(row.result.as_deref(), Some("oom"), "status shows the oom");
     assert_eq!(row.state, "FAILED", "the worker exits 3 on oom, which SLURM calls FAILED");
-    let msg = big.result.as_ref().and_then(|v| v.get("message")).and_then(|m| m.as_str()).unwrap_or_default();
+    let msg = big.result.as_ref().and_then(|v| v.message.as_deref()).unwrap_or_default();
     eprintln!("oom result: {msg}");
     // resume: nothing to do, and the oom config is skipped as measured.
     let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
@@ -396,7 +401,7 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
     let pid = loop {
         assert!(start.elapsed() < Duration::from_secs(120), "the worker never started:\n{}", exp.status().table());
         let _ = exp.status();
-        let started = exp.records()[name].attempts.last().and_then(|a| a.worker.clone()).as_deref() == Some("started");
+        let started = exp.records()[name].attempts.last().and_then(|a| a.worker.word()) == Some("started");
         let out = Command::new("pgrep")
             .args(["-f", &format!("worker run --manifest {manifest_dir}")])
             .output()
@@ -414,7 +419,7 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
     eprintln!("{}", r.table());
     let rec = &exp.records()[name];
     let a = rec.attempts.last().expect("attempt");
-    assert_eq!(a.worker.as_deref(), Some("started"), "started, no result");
+    assert_eq!(a.worker.word(), Some("started"), "started, no result");
     assert!(rec.result.is_none(), "no result line: {:?}", rec.result);
     let state = a.state.clone().expect("ended");
     eprintln!("killed worker: SLURM state {state}, history {:?}", a.history);

@@ -16,14 +16,14 @@ pub mod plot;
 mod verdict_map;
 
 use serde::Serialize;
-use spec::event::{Event, RunStatus};
+use spec::event::{RunResult, RunStatus};
 use spec::model::Family;
 use spec::record::{MeasuredStatus, MeasurementRecord};
 use spec::{ModelSpec, RunConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::collect::{self, RunResult};
+use crate::collect;
 use crate::fsio;
 use crate::precheck::{Predictor, VerdictKind};
 use crate::slurm::{Activity, SlurmState};
@@ -427,16 +427,6 @@ fn apply_result(row: &mut Row, res: &RunResult, budget_gib: f64) {
     }
 }
 
-/// A result stored in a config record (the `result` event, verbatim).
-fn stored_result(r: &ConfigRecord) -> Option<RunResult> {
-    match serde_json::from_value::<Event>(r.result.clone()?).ok()? {
-        Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes } => {
-            Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes })
-        }
-        _ => None,
-    }
-}
-
 /// Status of a config that has no result yet, from its verdict and latest attempt.
 fn unfinished_status(record: Option<&ConfigRecord>, verdict: VerdictKind) -> (Status, Option<String>) {
     let Some(a) = record.and_then(ConfigRecord::latest) else {
@@ -588,7 +578,7 @@ fn state_row(
     }
     let result = match &progress {
         Some(p) if p.attempts > 0 => p.result.clone(),
-        _ => record.and_then(stored_result),
+        _ => record.and_then(|r| r.result.clone()),
     };
     match result {
         Some(res) => apply_result(&mut row, &res, budget),

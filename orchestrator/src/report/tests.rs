@@ -149,11 +149,14 @@ fn fixture() -> Fixture {
             "unet_3L" => {
                 // Events not pulled (yet): the record's copy of the result is used.
                 r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
-                r.result = Some(serde_json::json!({
-                    "event": "result", "t": 1795215789.0, "status": "ok", "params": 1234567,
-                    "peaks": {"model": GIB_U / 2, "fwd": 3 * GIB_U, "bwd": 4 * GIB_U, "step": GIB_U},
-                    "peak_bytes": 4 * GIB_U, "wall_s": 9.5
-                }));
+                r.result = Some(
+                    serde_json::from_value(serde_json::json!({
+                        "event": "result", "t": 1795215789.0, "status": "ok", "params": 1234567,
+                        "peaks": {"model": GIB_U / 2, "fwd": 3 * GIB_U, "bwd": 4 * GIB_U, "step": GIB_U},
+                        "peak_bytes": 4 * GIB_U, "wall_s": 9.5
+                    }))
+                    .expect("a result"),
+                );
                 None
             }
             _ => None, // dit_XL_p2 (predicted oom, never submitted), dit_S_p3 (invalid)
@@ -387,10 +390,11 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
     fsio::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
         .expect("sweep.json");
     let c = &sweep.configs[0];
-    let result = serde_json::json!({
+    let result = serde_json::from_value(serde_json::json!({
         "event": "result", "t": 1795215789.0, "status": "oom", "params": 32912384,
         "peaks": {"model": 1 << 20}, "peak_bytes": 500 << 20, "phase": "fwd", "wall_s": 0.2
-    });
+    }))
+    .expect("a result");
     let r = ConfigRecord {
         hash: c.hash.0.clone(),
         name: c.name.clone(),

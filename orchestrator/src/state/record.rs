@@ -5,7 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsio::now;
 use crate::precheck::VerdictKind;
-use crate::slurm::{Activity, SlurmState, WorkerOutcome};
+use spec::event::{RunResult, RunStatus};
+
+use crate::collect::WorkerOutcome;
+use crate::slurm::{Activity, SlurmState};
 
 /// A state change as observed by a poll.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,9 +43,9 @@ pub struct Attempt {
     pub abandoned: bool,
     /// What this attempt's worker wrote in its events (matched by SLURM job
     /// id): `started` once its `start` line is seen, then its result status
-    /// (`ok`, `oom`, `failed`, `cancelled`). `None`: not seen (yet).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worker: Option<String>,
+    /// (`ok`, `oom`, `failed`, `cancelled`). Absent: not seen (yet).
+    #[serde(default, skip_serializing_if = "WorkerOutcome::is_not_started")]
+    pub worker: WorkerOutcome,
     /// Bytes of `events.jsonl` read while this attempt was the latest (the
     /// next read starts here: one poll reads only what is new).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -89,7 +92,7 @@ impl Attempt {
             state: None,
             history: vec![],
             abandoned: false,
-            worker: None,
+            worker: WorkerOutcome::NotStarted,
             events_offset: 0,
             events_mine: false,
             live: None,
@@ -125,19 +128,6 @@ impl Attempt {
         )
     }
 
-    /// The worker's side of this attempt, for [`crate::slurm::RetryPolicy::refusal`].
-    pub fn worker_outcome(&self) -> WorkerOutcome {
-        use spec::event::RunStatus;
-        match self.worker.as_deref() {
-            None => WorkerOutcome::NotStarted,
-            Some("ok") => WorkerOutcome::Result(RunStatus::Ok),
-            Some("oom") => WorkerOutcome::Result(RunStatus::Oom),
-            Some("failed") => WorkerOutcome::Result(RunStatus::Failed),
-            Some("cancelled") => WorkerOutcome::Result(RunStatus::Cancelled),
-            Some(_) => WorkerOutcome::NoResult,
-        }
-    }
-
     /// The key of this attempt in `missing.json`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.submission, self.task_id)
@@ -169,9 +159,9 @@ pub struct ConfigRecord {
     pub predicted_gib: Option<f64>,
     #[serde(default)]
     pub attempts: Vec<Attempt>,
-    /// The worker's final `result` event of the latest attempt, verbatim.
+    /// The worker's final `result` event of the latest attempt (its line's JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<serde_json::Value>,
+    pub result: Option<RunResult>,
 }
 
 impl ConfigRecord {
@@ -182,8 +172,8 @@ impl ConfigRecord {
         self.attempts.iter().any(Attempt::is_live)
     }
     /// `oom` when the worker measured an out-of-memory.
-    pub fn result_status(&self) -> Option<&str> {
-        self.result.as_ref()?.get("status")?.as_str()
+    pub fn result_status(&self) -> Option<RunStatus> {
+        self.result.as_ref().map(|r| r.status)
     }
 }
 
@@ -205,5 +195,46 @@ mod tests {
         assert_eq!(a.state, Some(SlurmState::Cancelled));
         assert!(!a.is_live());
         assert!(!a.missing(100.0, 1000.0), "an ended attempt stays as it is");
+    }
+
+    /// A record as the version before typed records wrote it (its result a
+    /// JSON value, keys sorted) reads and writes back as the same JSON.
+    #[test]
+    fn records_written_before_the_types_read_the_same() {
+        let text = r#"{
+  "hash": "0123456789ab",
+  "name": "4L_tiny_lat4x",
+  "verdict": "risky",
+  "predicted_gib": 1.5,
+  "attempts": [
+    {
+      "submission": "s001-x",
+      "task_id": 0,
+      "array_job_id": "41",
+      "job_id": "42",
+      "intended_at": 1.0,
+      "submitted_at": 2.0,
+      "state": "FAILED",
+      "history": [{"t": 3.0, "state": "FAILED"}],
+      "worker": "oom",
+      "events_offset": 512,
+      "events_mine": true
+    },
+    {"submission": "s002-y", "task_id": 3, "array_job_id": null, "intended_at": 4.0, "history": [], "worker": "started"}
+  ],
+  "result": {"event": "result", "message": "allocation refused", "params": 1, "peak_bytes": 4096,
+             "peaks": {"bwd": 7, "fwd": 5}, "phase": "bwd", "status": "oom", "t": 3.0, "wall_s": 2.0}
+}"#;
+        let r: ConfigRecord = serde_json::from_str(text).expect("reads");
+        assert_eq!(r.verdict, Some(VerdictKind::Risky));
+        assert_eq!(r.attempts[0].worker, WorkerOutcome::Result(RunStatus::Oom));
+        assert_eq!(r.attempts[1].worker, WorkerOutcome::NoResult);
+        assert_eq!(r.result_status(), Some(RunStatus::Oom));
+        let before: serde_json::Value = serde_json::from_str(text).expect("json");
+        assert_eq!(serde_json::to_value(&r).expect("writes"), before);
+        let not_started: Attempt = serde_json::from_str(r#"{"submission": "s", "task_id": 0, "intended_at": 0.0}"#)
+            .expect("an attempt without a worker");
+        assert_eq!(not_started.worker, WorkerOutcome::NotStarted);
+        assert!(serde_json::to_value(&not_started).expect("writes").get("worker").is_none());
     }
 }

@@ -14,14 +14,14 @@
 //! or Lustre the worker's last line may reach the login node seconds after
 //! SLURM says the job ended, and a measured `oom` must never be retried.
 
-use spec::event::{Event, Phase};
+use spec::event::{Event, Phase, RunResult};
 use std::collections::BTreeMap;
 use std::io::Write;
 
 use super::{blocking, same_file, Target};
-use crate::collect::{complete_lines, parse_events, to_record};
+use crate::collect::{complete_lines, parse_events, to_record, WorkerOutcome};
 use crate::fsio;
-use crate::slurm::{Activity, SlurmState, WorkerOutcome};
+use crate::slurm::{Activity, SlurmState};
 use crate::state::{self, Attempt, ConfigRecord, Live, StateDir};
 use crate::sweep::Sweep;
 
@@ -42,7 +42,7 @@ fn ended_at(a: &Attempt) -> Option<f64> {
 pub(crate) fn awaiting_result(a: &Attempt, grace_s: f64, now: f64) -> bool {
     let Some(state) = &a.state else { return false };
     matches!(state, SlurmState::Failed | SlurmState::OutOfMemory | SlurmState::Completed)
-        && !matches!(a.worker_outcome(), WorkerOutcome::Result(_))
+        && !matches!(a.worker, WorkerOutcome::Result(_))
         && ended_at(a).is_some_and(|t| now - t < grace_s)
 }
 
@@ -54,7 +54,7 @@ fn wants_read(a: &Attempt, changed: bool, settle: bool, grace_s: f64, now: f64) 
     if matches!(activity, None | Some(Activity::Queued)) {
         return false;
     }
-    let no_result = !matches!(a.worker_outcome(), WorkerOutcome::Result(_));
+    let no_result = !matches!(a.worker, WorkerOutcome::Result(_));
     activity == Some(Activity::Running)
         || changed
         || awaiting_result(a, grace_s, now)
@@ -82,7 +82,7 @@ pub(crate) fn fold(r: &mut ConfigRecord, events: Vec<(Event, usize)>) -> (Option
                 };
                 a.events_mine = mine;
                 if mine {
-                    a.worker = Some("started".into());
+                    a.worker = WorkerOutcome::NoResult;
                     a.live = Some(Live { phase: Phase::Model, peak_bytes: 0, started_t: Some(t), t });
                     r.result = None;
                 }
@@ -95,10 +95,10 @@ pub(crate) fn fold(r: &mut ConfigRecord, events: Vec<(Event, usize)>) -> (Option
                 l.peak_bytes = l.peak_bytes.max(peak_bytes);
                 l.t = t;
             }
-            Event::Result { .. } if a.events_mine => {
-                if let Ok(v) = serde_json::to_value(&event) {
-                    a.worker = v.get("status").and_then(|s| s.as_str()).map(str::to_string);
-                    r.result = Some(v);
+            e @ Event::Result { .. } if a.events_mine => {
+                if let Ok(res) = RunResult::try_from(e) {
+                    a.worker = WorkerOutcome::Result(res.status);
+                    r.result = Some(res);
                 }
             }
             _ => {}
@@ -206,7 +206,7 @@ fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::P
 /// What an events file says about the attempt that ran as SLURM job
 /// `job_id`: whether its worker wrote `start`, and its `result` event (the
 /// same fold a poll uses).
-pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<serde_json::Value>) {
+pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<RunResult>) {
     let mut r = ConfigRecord {
         hash: String::new(),
         name: String::new(),
@@ -218,11 +218,11 @@ pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<serde_j
     r.attempts.push(Attempt { job_id: job_id.map(str::to_string), ..Attempt::intended(String::new(), 0, 0.0) });
     let (events, _, _) = complete_lines(text.as_bytes());
     fold(&mut r, events);
-    (r.attempts[0].worker.is_some(), r.result)
+    (!r.attempts[0].worker.is_not_started(), r.result)
 }
 
 /// The `result` event of the last attempt in an events file, whichever job ran it.
-pub fn last_result(text: &str) -> Option<serde_json::Value> {
+pub fn last_result(text: &str) -> Option<RunResult> {
     crate::collect::last_result(text)
 }
 
@@ -274,8 +274,8 @@ mod tests {
         {
             let mut r = record(attempt(Some("11"), Some(SlurmState::Running)));
             read_in_pieces(&mut r, &text, &cuts);
-            assert_eq!(r.attempts[0].worker.as_deref(), Some("oom"), "{cuts:?}");
-            assert_eq!(r.result.as_ref().and_then(|v| v["peak_bytes"].as_u64()), Some(4096));
+            assert_eq!(r.attempts[0].worker.word(), Some("oom"), "{cuts:?}");
+            assert_eq!(r.result.as_ref().map(|v| v.peak_bytes), Some(4096));
             assert_eq!(r.attempts[0].events_offset as usize, text.len(), "everything consumed once");
         }
     }
@@ -294,7 +294,7 @@ mod tests {
         // A retry (job 12) reads on after the first attempt (job 11)'s lines.
         let mut r = record(attempt(Some("12"), Some(SlurmState::Running)));
         read_in_pieces(&mut r, &format!("{START_11}{OOM}{START_12}{BEAT}"), &[]);
-        assert_eq!(r.attempts[0].worker.as_deref(), Some("started"));
+        assert_eq!(r.attempts[0].worker.word(), Some("started"));
         assert!(r.result.is_none(), "job 11's oom is not job 12's");
     }
 
@@ -305,7 +305,7 @@ mod tests {
         assert_eq!(r.attempts[0].events_offset, 0, "nothing consumed");
         r.attempts[0].job_id = Some("11".into());
         read_in_pieces(&mut r, &format!("{START_11}{OOM}"), &[]);
-        assert_eq!(r.attempts[0].worker.as_deref(), Some("oom"));
+        assert_eq!(r.attempts[0].worker.word(), Some("oom"));
     }
 
     #[test]
@@ -320,10 +320,10 @@ mod tests {
     fn an_ended_job_without_a_result_is_awaited_for_the_grace_only() {
         let mut a = attempt(Some("11"), Some(SlurmState::Failed));
         a.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Failed, detail: None });
-        a.worker = Some("started".into());
+        a.worker = WorkerOutcome::from_word(Some("started"));
         assert!(awaiting_result(&a, 120.0, 150.0));
         assert!(!awaiting_result(&a, 120.0, 221.0), "grace over: classified (killed)");
-        a.worker = Some("oom".into());
+        a.worker = WorkerOutcome::from_word(Some("oom"));
         assert!(!awaiting_result(&a, 120.0, 150.0), "a result is final");
         let mut c = attempt(Some("11"), Some(SlurmState::Cancelled));
         c.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Cancelled, detail: None });
@@ -335,7 +335,7 @@ mod tests {
         let text = format!("{START_11}{OOM}{START_12}{BEAT}{{\"event\":\"resu");
         let (started, result) = attempt_events(&text, Some("11"));
         assert!(started);
-        assert_eq!(result.and_then(|v| v["status"].as_str().map(str::to_string)).as_deref(), Some("oom"));
+        assert_eq!(result.map(|v| v.status.name()), Some("oom"));
         assert_eq!(attempt_events(&text, Some("12")), (true, None), "killed: started, no result");
         assert_eq!(attempt_events(&text, Some("13")), (false, None), "never started");
     }

@@ -12,10 +12,11 @@ use super::{
     allowed, blocking, cluster_name, open_target, prepare, same_file, template_dirs, CommandError, Options,
     StoredSweep, Target,
 };
+use crate::collect::WorkerOutcome;
 use crate::fsio;
 use crate::precheck::VerdictKind;
 use crate::render::Renderer;
-use crate::slurm::{SlurmState, WorkerOutcome};
+use crate::slurm::SlurmState;
 use crate::state::intent::{Event, IntentState};
 use crate::state::{Attempt, ConfigRecord, StateDir};
 use crate::sweep::{Sweep, SweepConfig};
@@ -161,11 +162,11 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
         ));
     }
     let state = last.state.clone().unwrap_or(SlurmState::Pending);
-    let worker = if r.attempts.iter().all(|a| a.worker.is_none()) {
+    let worker = if r.attempts.iter().all(|a| a.worker.is_not_started()) {
         // Records written before attempts carried the worker's outcome keep it only here.
         legacy_outcome(r)
     } else {
-        last.worker_outcome()
+        last.worker
     };
     if let Some(why) = opts.retry.refusal(&state, worker) {
         return Some(why);
@@ -181,7 +182,7 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
 
 /// The worker outcome a record's `result` gives when its attempts do not say.
 fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
-    match r.result_status().and_then(|s| serde_json::from_value(serde_json::Value::String(s.into())).ok()) {
+    match r.result_status() {
         Some(status) => WorkerOutcome::Result(status),
         None => WorkerOutcome::NotStarted,
     }
@@ -252,7 +253,17 @@ mod tests {
             verdict: Some(serde_json::from_value(verdict.into()).expect("a verdict name")),
             predicted_gib: None,
             attempts,
-            result: result.map(|s| serde_json::json!({"event": "result", "status": s})),
+            result: result.map(|s| spec::event::RunResult {
+                t: 0.0,
+                status: serde_json::from_value(s.into()).expect("a status"),
+                params: 0,
+                peaks: Default::default(),
+                peak_bytes: 0,
+                phase: None,
+                message: None,
+                wall_s: 0.0,
+                nvml_peak_bytes: None,
+            }),
         }
     }
 
@@ -293,7 +304,7 @@ mod tests {
     }
 
     fn with_worker(mut a: Attempt, worker: &str) -> Attempt {
-        a.worker = Some(worker.into());
+        a.worker = WorkerOutcome::from_word(Some(worker));
         a
     }
 

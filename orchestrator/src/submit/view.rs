@@ -109,11 +109,11 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
             .filter(|a| a.state.as_ref().is_some_and(|s| s.activity() == Activity::Running))
             .and_then(|a| a.live.as_ref());
         let peak = match &r.result {
-            Some(v) => v.get("peak_bytes").and_then(|b| b.as_u64()).map(gib),
+            Some(v) => Some(gib(v.peak_bytes)),
             None => live.map(|l| gib(l.peak_bytes)),
         };
         let phase = match &r.result {
-            Some(v) => v.get("phase").and_then(|p| p.as_str()).map(str::to_string),
+            Some(v) => v.phase.map(|p| p.name().to_string()),
             None => live.map(|l| l.phase.name().to_string()),
         };
         out.push(StatusRow {
@@ -124,7 +124,7 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
             state,
             job,
             attempts: r.attempts.iter().filter(|a| !a.abandoned).count(),
-            result: r.result_status().map(str::to_string),
+            result: r.result_status().map(|s| s.name().to_string()),
             peak_gib: peak,
             phase,
         });
@@ -248,7 +248,7 @@ mod tests {
             job_id: Some("8".into()),
             submitted_at: Some(0.0),
             state: Some(state),
-            worker: Some("started".into()),
+            worker: crate::collect::WorkerOutcome::NoResult,
             events_mine: true,
             live,
             ..Attempt::intended("s001-x", 0, 0.0)
@@ -291,7 +291,13 @@ mod tests {
             verdict: Some(crate::precheck::VerdictKind::Fits),
             predicted_gib: None,
             attempts: vec![attempt(SlurmState::Completed, Some(live))],
-            result: Some(serde_json::json!({"event": "result", "status": "ok", "peak_bytes": 2u64 << 30})),
+            result: Some(
+                serde_json::from_value(serde_json::json!({
+                    "event": "result", "t": 0.0, "status": "ok", "params": 0, "peaks": {}, "peak_bytes": 2u64 << 30,
+                    "wall_s": 0.0
+                }))
+                .expect("a result"),
+            ),
         };
         let rows = rows(&sweep, &BTreeMap::from([(r.hash.clone(), r)]));
         assert_eq!(rows[0].result.as_deref(), Some("ok"));
