@@ -244,14 +244,63 @@ impl RetryPolicy {
     }
 }
 
+/// A SLURM job id: an array's (`34`), an array task's own (`37`), or one
+/// task of an array (`34_2`, for `scancel`). Kept as SLURM prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(String);
+
+impl JobId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for JobId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<&str> for JobId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<JobId> for &str {
+    fn eq(&self, other: &JobId) -> bool {
+        *self == other.0
+    }
+}
+
+impl From<&str> for JobId {
+    fn from(s: &str) -> JobId {
+        JobId(s.to_string())
+    }
+}
+
+impl From<String> for JobId {
+    fn from(s: String) -> JobId {
+        JobId(s)
+    }
+}
+
 /// One array task as `squeue` or `sacct` sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskObservation {
     /// The array's job id (`%F`, the part of `JobID` before `_`).
-    pub array_job_id: String,
+    pub array_job_id: JobId,
     pub task_id: u32,
     /// The task's own job id (`%A` / `JobIDRaw`), once SLURM has given it one.
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
     pub name: String,
     pub state: SlurmState,
     /// Why it is pending (squeue), or the exit code `N:S` (sacct).
@@ -306,9 +355,9 @@ pub fn sbatch_argv(script: &str) -> Vec<String> {
     vec!["sbatch".into(), "--parsable".into(), script.into()]
 }
 
-pub fn scancel_argv(job_ids: &[String]) -> Vec<String> {
+pub fn scancel_argv(job_ids: &[JobId]) -> Vec<String> {
     let mut v = vec!["scancel".to_string()];
-    v.extend(job_ids.iter().cloned());
+    v.extend(job_ids.iter().map(|j| j.to_string()));
     v
 }
 
@@ -317,11 +366,11 @@ pub fn scontrol_config_argv() -> Vec<String> {
 }
 
 /// `sbatch --parsable` prints `123` or `123;cluster`.
-pub fn parse_sbatch(stdout: &str) -> Result<String, ParseError> {
+pub fn parse_sbatch(stdout: &str) -> Result<JobId, ParseError> {
     let line = stdout.lines().map(str::trim).rfind(|l| !l.is_empty()).unwrap_or("");
     let id = line.split(';').next().unwrap_or("");
     if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) {
-        Ok(id.to_string())
+        Ok(JobId::from(id))
     } else {
         Err(ParseError::Sbatch(stdout.trim().to_string()))
     }
@@ -353,9 +402,9 @@ pub fn parse_squeue(stdout: &str) -> Result<Vec<TaskObservation>, ParseError> {
         }
         let task_id = f[3].parse::<u32>().map_err(|_| err("array task id is not a number"))?;
         out.push(TaskObservation {
-            array_job_id: f[2].to_string(),
+            array_job_id: JobId::from(f[2]),
             task_id,
-            job_id: Some(f[1].to_string()),
+            job_id: Some(JobId::from(f[1])),
             name: f[4].to_string(),
             state: SlurmState::parse(f[5]),
             detail: match f[6] {
@@ -398,9 +447,9 @@ pub fn parse_sacct(stdout: &str) -> Result<Vec<TaskObservation>, ParseError> {
         let single = ids.len() == 1 && !tasks.starts_with('[');
         for task_id in ids {
             out.push(TaskObservation {
-                array_job_id: array.to_string(),
+                array_job_id: JobId::from(array),
                 task_id,
-                job_id: if single { Some(f[1].to_string()) } else { None },
+                job_id: if single { Some(JobId::from(f[1])) } else { None },
                 name: f[2].to_string(),
                 state: SlurmState::parse(f[3]),
                 detail: Some(f[4].to_string()).filter(|s| !s.is_empty()),
@@ -432,7 +481,7 @@ pub fn expand_ranges(list: &str) -> Option<Vec<u32>> {
 
 /// Merges one poll: squeue is live and wins for tasks it lists; sacct fills in
 /// the ones that left the controller. Keyed by (array job id, task id).
-pub fn merge(squeue: Vec<TaskObservation>, sacct: Vec<TaskObservation>) -> BTreeMap<(String, u32), TaskObservation> {
+pub fn merge(squeue: Vec<TaskObservation>, sacct: Vec<TaskObservation>) -> BTreeMap<(JobId, u32), TaskObservation> {
     let mut map = BTreeMap::new();
     for o in sacct {
         let key = (o.array_job_id.clone(), o.task_id);

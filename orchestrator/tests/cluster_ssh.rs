@@ -203,7 +203,7 @@ fn slurm_tasks(env: &ClusterEnv, exp: &str) -> BTreeSet<(String, u32, String)> {
     ]);
     for o in orchestrator::slurm::parse_sacct(&sacct).expect("sacct parses") {
         if o.name.starts_with(&prefix) {
-            out.insert((o.array_job_id, o.task_id, o.name));
+            out.insert((o.array_job_id.to_string(), o.task_id, o.name));
         }
     }
     // `--states=all`: tasks that ended recently, which sacct may not have yet.
@@ -216,7 +216,7 @@ fn slurm_tasks(env: &ClusterEnv, exp: &str) -> BTreeSet<(String, u32, String)> {
     ]);
     for o in orchestrator::slurm::parse_squeue(&squeue).expect("squeue parses") {
         if o.name.starts_with(&prefix) {
-            out.insert((o.array_job_id, o.task_id, o.name));
+            out.insert((o.array_job_id.to_string(), o.task_id, o.name));
         }
     }
     out

@@ -433,7 +433,7 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
         std::thread::sleep(Duration::from_millis(500));
     }
     let out = exp.cli("cancel");
-    assert!(out.contains(&rep.arrays[0]), "{out}");
+    assert!(out.contains(rep.arrays[0].as_str()), "{out}");
     let r = exp.watch(Duration::from_secs(120));
     assert_eq!(r.rows[0].state, "CANCELLED", "{}", r.table());
     assert_eq!(exp.records()[name].attempts.len(), 2);

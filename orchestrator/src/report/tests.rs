@@ -40,7 +40,7 @@ fn start(name: &str, hash: &str) -> String {
 fn attempt(task: u32, state: Option<SlurmState>) -> Attempt {
     Attempt {
         array_job_id: Some("1000".into()),
-        job_id: Some(format!("{}", 1001 + task)),
+        job_id: Some(format!("{}", 1001 + task).into()),
         submitted_at: Some(1795215781.0),
         history: state.iter().map(|s| StateChange { t: 1795215790.0, state: s.clone(), detail: None }).collect(),
         state,

@@ -29,6 +29,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
+use crate::slurm::JobId;
+
 /// How long two complete "no such job" answers must be apart before an
 /// intent is abandoned.
 pub const CONFIRM_S: f64 = 5.0;
@@ -47,7 +49,7 @@ pub enum IntentState {
     /// one [`CONFIRM_S`] later decides.
     Absent { since: f64 },
     /// SLURM has the job.
-    Submitted { job_id: String },
+    Submitted { job_id: JobId },
     /// SLURM positively has no such job: the configs are free again.
     Abandoned,
 }
@@ -56,7 +58,7 @@ pub enum IntentState {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// `sbatch` printed this job id.
-    SbatchOk(String),
+    SbatchOk(JobId),
     /// `sbatch` failed: timeout, dropped connection, socket error, refusal.
     SbatchFailed,
     /// The submission failed before its request left (the script could not
@@ -64,15 +66,15 @@ pub enum Event {
     /// the name can exist.
     NotSent,
     /// A poll by job name listed these array job ids.
-    Found(BTreeSet<String>),
+    Found(BTreeSet<JobId>),
     /// A poll by job name listed nothing; `complete`: both squeue and sacct answered.
     NotListed { complete: bool, at: f64 },
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProtocolError {
-    #[error("SLURM has {} jobs of this name ({}); refusing to guess which is ours", .0.len(), .0.iter().cloned().collect::<Vec<_>>().join(", "))]
-    Ambiguous(BTreeSet<String>),
+    #[error("SLURM has {} jobs of this name ({}); refusing to guess which is ours", .0.len(), .0.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(", "))]
+    Ambiguous(BTreeSet<JobId>),
     #[error("{event} cannot happen to a submission that is {state}")]
     Impossible { state: &'static str, event: &'static str },
 }
@@ -111,7 +113,7 @@ impl IntentState {
             (_, Event::SbatchFailed) => impossible("an sbatch error"),
             (_, Event::NotSent) => impossible("a request that never left"),
             (_, Event::Found(ids)) => match ids.len() {
-                1 => Ok(Submitted { job_id: ids.iter().next().cloned().unwrap_or_default() }),
+                1 => Ok(ids.iter().next().map_or(Intended, |id| Submitted { job_id: id.clone() })),
                 0 => Ok(self.clone()),
                 _ => Err(ProtocolError::Ambiguous(ids.clone())),
             },
@@ -137,8 +139,8 @@ mod tests {
     use super::*;
     use IntentState::*;
 
-    fn ids(v: &[&str]) -> BTreeSet<String> {
-        v.iter().map(|s| s.to_string()).collect()
+    fn ids(v: &[&str]) -> BTreeSet<JobId> {
+        v.iter().map(|s| JobId::from(*s)).collect()
     }
     fn none(complete: bool, at: f64) -> Event {
         Event::NotListed { complete, at }

@@ -8,7 +8,7 @@ use crate::precheck::VerdictKind;
 use spec::event::{RunResult, RunStatus};
 
 use crate::collect::WorkerOutcome;
-use crate::slurm::{Activity, SlurmState};
+use crate::slurm::{Activity, JobId, SlurmState};
 
 /// A state change as observed by a poll.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,10 +26,10 @@ pub struct Attempt {
     pub task_id: u32,
     /// The array's job id; `None` while only the intent is recorded.
     #[serde(default)]
-    pub array_job_id: Option<String>,
+    pub array_job_id: Option<JobId>,
     /// The task's own job id (SLURM gives each array task one when it starts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
     pub intended_at: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_at: Option<f64>,
@@ -134,7 +134,7 @@ impl Attempt {
     }
 
     /// Records `state` if it differs from the latest; returns whether it changed.
-    pub fn observe(&mut self, state: SlurmState, detail: Option<String>, job_id: Option<String>) -> bool {
+    pub fn observe(&mut self, state: SlurmState, detail: Option<String>, job_id: Option<JobId>) -> bool {
         if job_id.is_some() && self.job_id != job_id {
             self.job_id = job_id;
         }

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::intent::IntentState;
 use crate::fsio::now;
+use crate::slurm::JobId;
 
 /// One job array, as `submission.json` keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -17,7 +18,7 @@ pub struct Submission {
     pub tasks: Vec<String>,
     pub intended_at: f64,
     #[serde(default)]
-    pub array_job_id: Option<String>,
+    pub array_job_id: Option<JobId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_at: Option<f64>,
     /// Settled by resume: SLURM never saw it.

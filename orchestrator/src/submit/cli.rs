@@ -179,7 +179,7 @@ fn print_submit(r: &SubmitReport) {
         "submitted {} configs in {} job array(s) [{}]; {} cluster commands, {} file transfers, {:.1} s",
         r.submitted.len(),
         r.arrays.len(),
-        r.arrays.join(", "),
+        r.arrays.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(", "),
         r.counters.commands,
         r.counters.file_ops,
         r.wall_s
@@ -270,7 +270,11 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             if ids.is_empty() {
                 println!("nothing to cancel: no job array of {name} is queued or running");
             } else {
-                println!("cancelled {} job array(s): {}", ids.len(), ids.join(" "));
+                println!(
+                    "cancelled {} job array(s): {}",
+                    ids.len(),
+                    ids.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(" ")
+                );
             }
         }
         ClusterCommand::Install { worker, common } => {

@@ -21,7 +21,7 @@ use std::io::Write;
 use super::{blocking, same_file, Target};
 use crate::collect::{complete_lines, parse_events, to_record, WorkerOutcome};
 use crate::fsio;
-use crate::slurm::{Activity, SlurmState};
+use crate::slurm::{Activity, JobId, SlurmState};
 use crate::state::{self, Attempt, ConfigRecord, Live, StateDir};
 use crate::sweep::Sweep;
 
@@ -215,7 +215,7 @@ pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<RunResu
         attempts: vec![],
         result: None,
     };
-    r.attempts.push(Attempt { job_id: job_id.map(str::to_string), ..Attempt::intended(String::new(), 0, 0.0) });
+    r.attempts.push(Attempt { job_id: job_id.map(JobId::from), ..Attempt::intended(String::new(), 0, 0.0) });
     let (events, _, _) = complete_lines(text.as_bytes());
     fold(&mut r, events);
     (!r.attempts[0].worker.is_not_started(), r.result)
@@ -233,7 +233,7 @@ mod tests {
     fn attempt(job: Option<&str>, state: Option<SlurmState>) -> Attempt {
         Attempt {
             array_job_id: Some("1".into()),
-            job_id: job.map(str::to_string),
+            job_id: job.map(JobId::from),
             state,
             ..Attempt::intended("s", 0, 0.0)
         }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{blocking, CommandError, Target};
 use crate::fsio;
+use crate::slurm::JobId;
 use crate::state::intent::{Event, IntentState, CONFIRM_S};
 use crate::state::{ConfigRecord, StateDir, Submission};
 use crate::transport::Poll;
@@ -41,7 +42,7 @@ pub(crate) fn advance(
     let mut entry =
         serde_json::json!({"t": fsio::now(), "op": next.name(), "from": before.name(), "submission": sub.id});
     if let IntentState::Submitted { job_id } = &next {
-        entry["job_id"] = job_id.clone().into();
+        entry["job_id"] = job_id.to_string().into();
     }
     st.journal(entry)?;
     for (task, hash) in sub.tasks.iter().enumerate() {
@@ -99,7 +100,7 @@ pub(crate) async fn reconcile(
         let mut next_confirm = f64::INFINITY;
         settled.unresolved.clear();
         for mut s in open {
-            let ids: BTreeSet<String> =
+            let ids: BTreeSet<JobId> =
                 poll.tasks.values().filter(|o| o.name == s.job_name).map(|o| o.array_job_id.clone()).collect();
             let event =
                 if ids.is_empty() { Event::NotListed { complete: poll.complete(), at } } else { Event::Found(ids) };

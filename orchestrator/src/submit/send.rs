@@ -16,7 +16,7 @@ use crate::collect::WorkerOutcome;
 use crate::fsio;
 use crate::precheck::VerdictKind;
 use crate::render::Renderer;
-use crate::slurm::SlurmState;
+use crate::slurm::{JobId, SlurmState};
 use crate::state::intent::{Event, IntentState};
 use crate::state::{Attempt, ConfigRecord, StateDir};
 use crate::sweep::{Sweep, SweepConfig};
@@ -26,7 +26,7 @@ use crate::transport::{CounterSnapshot, TransportError};
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SubmitReport {
     pub submitted: Vec<String>,
-    pub arrays: Vec<String>,
+    pub arrays: Vec<JobId>,
     /// (config name, why not submitted).
     pub skipped: Vec<(String, String)>,
     /// Open intents settled by asking SLURM by name: adopted (SLURM had the

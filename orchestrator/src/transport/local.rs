@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 
 use super::{CounterSnapshot, Counters, Poll, Transport, TransportError};
 use crate::cluster::ClusterConfig;
-use crate::slurm::{expand_ranges, SlurmState, TaskObservation};
+use crate::slurm::{expand_ranges, JobId, SlurmState, TaskObservation};
 
 const RUNNER: &str = r#"#!/bin/bash
 # Local job-array runner written by the orchestrator's `local` transport.
@@ -242,7 +242,7 @@ impl Transport for LocalTransport {
         Ok(100_000)
     }
 
-    fn submit(&self, script_path: &str) -> Result<String, TransportError> {
+    fn submit(&self, script_path: &str) -> Result<JobId, TransportError> {
         self.counters.command();
         let script = std::fs::read_to_string(script_path).map_err(|e| ferr(Path::new(script_path), e))?;
         let d = directives(&script);
@@ -303,7 +303,7 @@ impl Transport for LocalTransport {
         // Reap it when it ends, so a long-lived orchestrator keeps no zombie
         // (a zombie would still answer kill(pid, 0)).
         std::thread::spawn(move || child.wait());
-        Ok(id.to_string())
+        Ok(JobId::from(id.to_string()))
     }
 
     fn poll(&self, names: &[String], _since: f64) -> Result<Poll, TransportError> {
@@ -317,11 +317,11 @@ impl Transport for LocalTransport {
             for &t in &job.tasks {
                 let (state, job_id, detail) = self.task_state(&dir, &job, t);
                 tasks.insert(
-                    (job.id.to_string(), t),
+                    (JobId::from(job.id.to_string()), t),
                     TaskObservation {
-                        array_job_id: job.id.to_string(),
+                        array_job_id: JobId::from(job.id.to_string()),
                         task_id: t,
-                        job_id,
+                        job_id: job_id.map(JobId::from),
                         name: job.name.clone(),
                         state,
                         detail,
@@ -332,7 +332,7 @@ impl Transport for LocalTransport {
         Ok(Poll { tasks, live_ok: true, history_ok: true, errors: vec![], commands: 1 })
     }
 
-    fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError> {
+    fn cancel(&self, job_ids: &[JobId]) -> Result<(), TransportError> {
         self.counters.command();
         for id in job_ids {
             let array = id.split('_').next().unwrap_or(id);
@@ -365,7 +365,7 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    fn wait_all_ended(t: &LocalTransport, name: &str, n: usize) -> BTreeMap<(String, u32), TaskObservation> {
+    fn wait_all_ended(t: &LocalTransport, name: &str, n: usize) -> BTreeMap<(JobId, u32), TaskObservation> {
         let start = Instant::now();
         loop {
             let p = t.poll(&[name.to_string()], 0.0).expect("poll");

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::cluster::{ClusterConfig, TransportKind};
-use crate::slurm::{self, ParseError, TaskObservation};
+use crate::slurm::{self, JobId, ParseError, TaskObservation};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -157,7 +157,7 @@ pub trait Shell: Send + Sync {
 /// One poll of the cluster: every task of the named jobs, and how sure we are.
 #[derive(Debug, Clone, Default)]
 pub struct Poll {
-    pub tasks: BTreeMap<(String, u32), TaskObservation>,
+    pub tasks: BTreeMap<(JobId, u32), TaskObservation>,
     /// The live view (squeue) answered; without it, "absent" proves nothing.
     pub live_ok: bool,
     /// The accounting view (sacct) answered.
@@ -194,11 +194,11 @@ pub trait Transport: Send + Sync {
     fn max_array_size(&self) -> Result<u32, TransportError>;
     /// Submits a job array script; returns the array's job id. Never retried:
     /// an error after the request left may mean it ran (see [`TransportError::Uncertain`]).
-    fn submit(&self, script: &str) -> Result<String, TransportError>;
+    fn submit(&self, script: &str) -> Result<JobId, TransportError>;
     /// Every task of the jobs with these names submitted since `since` (Unix seconds).
     fn poll(&self, names: &[String], since: f64) -> Result<Poll, TransportError>;
     /// Cancels whole arrays (or `ARRAY_TASK` ids).
-    fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError>;
+    fn cancel(&self, job_ids: &[JobId]) -> Result<(), TransportError>;
     fn counters(&self) -> CounterSnapshot;
 }
 
@@ -299,7 +299,7 @@ impl Transport for SlurmTransport {
         Ok(slurm::parse_max_array_size(&out.stdout))
     }
 
-    fn submit(&self, script: &str) -> Result<String, TransportError> {
+    fn submit(&self, script: &str) -> Result<JobId, TransportError> {
         let out = self.checked(slurm::sbatch_argv(script), false)?;
         Ok(slurm::parse_sbatch(&out.stdout)?)
     }
@@ -319,7 +319,7 @@ impl Transport for SlurmTransport {
         combine(live, hist, ("squeue", "sacct"))
     }
 
-    fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError> {
+    fn cancel(&self, job_ids: &[JobId]) -> Result<(), TransportError> {
         if job_ids.is_empty() {
             return Ok(());
         }

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::directives::JobSpec;
-use crate::slurm::{self, SlurmState, TaskObservation};
+use crate::slurm::{self, JobId, SlurmState, TaskObservation};
 
 /// The API versions this client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -337,9 +337,9 @@ impl LiveJobs {
             let (ids, single) = task_ids(num(&j.array_task_id), j.array_task_string.as_deref());
             for task_id in ids {
                 out.push(TaskObservation {
-                    array_job_id: array.to_string(),
+                    array_job_id: JobId::from(array.to_string()),
                     task_id,
-                    job_id: single.then(|| j.job_id.get().map(|n| n.to_string())).flatten(),
+                    job_id: single.then(|| j.job_id.get().map(|n| JobId::from(n.to_string()))).flatten(),
                     name: j.name.clone(),
                     state: j.job_state.state(),
                     detail: j.state_reason.clone().filter(|r| !r.is_empty() && r != "None"),
@@ -365,9 +365,9 @@ impl DbJobs {
             });
             for task_id in ids {
                 out.push(TaskObservation {
-                    array_job_id: array.to_string(),
+                    array_job_id: JobId::from(array.to_string()),
                     task_id,
-                    job_id: single.then(|| j.job_id.get().map(|n| n.to_string())).flatten(),
+                    job_id: single.then(|| j.job_id.get().map(|n| JobId::from(n.to_string()))).flatten(),
                     name: j.name.clone(),
                     state: j.state.current.state(),
                     detail: detail.clone(),

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use super::files::Files;
 use super::{local_slurm, ssh, CounterSnapshot, Poll, Transport, TransportError};
 use crate::cluster::{ClusterConfig, FilesKind};
+use crate::slurm::JobId;
 use api::{DbJobs, LiveJobs, SubmitAnswer};
 use auth::{TokenError, TokenSource};
 use client::{Client, Method};
@@ -157,7 +158,7 @@ impl Transport for RestTransport {
     /// in the request's body; its `#SBATCH` lines become the job's options.
     /// Only the POST can create a job: whatever fails before it is
     /// [`TransportError::NotSent`], so the intent is released at once.
-    fn submit(&self, script: &str) -> Result<String, TransportError> {
+    fn submit(&self, script: &str) -> Result<JobId, TransportError> {
         let not_sent = |e: TransportError| TransportError::NotSent(Box::new(e));
         let bytes = self.files.get(script).map_err(not_sent)?.ok_or_else(|| {
             not_sent(TransportError::File {
@@ -173,7 +174,9 @@ impl Transport for RestTransport {
         let body = v.submit_body(&text, &spec, &self.env);
         let path = v.submit_path();
         let answer: SubmitAnswer = self.client.request(Method::Post, &path, &[], Some(&body))?;
-        Ok(answer.job_id().ok_or_else(|| RestError::NoJobId { endpoint: format!("{}{path}", self.client.base()) })?)
+        let id =
+            answer.job_id().ok_or_else(|| RestError::NoJobId { endpoint: format!("{}{path}", self.client.base()) })?;
+        Ok(JobId::from(id))
     }
 
     fn poll(&self, names: &[String], since: f64) -> Result<Poll, TransportError> {
@@ -188,7 +191,7 @@ impl Transport for RestTransport {
 
     /// One DELETE per array; an array SLURM no longer knows (or already
     /// finished) counts as cancelled, as for scancel.
-    fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError> {
+    fn cancel(&self, job_ids: &[JobId]) -> Result<(), TransportError> {
         let v = self.client.version()?;
         for id in job_ids {
             if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
