@@ -174,23 +174,15 @@ pub fn sweep_progress<'a>(
 
 /// The progress of experiment `experiment` under `state_root`, read without the lock.
 pub fn read(state_root: &Path, experiment: &str) -> Result<SweepProgress, state::StateError> {
-    let sweep: Option<serde_json::Value> = fsio::read_json(&state_root.join(experiment).join("sweep.json"))?;
+    let view = state::View::new(state_root, experiment)?;
+    // Read loosely: only the parallelism is needed, whatever version stored the sweep.
+    let sweep: Option<serde_json::Value> = fsio::read_json(&view.path("sweep.json"))?;
     let parallelism = sweep
         .as_ref()
         .and_then(|v| v.pointer("/sweep/experiment/array_parallelism"))
         .and_then(|v| v.as_u64())
         .map(|n| n as u32);
-    let dir = state_root.join(experiment).join("configs");
-    let mut records = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for e in entries.flatten() {
-            if e.path().extension().is_some_and(|x| x == "json") {
-                if let Some(r) = fsio::read_json::<ConfigRecord>(&e.path())? {
-                    records.push(r);
-                }
-            }
-        }
-    }
+    let records: Vec<ConfigRecord> = view.records()?.into_values().collect();
     Ok(sweep_progress(&records, parallelism, fsio::now()))
 }
 

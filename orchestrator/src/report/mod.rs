@@ -448,35 +448,15 @@ fn unfinished_status(record: Option<&ConfigRecord>, verdict: VerdictKind) -> (St
     }
 }
 
-/// Reads every `configs/*.json` of a state directory without taking its lock.
-fn read_records(dir: &Path) -> Result<BTreeMap<String, ConfigRecord>, ReportError> {
-    let mut out = BTreeMap::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(source) => return Err(ReportError::Io { path: dir.into(), source }),
-    };
-    for entry in entries {
-        let path = entry.map_err(|source| ReportError::Io { path: dir.into(), source })?.path();
-        if path.extension().is_some_and(|e| e == "json") {
-            if let Some(r) = fsio::read_json::<ConfigRecord>(&path)? {
-                out.insert(r.hash.clone(), r);
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// The report of experiment `experiment` under `state_root`.
 /// `predictor` overrides the experiment's own runtime (`runtime:` in its file).
 pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predictor>) -> Result<Report, ReportError> {
-    if !state::valid_experiment_name(experiment) {
-        return Err(StateError::BadName(experiment.to_string()).into());
-    }
-    let dir = state_root.join(experiment);
-    let stored: StoredSweep = fsio::read_json(&dir.join("sweep.json"))?
+    let view = state::View::new(state_root, experiment)?;
+    let dir = view.root().to_path_buf();
+    let stored: StoredSweep = view
+        .sweep()?
         .ok_or_else(|| ReportError::NoState { experiment: experiment.to_string(), root: state_root.to_path_buf() })?;
-    let records = read_records(&dir.join("configs"))?;
+    let records = view.records()?;
     let sweep = &stored.sweep;
     let own;
     let predictor = match predictor {

@@ -8,7 +8,7 @@
 //!   sweep.json                the resolved sweep: experiment settings and every config
 //!   configs/<hash>.json       one record per config: verdict, attempts, SLURM state history, result
 //!   submissions/<sid>/        one per job array: submission.json, job.sbatch, manifest.json(l)
-//!   journal.jsonl             append-only log of intents and outcomes (for humans and audits)
+//!   journal.jsonl             typed, versioned log of every change (state/journal.rs; replays to the submissions)
 //!   runs/<config>/events.jsonl  the worker's event stream (pulled from the cluster)
 //!   render/                   scripts printed by `orchestrator render`
 //! ```
@@ -29,9 +29,11 @@ use std::time::{Duration, Instant};
 use crate::fsio::{self, now, read_json, write_json, FsError};
 
 pub mod intent;
+pub mod journal;
 mod record;
 mod submission;
 
+pub use journal::Change;
 pub use record::{Attempt, ConfigRecord, Live, StateChange, MISSING_GRACE_S};
 pub use submission::Submission;
 
@@ -56,10 +58,86 @@ pub struct StoredSweep {
     pub sweep: crate::sweep::Sweep,
 }
 
-/// An open state directory, locked for the lifetime of this value.
+/// A state directory read without its lock: what `report`, progress and
+/// `status` of another orchestrator's sweep see. Every file in it is replaced
+/// atomically, so each read sees a config whole.
+#[derive(Debug, Clone)]
+pub struct View {
+    root: PathBuf,
+}
+
+impl View {
+    /// `<state_root>/<experiment>` (which need not exist).
+    pub fn new(state_root: &Path, experiment: &str) -> Result<View, StateError> {
+        if !valid_experiment_name(experiment) {
+            return Err(StateError::BadName(experiment.to_string()));
+        }
+        Ok(View { root: state_root.join(experiment) })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// `sweep.json`; `None` before the first submission.
+    pub fn sweep(&self) -> Result<Option<StoredSweep>, StateError> {
+        Ok(read_json(&self.path("sweep.json"))?)
+    }
+
+    /// Every `configs/*.json`, by hash.
+    pub fn records(&self) -> Result<BTreeMap<String, ConfigRecord>, StateError> {
+        let dir = self.root.join("configs");
+        let mut out = BTreeMap::new();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(io(&dir)(e)),
+        };
+        for entry in entries {
+            let path = entry.map_err(io(&dir))?.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                if let Some(r) = read_json::<ConfigRecord>(&path)? {
+                    out.insert(r.hash.clone(), r);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every `submissions/*/submission.json`, by id.
+    pub fn submissions(&self) -> Result<Vec<Submission>, StateError> {
+        let dir = self.root.join("submissions");
+        let mut out = Vec::new();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(io(&dir)(e)),
+        };
+        for entry in entries {
+            let p = entry.map_err(io(&dir))?.path().join("submission.json");
+            if let Some(s) = read_json::<Submission>(&p)? {
+                out.push(s);
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    /// The typed lines of `journal.jsonl` (empty when there is none).
+    pub fn journal(&self) -> Result<Vec<journal::Line>, StateError> {
+        Ok(journal::read(&self.path("journal.jsonl"))?.unwrap_or_default())
+    }
+}
+
+/// An open state directory, locked for the lifetime of this value: the one
+/// writer. Submissions change only through [`StateDir::apply`].
 pub struct StateDir {
-    pub root: PathBuf,
-    pub experiment: String,
+    view: View,
+    experiment: String,
     _lock: File,
 }
 
@@ -76,11 +154,9 @@ impl StateDir {
     /// Opens (creating) `<state_root>/<experiment>` and takes its lock, waiting
     /// up to `wait` for another orchestrator to let go.
     pub fn open(state_root: &Path, experiment: &str, wait: Duration) -> Result<StateDir, StateError> {
-        if !valid_experiment_name(experiment) {
-            return Err(StateError::BadName(experiment.to_string()));
-        }
-        let root = state_root.join(experiment);
-        fs::create_dir_all(root.join("configs")).map_err(io(&root))?;
+        let view = View::new(state_root, experiment)?;
+        let root = view.root();
+        fs::create_dir_all(root.join("configs")).map_err(io(root))?;
         let lock_path = root.join("lock");
         let mut lock = OpenOptions::new()
             .read(true)
@@ -107,33 +183,36 @@ impl StateDir {
         // Who holds it, for the message another orchestrator prints (not a lock itself).
         let _ = lock.set_len(0);
         let _ = writeln!(lock, "pid {} since {:.0}", std::process::id(), now());
-        Ok(StateDir { root, experiment: experiment.to_string(), _lock: lock })
+        Ok(StateDir { view, experiment: experiment.to_string(), _lock: lock })
+    }
+
+    /// The directory read as anyone may read it.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    pub fn root(&self) -> &Path {
+        self.view.root()
+    }
+
+    pub fn experiment(&self) -> &str {
+        &self.experiment
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
-        self.root.join(rel)
+        self.view.path(rel)
     }
 
     pub fn record_path(&self, hash: &str) -> PathBuf {
-        self.root.join("configs").join(format!("{hash}.json"))
+        self.root().join("configs").join(format!("{hash}.json"))
     }
 
     pub fn submission_dir(&self, id: &str) -> PathBuf {
-        self.root.join("submissions").join(id)
+        self.root().join("submissions").join(id)
     }
 
     pub fn load_records(&self) -> Result<BTreeMap<String, ConfigRecord>, StateError> {
-        let dir = self.root.join("configs");
-        let mut out = BTreeMap::new();
-        for entry in fs::read_dir(&dir).map_err(io(&dir))? {
-            let path = entry.map_err(io(&dir))?.path();
-            if path.extension().is_some_and(|e| e == "json") {
-                if let Some(r) = read_json::<ConfigRecord>(&path)? {
-                    out.insert(r.hash.clone(), r);
-                }
-            }
-        }
-        Ok(out)
+        self.view.records()
     }
 
     /// Records are rebuilt from the submissions by [`StateDir::repair`] and
@@ -143,31 +222,39 @@ impl StateDir {
     }
 
     pub fn load_submissions(&self) -> Result<Vec<Submission>, StateError> {
-        let dir = self.root.join("submissions");
-        let mut out = Vec::new();
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(io(&dir)(e)),
+        self.view.submissions()
+    }
+
+    /// Applies one change: the submission it names saved (fsynced: the
+    /// protocol's record), the journal line appended, and the configs'
+    /// attempts brought in line (created for an intent, the job id adopted,
+    /// abandoned with their submission) and saved.
+    pub fn apply(&self, records: &mut BTreeMap<String, ConfigRecord>, change: Change) -> Result<(), StateError> {
+        let submission = match &change {
+            Change::Intent { submission } | Change::Move { submission, .. } => Some(submission.clone()),
+            Change::NotSent { .. } | Change::SbatchError { .. } | Change::Cancel { .. } => None,
         };
-        for entry in entries {
-            let p = entry.map_err(io(&dir))?.path().join("submission.json");
-            if let Some(s) = read_json::<Submission>(&p)? {
-                out.push(s);
+        if let Some(s) = &submission {
+            write_json(&self.submission_dir(&s.id).join("submission.json"), s)?;
+        }
+        // For humans, audits and replay; `submission.json` is the record, so no fsync here.
+        let line = journal::Line { v: journal::VERSION, t: now(), change };
+        fsio::append_jsonl(&self.path("journal.jsonl"), &line)?;
+        if let Some(s) = submission {
+            self.settle(records, &s)?;
+        }
+        Ok(())
+    }
+
+    /// The attempts of submission `s` in `records`, brought in line with it and saved.
+    fn settle(&self, records: &mut BTreeMap<String, ConfigRecord>, s: &Submission) -> Result<(), StateError> {
+        for (task, hash) in s.tasks.iter().enumerate() {
+            let Some(r) = records.get_mut(hash) else { continue };
+            if s.settle(r, task as u32) {
+                self.save_record(r)?;
             }
         }
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(out)
-    }
-
-    pub fn save_submission(&self, s: &Submission) -> Result<(), StateError> {
-        Ok(write_json(&self.submission_dir(&s.id).join("submission.json"), s)?)
-    }
-
-    /// Appends one JSON line to `journal.jsonl` (for humans and audits; the
-    /// protocol's record is `submission.json`, so no fsync here).
-    pub fn journal(&self, entry: serde_json::Value) -> Result<(), StateError> {
-        Ok(fsio::append_jsonl(&self.root.join("journal.jsonl"), &entry)?)
+        Ok(())
     }
 
     /// Brings the per-config records in line with the submissions (the intent
@@ -176,31 +263,7 @@ impl StateDir {
     pub fn repair(&self) -> Result<BTreeMap<String, ConfigRecord>, StateError> {
         let mut records = self.load_records()?;
         for s in self.load_submissions()? {
-            for (task, hash) in s.tasks.iter().enumerate() {
-                let Some(r) = records.get_mut(hash) else { continue };
-                let task_id = task as u32;
-                let before = r.clone();
-                match r.attempts.iter_mut().find(|a| a.submission == s.id && a.task_id == task_id) {
-                    Some(a) => {
-                        if a.array_job_id.is_none() && s.array_job_id.is_some() {
-                            a.array_job_id = s.array_job_id.clone();
-                            a.submitted_at = s.submitted_at;
-                        }
-                        if s.abandoned {
-                            a.abandoned = true;
-                        }
-                    }
-                    None => r.attempts.push(Attempt {
-                        array_job_id: s.array_job_id.clone(),
-                        submitted_at: s.submitted_at,
-                        abandoned: s.abandoned,
-                        ..Attempt::intended(s.id.clone(), task_id, s.intended_at)
-                    }),
-                }
-                if *r != before {
-                    self.save_record(r)?;
-                }
-            }
+            self.settle(&mut records, &s)?;
         }
         Ok(records)
     }
@@ -222,7 +285,7 @@ mod tests {
                 assert_eq!(experiment, "exp9");
                 assert!(holder.contains(&std::process::id().to_string()), "{holder}");
             }
-            other => panic!("expected Locked, got {:?}", other.map(|s| s.root)),
+            other => panic!("expected Locked, got {:?}", other.map(|s| s.root().to_path_buf())),
         }
         drop(first);
         // Another test's fork may still hold the file description for a moment
@@ -264,14 +327,81 @@ mod tests {
             remote_script: "/x".into(),
             intent: IntentState::Intended,
         };
-        st.save_submission(&sub).expect("sub");
+        // A crash after the intent was saved, before the records were.
+        let sub_path = st.submission_dir(&sub.id).join("submission.json");
+        write_json(&sub_path, &sub).expect("sub");
         let r = st.repair().expect("repair");
         assert_eq!(r["aaa"].attempts.len(), 1);
         assert!(r["aaa"].live(), "an unsettled intent occupies the config");
         sub.array_job_id = Some("42".into());
-        st.save_submission(&sub).expect("sub");
+        write_json(&sub_path, &sub).expect("sub");
         let r = st.repair().expect("repair");
         assert_eq!(r["aaa"].attempts.len(), 1, "no second attempt");
         assert_eq!(r["aaa"].attempts[0].array_job_id.as_deref(), Some("42"));
+    }
+
+    fn submission(id: &str, tasks: &[&str]) -> Submission {
+        Submission {
+            id: id.into(),
+            job_name: format!("job-{id}"),
+            comment: "c".into(),
+            array: format!("0-{}", tasks.len() - 1),
+            tasks: tasks.iter().map(|t| t.to_string()).collect(),
+            intended_at: 1.0,
+            array_job_id: None,
+            submitted_at: None,
+            abandoned: false,
+            remote_script: "/x".into(),
+            intent: IntentState::Intended,
+        }
+    }
+
+    fn record(hash: &str) -> ConfigRecord {
+        ConfigRecord {
+            hash: hash.into(),
+            name: hash.into(),
+            verdict: None,
+            predicted_gib: None,
+            attempts: vec![],
+            result: None,
+        }
+    }
+
+    #[test]
+    fn the_journal_replays_to_the_submissions_on_disk() {
+        use crate::slurm::JobId;
+        let d = tempfile::tempdir().expect("tempdir");
+        let st = StateDir::open(d.path(), "e", Duration::ZERO).expect("open");
+        let mut records: BTreeMap<String, ConfigRecord> =
+            ["a", "b", "c"].into_iter().map(|h| (h.to_string(), record(h))).collect();
+        // Old lines (before the journal was typed) are kept but not replayed.
+        fsio::append_jsonl(&st.path("journal.jsonl"), &serde_json::json!({"t": 0.5, "op": "intent"})).expect("old");
+        let mut s1 = submission("s001", &["a", "b"]);
+        st.apply(&mut records, Change::Intent { submission: s1.clone() }).expect("intent");
+        let from = s1.state();
+        s1.set_state(IntentState::Submitted { job_id: JobId::from("41") });
+        st.apply(&mut records, Change::Move { from, submission: s1.clone() }).expect("submitted");
+        let mut s2 = submission("s002", &["c"]);
+        st.apply(&mut records, Change::Intent { submission: s2.clone() }).expect("intent");
+        st.apply(&mut records, Change::SbatchError { submission: s2.id.clone(), error: "timeout".into() })
+            .expect("error");
+        for next in [IntentState::Unresolved, IntentState::Absent { since: 3.0 }, IntentState::Abandoned] {
+            let from = s2.state();
+            s2.set_state(next);
+            st.apply(&mut records, Change::Move { from, submission: s2.clone() }).expect("move");
+        }
+        st.apply(&mut records, Change::Cancel { jobs: vec![JobId::from("41")] }).expect("cancel");
+
+        let lines = st.view().journal().expect("journal");
+        assert_eq!(lines.len(), 8, "every change a line, the old one left out");
+        assert!(lines.iter().all(|l| l.v == journal::VERSION));
+        let on_disk: BTreeMap<String, Submission> =
+            st.load_submissions().expect("submissions").into_iter().map(|s| (s.id.clone(), s)).collect();
+        assert_eq!(journal::replay(&lines), on_disk);
+        // The records followed every change, as a repair from the submissions would make them.
+        assert_eq!(records["a"].attempts[0].array_job_id.as_deref(), Some("41"));
+        assert!(records["c"].attempts[0].abandoned && !records["c"].live());
+        assert_eq!(st.load_records().expect("records"), records);
+        assert_eq!(st.repair().expect("repair"), records);
     }
 }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::intent::IntentState;
+use super::record::{Attempt, ConfigRecord};
 use crate::fsio::now;
 use crate::slurm::JobId;
 
@@ -54,5 +55,30 @@ impl Submission {
             _ => {}
         }
         self.intent = s;
+    }
+
+    /// Brings config `r`'s attempt for task `task` in line with this
+    /// submission: created when missing (a crash between the two writes),
+    /// the array's job id adopted, abandoned with it. Returns whether `r` changed.
+    pub fn settle(&self, r: &mut ConfigRecord, task: u32) -> bool {
+        let before = r.clone();
+        match r.attempts.iter_mut().find(|a| a.submission == self.id && a.task_id == task) {
+            Some(a) => {
+                if a.array_job_id.is_none() && self.array_job_id.is_some() {
+                    a.array_job_id = self.array_job_id.clone();
+                    a.submitted_at = self.submitted_at;
+                }
+                if self.abandoned {
+                    a.abandoned = true;
+                }
+            }
+            None => r.attempts.push(Attempt {
+                array_job_id: self.array_job_id.clone(),
+                submitted_at: self.submitted_at,
+                abandoned: self.abandoned,
+                ..Attempt::intended(self.id.clone(), task, self.intended_at)
+            }),
+        }
+        *r != before
     }
 }

@@ -3,9 +3,9 @@
 use std::collections::BTreeSet;
 
 use super::{blocking, open_target, protocol, stored_sweep, CommandError, Options};
-use crate::fsio;
+
 use crate::slurm::JobId;
-use crate::state::StateDir;
+use crate::state::{Change, StateDir};
 
 /// `cancel`: scancel every array of the experiment that still has live tasks.
 pub async fn cancel(experiment: &str, opts: &Options) -> Result<Vec<JobId>, CommandError> {
@@ -21,7 +21,7 @@ pub async fn cancel(experiment: &str, opts: &Options) -> Result<Vec<JobId>, Comm
         .filter_map(|a| a.array_job_id.clone())
         .collect();
     let ids: Vec<JobId> = ids.into_iter().collect();
-    st.journal(serde_json::json!({"t": fsio::now(), "op": "cancel", "jobs": ids}))?;
+    st.apply(&mut records, Change::Cancel { jobs: ids.clone() })?;
     let send = ids.clone();
     blocking(&target.transport, move |t| t.cancel(&send)).await?;
     Ok(ids)

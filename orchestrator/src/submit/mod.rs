@@ -175,7 +175,9 @@ pub(crate) fn prepare(
             return Err(CommandError::Refused(format!(
                 "experiment `{}` was submitted to cluster `{}`; it cannot continue on `{cluster}` \
                  (use --cluster {} or another experiment name)",
-                st.experiment, prev.cluster, prev.cluster
+                st.experiment(),
+                prev.cluster,
+                prev.cluster
             )));
         }
     }
@@ -184,7 +186,7 @@ pub(crate) fn prepare(
         &st.path("sweep.json"),
         &StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, &records) },
     )?;
-    let v = verdicts(sweep, st.root.parent().unwrap_or(Path::new(".")));
+    let v = verdicts(sweep, st.root().parent().unwrap_or(Path::new(".")));
     let mut seen = BTreeSet::new();
     for c in &sweep.configs {
         if !seen.insert(c.hash.0.clone()) {

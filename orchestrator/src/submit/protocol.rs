@@ -9,7 +9,7 @@ use super::{blocking, CommandError, Target};
 use crate::fsio;
 use crate::slurm::JobId;
 use crate::state::intent::{Event, IntentState, CONFIRM_S};
-use crate::state::{ConfigRecord, StateDir, Submission};
+use crate::state::{Change, ConfigRecord, StateDir, Submission};
 use crate::transport::Poll;
 
 /// What one reconciliation did, by submission id.
@@ -21,9 +21,9 @@ pub struct Settled {
     pub unresolved: Vec<String>,
 }
 
-/// Applies `event` to submission `sub`: the new state in `submission.json`
-/// (fsynced: the protocol's record), a journal line, and the records'
-/// attempts (job id adopted, or the attempt abandoned).
+/// Applies `event` to submission `sub`: the protocol's next state, applied
+/// to the state directory ([`StateDir::apply`]: `submission.json`, the
+/// journal, the records' attempts).
 pub(crate) fn advance(
     st: &StateDir,
     records: &mut BTreeMap<String, ConfigRecord>,
@@ -37,35 +37,8 @@ pub(crate) fn advance(
     if next == before {
         return Ok(());
     }
-    sub.set_state(next.clone());
-    st.save_submission(sub)?;
-    let mut entry =
-        serde_json::json!({"t": fsio::now(), "op": next.name(), "from": before.name(), "submission": sub.id});
-    if let IntentState::Submitted { job_id } = &next {
-        entry["job_id"] = job_id.to_string().into();
-    }
-    st.journal(entry)?;
-    for (task, hash) in sub.tasks.iter().enumerate() {
-        let Some(r) = records.get_mut(hash) else { continue };
-        let mut dirty = false;
-        for a in r.attempts.iter_mut().filter(|a| a.submission == sub.id && a.task_id == task as u32) {
-            match &next {
-                IntentState::Submitted { job_id } => {
-                    a.array_job_id = Some(job_id.clone());
-                    a.submitted_at = sub.submitted_at;
-                    dirty = true;
-                }
-                IntentState::Abandoned => {
-                    a.abandoned = true;
-                    dirty = true;
-                }
-                _ => {}
-            }
-        }
-        if dirty {
-            st.save_record(r)?;
-        }
-    }
+    sub.set_state(next);
+    st.apply(records, Change::Move { from: before, submission: sub.clone() })?;
     Ok(())
 }
 

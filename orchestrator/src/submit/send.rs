@@ -18,7 +18,7 @@ use crate::precheck::VerdictKind;
 use crate::render::Renderer;
 use crate::slurm::{JobId, SlurmState};
 use crate::state::intent::{Event, IntentState};
-use crate::state::{Attempt, ConfigRecord, StateDir};
+use crate::state::{Attempt, Change, ConfigRecord, StateDir};
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport::{CounterSnapshot, TransportError};
 
@@ -71,14 +71,7 @@ async fn send(
         // 2. The intent, durable before sbatch. The records' attempts follow
         // from it (`StateDir::repair`), so they are written without fsync.
         p.sub.intended_at = fsio::now();
-        st.save_submission(&p.sub)?;
-        st.journal(serde_json::json!({"t": p.sub.intended_at, "op": "intent", "submission": p.sub.id, "job_name": p.sub.job_name, "configs": p.sub.tasks}))?;
-        for (task, hash) in p.sub.tasks.iter().enumerate() {
-            if let Some(r) = records.get_mut(hash) {
-                r.attempts.push(Attempt::intended(p.sub.id.clone(), task as u32, p.sub.intended_at));
-                st.save_record(r)?;
-            }
-        }
+        st.apply(records, Change::Intent { submission: p.sub.clone() })?;
         // 3. sbatch, whose outcome moves the intent on.
         let script = p.sub.remote_script.clone();
         let result = blocking(&target.transport, move |t| t.submit(&script)).await;
@@ -92,7 +85,7 @@ async fn send(
             }
             Err(e @ TransportError::NotSent(_)) => {
                 protocol::advance(st, records, &mut p.sub, &Event::NotSent)?;
-                st.journal(serde_json::json!({"t": fsio::now(), "op": "not_sent", "submission": p.sub.id, "error": e.to_string()}))?;
+                st.apply(records, Change::NotSent { submission: p.sub.id.clone(), error: e.to_string() })?;
                 return Err(CommandError::Refused(format!(
                     "submitting {} ({} configs) failed: {e}; its configs are free to submit again",
                     p.sub.id,
@@ -101,7 +94,7 @@ async fn send(
             }
             Err(e) => {
                 protocol::advance(st, records, &mut p.sub, &Event::SbatchFailed)?;
-                st.journal(serde_json::json!({"t": fsio::now(), "op": "sbatch_error", "submission": p.sub.id, "error": e.to_string()}))?;
+                st.apply(records, Change::SbatchError { submission: p.sub.id.clone(), error: e.to_string() })?;
                 // Did it reach SLURM anyway? Ask by name now; whatever stays open, every later command asks again.
                 if let Ok(s) = protocol::reconcile(st, target, records, false).await {
                     report.merge(s);
