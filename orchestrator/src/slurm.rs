@@ -313,6 +313,10 @@ pub enum ParseError {
     Line { command: &'static str, line: usize, text: String, why: &'static str },
     #[error("sbatch printed no job id: `{0}`")]
     Sbatch(String),
+    /// A pending array's task range that does not parse: an error, never "no tasks"
+    /// (which a poll would read as the tasks having left the queue).
+    #[error("{view}: job {job}: pending task range `{range}` does not parse")]
+    TaskRange { view: &'static str, job: String, range: String },
 }
 
 /// The `squeue` format the parser expects: one line per array task (`--array`).

@@ -380,6 +380,7 @@ mod tests {
         st.apply(&mut records, Change::Intent { submission: s1.clone() }).expect("intent");
         let from = s1.state();
         s1.set_state(IntentState::Submitted { job_id: JobId::from("41") });
+        s1.submitted_at = Some(2.5); // exact in JSON (serde_json may round a clock reading's last bit)
         st.apply(&mut records, Change::Move { from, submission: s1.clone() }).expect("submitted");
         let mut s2 = submission("s002", &["c"]);
         st.apply(&mut records, Change::Intent { submission: s2.clone() }).expect("intent");

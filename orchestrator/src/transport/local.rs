@@ -121,28 +121,36 @@ impl LocalTransport {
     }
 
     /// Reserves `n` consecutive job ids under a lock (several orchestrators on
-    /// different experiments share the counter).
+    /// different experiments share the counter). The counter is replaced
+    /// atomically, so it is never torn; one that does not parse is an error
+    /// (starting again at 1000 would reuse job ids).
     fn reserve_ids(&self, n: u64) -> Result<u64, TransportError> {
         use fs2::FileExt;
-        use std::io::{Read, Seek, Write};
         std::fs::create_dir_all(&self.jobs_dir).map_err(|e| ferr(&self.jobs_dir, e))?;
-        let p = self.jobs_dir.join("next_id");
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
+        let lock_path = self.jobs_dir.join("next_id.lock");
+        let lock = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
-            .open(&p)
-            .map_err(|e| ferr(&p, e))?;
-        f.lock_exclusive().map_err(|e| ferr(&p, e))?;
-        let mut s = String::new();
-        f.read_to_string(&mut s).map_err(|e| ferr(&p, e))?;
-        let first: u64 = s.trim().parse().unwrap_or(1000);
-        f.set_len(0)
-            .and_then(|_| f.rewind())
-            .and_then(|_| write!(f, "{}", first + n))
-            .and_then(|_| f.sync_all())
-            .map_err(|e| ferr(&p, e))?;
+            .open(&lock_path)
+            .map_err(|e| ferr(&lock_path, e))?;
+        lock.lock_exclusive().map_err(|e| ferr(&lock_path, e))?;
+        let p = self.jobs_dir.join("next_id");
+        let first: u64 = match std::fs::read_to_string(&p) {
+            Ok(s) => s.trim().parse().map_err(|_| {
+                TransportError::Other(format!(
+                    "{}: `{}` is not a job id counter; job ids would be reused (set it above the \
+                     highest job under {}, or remove it if that folder is empty)",
+                    p.display(),
+                    s.trim(),
+                    self.jobs_dir.display()
+                ))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 1000,
+            Err(e) => return Err(ferr(&p, e)),
+        };
+        crate::fsio::write_atomic(&p, (first + n).to_string().as_bytes())
+            .map_err(|e| TransportError::Other(e.to_string()))?;
         Ok(first)
     }
 
@@ -447,5 +455,16 @@ mod tests {
         assert_eq!(d.array.as_deref(), Some("0-3%2"));
         assert_eq!(d.job_name.as_deref(), Some("a b"));
         assert_eq!(d.output.as_deref(), Some("/x/%a.out"));
+    }
+
+    #[test]
+    fn job_ids_count_on_and_a_corrupt_counter_is_an_error_not_a_reset() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let t = LocalTransport::new(&ClusterConfig::local(), d.path()).expect("transport");
+        assert_eq!(t.reserve_ids(3).expect("first"), 1000);
+        assert_eq!(t.reserve_ids(1).expect("next"), 1003);
+        std::fs::write(t.jobs_dir.join("next_id"), "10x4").expect("corrupt it");
+        let e = t.reserve_ids(1).expect_err("corrupt");
+        assert!(e.to_string().contains("`10x4` is not a job id counter"), "{e}");
     }
 }

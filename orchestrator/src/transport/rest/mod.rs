@@ -105,7 +105,7 @@ impl RestTransport {
     fn live(&self, names: &[String]) -> Result<Vec<crate::slurm::TaskObservation>, TransportError> {
         let v = self.client.version()?;
         let jobs: LiveJobs = self.client.request(Method::Get, &v.jobs_path(), &[], None)?;
-        Ok(jobs.observations(names, &self.user))
+        Ok(jobs.observations(names, &self.user)?)
     }
 
     /// Jobs accounting holds (sacct's view), by name, since `start`.
@@ -113,7 +113,7 @@ impl RestTransport {
         let v = self.client.version()?;
         let query = [("job_name", names.join(",")), ("start_time", start.to_string())];
         let jobs: DbJobs = self.client.request(Method::Get, &v.db_jobs_path(), &query, None)?;
-        Ok(jobs.observations(names, &self.user))
+        Ok(jobs.observations(names, &self.user)?)
     }
 }
 
