@@ -121,7 +121,7 @@ pub(crate) async fn pull_events(
     grace_s: f64,
 ) -> Collected {
     let mut got = Collected::default();
-    let Ok(remote_state) = blocking(&target.transport, |t| t.remote_state_root()).await else { return got };
+    let Ok(remote_state) = blocking(&target.transport, |t| t.files().remote_state_root()).await else { return got };
     let configs: BTreeMap<&str, &spec::RunConfig> =
         sweep.configs.iter().map(|c| (c.hash.0.as_str(), &c.config)).collect();
     let now = fsio::now();
@@ -140,7 +140,7 @@ pub(crate) async fn pull_events(
         let remote = format!("{remote_state}/{}/runs/{}/events.jsonl", sweep.experiment.name, cfg.name);
         let data = match blocking(&target.transport, {
             let remote = remote.clone();
-            move |t| t.read_from(&remote, offset)
+            move |t| t.files().read_from(&remote, offset)
         })
         .await
         {

@@ -65,7 +65,7 @@ async fn send(
         // 1. Files on the cluster (a fresh path per submission: nothing to clobber).
         if !local || !same_file(&p.script_local, &p.sub.remote_script) {
             for (path, data) in std::mem::take(&mut p.files) {
-                blocking(&target.transport, move |t| t.put_file(&path, &data, false)).await?;
+                blocking(&target.transport, move |t| t.files().put_file(&path, &data, false)).await?;
             }
         }
         // 2. The intent, durable before sbatch. The records' attempts follow
@@ -214,8 +214,8 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     }
     if !todo.is_empty() {
         let max_array = blocking(&target.transport, |t| t.max_array_size()).await?;
-        let remote_state = blocking(&target.transport, |t| t.remote_state_root()).await?;
-        let worker = blocking(&target.transport, |t| t.worker_path()).await?;
+        let remote_state = blocking(&target.transport, |t| t.files().remote_state_root()).await?;
+        let worker = blocking(&target.transport, |t| t.files().worker_path()).await?;
         let mut renderer = Renderer::new(template_dirs(opts, sweep));
         let first = st.load_submissions()?.len() + 1;
         let prepared =

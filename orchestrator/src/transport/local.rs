@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::{CounterSnapshot, Counters, Poll, Transport, TransportError};
+use super::{CounterSnapshot, Counters, FileStore, Poll, Scheduler, Transport, TransportError};
 use crate::cluster::ClusterConfig;
 use crate::slurm::{expand_ranges, JobId, SlurmState, TaskObservation};
 
@@ -202,6 +202,16 @@ impl Transport for LocalTransport {
         format!("local processes (at most {} at once)", self.max_parallel)
     }
 
+    fn files(&self) -> &dyn FileStore {
+        self
+    }
+
+    fn counters(&self) -> CounterSnapshot {
+        self.counters.snapshot()
+    }
+}
+
+impl FileStore for LocalTransport {
     fn remote_state_root(&self) -> Result<String, TransportError> {
         Ok(self.state_root.to_string_lossy().into_owned())
     }
@@ -245,7 +255,9 @@ impl Transport for LocalTransport {
             Err(e) => Err(ferr(Path::new(path), e)),
         }
     }
+}
 
+impl Scheduler for LocalTransport {
     fn max_array_size(&self) -> Result<u32, TransportError> {
         Ok(100_000)
     }
@@ -361,10 +373,6 @@ impl Transport for LocalTransport {
             }
         }
         Ok(())
-    }
-
-    fn counters(&self) -> CounterSnapshot {
-        self.counters.snapshot()
     }
 }
 

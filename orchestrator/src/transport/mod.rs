@@ -1,16 +1,18 @@
-//! How the orchestrator reaches a cluster. One trait, [`Transport`], four
-//! implementations:
+//! How the orchestrator reaches a cluster. A [`Transport`] is a
+//! [`Scheduler`] (submit, poll, cancel) and a [`FileStore`] (read, write,
+//! tail), in four implementations:
 //!
 //! - `ssh`: SLURM on a remote login node; commands over SSH exec channels, files over SFTP;
 //! - `local-slurm`: the SLURM commands of this machine;
 //! - `rest`: SLURM's REST API (slurmrestd), files over SFTP or on this machine ([`rest`]);
 //! - `local`: no SLURM at all; the rendered scripts run as local processes.
 //!
-//! Two planes: the control plane drives SLURM (commands through a [`Shell`],
-//! or HTTP requests), the data plane moves files ([`files::Files`] over a
-//! [`Shell`]: SFTP or this machine). [`SlurmTransport`] turns the job
-//! operations into `sbatch`/`squeue`/`sacct`/`scancel`/`scontrol` command lines
-//! and runs them through the same shell as its files.
+//! The scheduler drives SLURM (commands through a [`Shell`], or HTTP
+//! requests); the files of every SLURM transport are one [`files::Files`]
+//! over a [`Shell`] (SFTP or this machine), which `files()` hands out as is.
+//! [`SlurmTransport`] turns the job operations into
+//! `sbatch`/`squeue`/`sacct`/`scancel`/`scontrol` command lines and runs them
+//! through the same shell as its files.
 //!
 //! Every call blocks (ssh2 is a blocking library); async callers run them with
 //! `tokio::task::spawn_blocking` (see [`crate::submit`]).
@@ -175,9 +177,23 @@ impl Poll {
     }
 }
 
-/// A cluster as the orchestrator uses it.
-pub trait Transport: Send + Sync {
-    fn describe(&self) -> String;
+/// The scheduler side of a cluster: SLURM (its commands or its REST API), or
+/// the local runner.
+pub trait Scheduler: Send + Sync {
+    /// Array task ids must stay below this (`MaxArraySize`).
+    fn max_array_size(&self) -> Result<u32, TransportError>;
+    /// Submits a job array script; returns the array's job id. Never retried:
+    /// an error after the request left may mean it ran (see [`TransportError::Uncertain`]).
+    fn submit(&self, script: &str) -> Result<JobId, TransportError>;
+    /// Every task of the jobs with these names submitted since `since` (Unix seconds).
+    fn poll(&self, names: &[String], since: f64) -> Result<Poll, TransportError>;
+    /// Cancels whole arrays (or `ARRAY_TASK` ids).
+    fn cancel(&self, job_ids: &[JobId]) -> Result<(), TransportError>;
+}
+
+/// The file side of a cluster: where job files, the worker binary and the
+/// event streams live ([`files::Files`] over a [`Shell`], or this machine).
+pub trait FileStore: Send + Sync {
     /// Absolute path on the cluster of the state root (`<work_dir>/state`).
     fn remote_state_root(&self) -> Result<String, TransportError>;
     /// The worker binary's path on the cluster.
@@ -190,15 +206,12 @@ pub trait Transport: Send + Sync {
     /// `install` skips an upload of a binary that is already in place);
     /// `None` when there is no such file.
     fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError>;
-    /// Array task ids must stay below this (`MaxArraySize`).
-    fn max_array_size(&self) -> Result<u32, TransportError>;
-    /// Submits a job array script; returns the array's job id. Never retried:
-    /// an error after the request left may mean it ran (see [`TransportError::Uncertain`]).
-    fn submit(&self, script: &str) -> Result<JobId, TransportError>;
-    /// Every task of the jobs with these names submitted since `since` (Unix seconds).
-    fn poll(&self, names: &[String], since: f64) -> Result<Poll, TransportError>;
-    /// Cancels whole arrays (or `ARRAY_TASK` ids).
-    fn cancel(&self, job_ids: &[JobId]) -> Result<(), TransportError>;
+}
+
+/// A cluster as the orchestrator uses it: a scheduler and its files.
+pub trait Transport: Scheduler {
+    fn describe(&self) -> String;
+    fn files(&self) -> &dyn FileStore;
     fn counters(&self) -> CounterSnapshot;
 }
 
@@ -270,30 +283,16 @@ impl Transport for SlurmTransport {
         self.shell.describe()
     }
 
-    fn remote_state_root(&self) -> Result<String, TransportError> {
-        self.files.remote_state_root()
+    fn files(&self) -> &dyn FileStore {
+        &self.files
     }
 
-    fn worker_path(&self) -> Result<String, TransportError> {
-        self.files.worker_path()
+    fn counters(&self) -> CounterSnapshot {
+        self.shell.counters().snapshot()
     }
+}
 
-    fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
-        self.files.put(path, data, executable)
-    }
-
-    fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
-        self.files.get(path)
-    }
-
-    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
-        self.files.read_from(path, offset)
-    }
-
-    fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
-        self.files.digest(path)
-    }
-
+impl Scheduler for SlurmTransport {
     fn max_array_size(&self) -> Result<u32, TransportError> {
         let out = self.checked(slurm::scontrol_config_argv(), true)?;
         Ok(slurm::parse_max_array_size(&out.stdout))
@@ -324,10 +323,6 @@ impl Transport for SlurmTransport {
             return Ok(());
         }
         self.checked(slurm::scancel_argv(job_ids), true).map(|_| ())
-    }
-
-    fn counters(&self) -> CounterSnapshot {
-        self.shell.counters().snapshot()
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::files::Files;
-use super::{local_slurm, ssh, CounterSnapshot, Poll, Transport, TransportError};
+use super::{local_slurm, ssh, CounterSnapshot, FileStore, Poll, Scheduler, Transport, TransportError};
 use crate::cluster::{ClusterConfig, FilesKind};
 use crate::slurm::JobId;
 use api::{DbJobs, LiveJobs, SubmitAnswer};
@@ -126,30 +126,17 @@ impl Transport for RestTransport {
         format!("slurmrestd at {} as {}, {files}", self.client.base(), self.user)
     }
 
-    fn remote_state_root(&self) -> Result<String, TransportError> {
-        self.files.remote_state_root()
+    fn files(&self) -> &dyn FileStore {
+        &self.files
     }
 
-    fn worker_path(&self) -> Result<String, TransportError> {
-        self.files.worker_path()
+    fn counters(&self) -> CounterSnapshot {
+        let http = CounterSnapshot { commands: self.client.requests.load(Ordering::Relaxed), ..Default::default() };
+        http + self.files.shell().counters().snapshot()
     }
+}
 
-    fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
-        self.files.put(path, data, executable)
-    }
-
-    fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
-        self.files.get(path)
-    }
-
-    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
-        self.files.read_from(path, offset)
-    }
-
-    fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
-        self.files.digest(path)
-    }
-
+impl Scheduler for RestTransport {
     fn max_array_size(&self) -> Result<u32, TransportError> {
         Ok(self.max_array_size)
     }
@@ -160,7 +147,7 @@ impl Transport for RestTransport {
     /// [`TransportError::NotSent`], so the intent is released at once.
     fn submit(&self, script: &str) -> Result<JobId, TransportError> {
         let not_sent = |e: TransportError| TransportError::NotSent(Box::new(e));
-        let bytes = self.files.get(script).map_err(not_sent)?.ok_or_else(|| {
+        let bytes = self.files.get_file(script).map_err(not_sent)?.ok_or_else(|| {
             not_sent(TransportError::File {
                 target: self.describe(),
                 path: script.into(),
@@ -205,10 +192,5 @@ impl Transport for RestTransport {
             }
         }
         Ok(())
-    }
-
-    fn counters(&self) -> CounterSnapshot {
-        let http = CounterSnapshot { commands: self.client.requests.load(Ordering::Relaxed), ..Default::default() };
-        http + self.files.shell().counters().snapshot()
     }
 }
