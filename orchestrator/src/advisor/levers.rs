@@ -83,7 +83,10 @@ fn unet_mut(c: &mut RunConfig) -> Option<&mut UnetSpec> {
     }
 }
 
-fn unet_candidates(u: &UnetSpec, with: &mut dyn FnMut(String, &dyn Fn(&mut RunConfig))) {
+/// A change to a config, applied to a copy of it.
+type Edit<'a> = &'a dyn Fn(&mut RunConfig);
+
+fn unet_candidates(u: &UnetSpec, with: &mut dyn FnMut(String, Edit)) {
     let levels = u.levels();
     for l in 0..levels {
         if u.attention_levels.get(l).copied().unwrap_or(false) {

@@ -5,7 +5,9 @@
 use super::*;
 use crate::fsio;
 use crate::precheck::Predictor;
-use crate::state::{Attempt, StateChange, StateDir};
+use crate::slurm::SlurmState;
+use crate::state::{Attempt, ConfigRecord, StateChange, StateDir, StoredSweep};
+use spec::record::MeasuredStatus;
 use std::time::Duration;
 
 const GIB_U: u64 = 1 << 30;

@@ -33,20 +33,29 @@ fn random_suffix() -> String {
     hex::encode(&h.finalize()[..2])
 }
 
+/// Where job arrays go on the cluster and how they are numbered.
+pub(crate) struct Placement<'a> {
+    /// The cluster's state root (`<work_dir>/state`).
+    pub remote_state: &'a str,
+    /// The worker binary's path there.
+    pub worker: &'a str,
+    /// Array task ids stay below this (`MaxArraySize`).
+    pub max_array: u32,
+    /// The sequence number of the first new submission.
+    pub first_seq: usize,
+}
+
 /// Renders job arrays for `configs` (split below MaxArraySize); writes the
 /// scripts and manifests under `dir_for(sid)`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn prepare_arrays(
     sweep: &Sweep,
     configs: &[&SweepConfig],
     target: &Target,
-    remote_state: &str,
-    worker: &str,
-    max_array: u32,
-    first_seq: usize,
+    place: &Placement,
     renderer: &mut Renderer,
     dir_for: &dyn Fn(&str) -> PathBuf,
 ) -> Result<Vec<Prepared>, CommandError> {
+    let Placement { remote_state, worker, max_array, first_seq } = *place;
     let exp = &sweep.experiment;
     let exph = experiment_hash(&exp.name);
     let resources = merge_resources(&exp.slurm, &target.config.defaults);
@@ -159,8 +168,8 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, Strin
         .collect();
     let mut renderer = Renderer::new(template_dirs(opts, sweep));
     let dir = opts.state_root.join(&sweep.experiment.name).join("render");
-    let prepared =
-        prepare_arrays(sweep, &todo, &target, &remote_state, &worker, 1001, 1, &mut renderer, &|sid| dir.join(sid))?;
+    let place = Placement { remote_state: &remote_state, worker: &worker, max_array: 1001, first_seq: 1 };
+    let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| dir.join(sid))?;
     Ok(prepared
         .into_iter()
         .map(|p| {

@@ -5,7 +5,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use super::arrays::{prepare_arrays, Prepared};
+use super::arrays::{prepare_arrays, Placement, Prepared};
 use super::collect::awaiting_result;
 use super::protocol;
 use super::{
@@ -217,11 +217,9 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
         let remote_state = blocking(&target.transport, |t| t.files().remote_state_root()).await?;
         let worker = blocking(&target.transport, |t| t.files().worker_path()).await?;
         let mut renderer = Renderer::new(template_dirs(opts, sweep));
-        let first = st.load_submissions()?.len() + 1;
-        let prepared =
-            prepare_arrays(sweep, &todo, &target, &remote_state, &worker, max_array, first, &mut renderer, &|sid| {
-                st.submission_dir(sid)
-            })?;
+        let first_seq = st.load_submissions()?.len() + 1;
+        let place = Placement { remote_state: &remote_state, worker: &worker, max_array, first_seq };
+        let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| st.submission_dir(sid))?;
         send(&st, &target, &mut records, prepared, &mut report).await?;
     }
     let after = target.transport.counters();
