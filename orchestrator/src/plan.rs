@@ -37,8 +37,19 @@ pub fn rows(sweep: &Sweep, predictor: &Predictor) -> Vec<PlanRow> {
 fn row(c: &SweepConfig, budget_gb: Option<f64>, predictor: &Predictor) -> PlanRow {
     let cfg = &c.config;
     let per_level = params::level_grids(&cfg.model, &cfg.input).iter().map(|g| g.voxels()).collect();
-    let params = if c.is_valid() { params::count(&cfg.model, &cfg.input, cfg.out_channels).ok() } else { None };
-    let prediction = if c.is_valid() { predictor.predict(cfg).ok() } else { None };
+    // One prediction (without the term breakdown) gives the sizes and the verdict.
+    let prediction = if c.is_valid() { Some(predictor.predict_peak(cfg)) } else { None };
+    let verdict = match &prediction {
+        None => Verdict::Invalid { reasons: c.invalid.iter().map(|i| i.to_string()).collect() },
+        Some(Ok(p)) => predictor.verdict_of(cfg, p, budget_gb),
+        Some(Err(e)) => Verdict::Invalid { reasons: vec![e.to_string()] },
+    };
+    let prediction = prediction.and_then(Result::ok);
+    let params = match &prediction {
+        Some(p) => Some(p.params),
+        None if c.is_valid() => params::count(&cfg.model, &cfg.input, cfg.out_channels).ok(),
+        None => None,
+    };
     PlanRow {
         name: c.name.clone(),
         hash: c.hash.to_string(),
@@ -50,7 +61,7 @@ fn row(c: &SweepConfig, budget_gb: Option<f64>, predictor: &Predictor) -> PlanRo
         train_gib: prediction.as_ref().map(|p| p.train_peak_gib()),
         capacity_gib: cfg.gpu.capacity_gib(),
         status: c.status(),
-        verdict: predictor.verdict(cfg, budget_gb),
+        verdict,
     }
 }
 

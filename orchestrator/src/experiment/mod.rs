@@ -330,6 +330,12 @@ pub(crate) fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, (KeyP
     })
 }
 
+/// [`typed`] without consuming `v`, and without tracking the path unless it
+/// fails (then it is read again, tracked, for the error's path).
+pub(crate) fn typed_ref<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, (KeyPath, String)> {
+    T::deserialize(v).or_else(|_| typed(v.clone()))
+}
+
 /// The model block, typed by its `family` with the error's path kept.
 pub(crate) fn model_from_value(v: &Value) -> Result<ModelSpec, (KeyPath, String)> {
     let here = KeyPath::default();

@@ -401,10 +401,14 @@ impl Predictor {
         if !problems.is_empty() {
             return Verdict::Invalid { reasons: problems.iter().map(|e| e.to_string()).collect() };
         }
-        let pred = match self.predict_peak(cfg) {
-            Ok(p) => p,
-            Err(e) => return Verdict::Invalid { reasons: vec![e.to_string()] },
-        };
+        match self.predict_peak(cfg) {
+            Ok(p) => self.verdict_of(cfg, &p, budget_gb),
+            Err(e) => Verdict::Invalid { reasons: vec![e.to_string()] },
+        }
+    }
+
+    /// The verdict for `cfg`, valid, from its prediction `pred`.
+    pub fn verdict_of(&self, cfg: &RunConfig, pred: &Prediction, budget_gb: Option<f64>) -> Verdict {
         let gib = match cfg.mode {
             spec::Mode::Profile => pred.peak_gib(),
             spec::Mode::Train => pred.train_peak_gib(),

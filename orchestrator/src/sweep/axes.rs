@@ -17,7 +17,7 @@ pub(crate) struct Choice {
 /// The name of one combination: labels joined by `_`, or `fallback` when no
 /// choice has one. A label is dropped when a command-line override replaced
 /// (part of) what its choice sets; the choice's remaining values label it instead.
-pub(crate) fn from_labels(combo: &[Choice], cli: &[Override], fallback: &str) -> String {
+pub(crate) fn from_labels(combo: &[&Choice], cli: &[Override], fallback: &str) -> String {
     let overridden = |k: &KeyPath| cli.iter().any(|o| o.key.starts_with(k) || k.starts_with(&o.key));
     let mut labels: Vec<String> = Vec::new();
     for c in combo {
@@ -153,29 +153,40 @@ impl Axes {
     }
 
     /// Every combination of named config x grid values x zip row.
-    pub fn combinations(&self) -> Vec<Vec<Choice>> {
-        let mut out: Vec<Vec<Choice>> = vec![Vec::new()];
-        let mut product = |choices: &[Choice]| {
-            if choices.is_empty() {
-                return;
+    /// The axes in product order: named configs, each grid key, the zip; empty ones left out.
+    fn axes(&self) -> Vec<&[Choice]> {
+        let all = std::iter::once(self.configs.as_slice()).chain(self.grid.iter().map(Vec::as_slice));
+        all.chain(std::iter::once(self.zip.as_slice())).filter(|a| !a.is_empty()).collect()
+    }
+
+    /// How many combinations [`Axes::combinations`] yields.
+    pub fn count(&self) -> usize {
+        self.axes().iter().map(|a| a.len()).product()
+    }
+
+    /// Every combination, one choice per axis, the last axis fastest (an
+    /// odometer over the axes: no list of all combinations is built).
+    pub fn combinations(&self) -> impl Iterator<Item = Vec<&Choice>> + '_ {
+        let axes = self.axes();
+        let mut at = vec![0usize; axes.len()];
+        let mut done = false;
+        std::iter::from_fn(move || {
+            if done {
+                return None;
             }
-            out = out
-                .iter()
-                .flat_map(|prefix| {
-                    choices.iter().map(move |c| {
-                        let mut v = prefix.clone();
-                        v.push(c.clone());
-                        v
-                    })
-                })
-                .collect();
-        };
-        product(&self.configs);
-        for axis in &self.grid {
-            product(axis);
-        }
-        product(&self.zip);
-        out
+            let combo: Vec<&Choice> = axes.iter().zip(&at).map(|(a, &i)| &a[i]).collect();
+            // Advance: the last axis fastest; done once the first wraps.
+            done = true;
+            for k in (0..axes.len()).rev() {
+                at[k] += 1;
+                if at[k] < axes[k].len() {
+                    done = false;
+                    break;
+                }
+                at[k] = 0;
+            }
+            Some(combo)
+        })
     }
 
     pub fn excluded(&self, doc: &Value) -> bool {

@@ -11,17 +11,20 @@ pub fn render_table(cells: &[Vec<String>]) -> String {
     let widths: Vec<usize> = (0..cols)
         .map(|i| cells.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0))
         .collect();
-    let mut out = String::new();
+    let line_len: usize = widths.iter().map(|w| w + 2).sum();
+    let mut out = String::with_capacity(cells.len() * line_len);
     for row in cells {
-        let mut line = String::new();
+        let start = out.len();
         for (i, cell) in row.iter().enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            out.push_str(cell);
+            if i + 1 < row.len() {
+                let pad = widths[i].saturating_sub(cell.chars().count()) + 2;
+                out.extend(std::iter::repeat_n(' ', pad));
             }
         }
-        out.push_str(line.trim_end());
+        // No trailing blanks (a short last cell, or empty cells at the end).
+        let end = start + out[start..].trim_end().len();
+        out.truncate(end);
         out.push('\n');
     }
     out
