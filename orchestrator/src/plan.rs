@@ -31,7 +31,7 @@ pub struct PlanRow {
 
 /// Rows for every config in sweep order.
 pub fn rows(sweep: &Sweep, predictor: &Predictor) -> Vec<PlanRow> {
-    sweep.configs.iter().map(|c| row(c, sweep.experiment.budget_gb, predictor)).collect()
+    crate::util::par::map(&sweep.configs, |c| row(c, sweep.experiment.budget_gb, predictor))
 }
 
 fn row(c: &SweepConfig, budget_gb: Option<f64>, predictor: &Predictor) -> PlanRow {
@@ -70,29 +70,32 @@ fn per_level(v: &[u64]) -> String {
     v.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("/")
 }
 
+/// One row of the plan table, as text.
+fn cells_of(r: &PlanRow) -> Vec<String> {
+    let gib = |g: Option<f64>| g.map(memory).unwrap_or_else(|| "-".into());
+    let verdict = match &r.verdict {
+        Verdict::Invalid { .. } => r.status.clone(),
+        v => v.to_string(),
+    };
+    vec![
+        r.name.clone(),
+        r.family.clone(),
+        r.dims.clone(),
+        per_level(&r.per_level),
+        r.params.map(millions).unwrap_or_else(|| "-".into()),
+        gib(r.predicted_gib),
+        gib(r.train_gib),
+        format!("{:.0}G", r.capacity_gib),
+        verdict,
+    ]
+}
+
 /// The plan as an aligned text table with a one-line summary.
 pub fn table(sweep: &Sweep, rows: &[PlanRow]) -> String {
     let header =
         ["Config", "Family", "Dims", "Voxels|tokens per level", "Params", "Peak", "Train", "Capacity", "Verdict"];
-    let gib = |g: Option<f64>| g.map(memory).unwrap_or_else(|| "-".into());
     let mut cells: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
-    for r in rows {
-        let verdict = match &r.verdict {
-            Verdict::Invalid { .. } => r.status.clone(),
-            v => v.to_string(),
-        };
-        cells.push(vec![
-            r.name.clone(),
-            r.family.clone(),
-            r.dims.clone(),
-            per_level(&r.per_level),
-            r.params.map(millions).unwrap_or_else(|| "-".into()),
-            gib(r.predicted_gib),
-            gib(r.train_gib),
-            format!("{:.0}G", r.capacity_gib),
-            verdict,
-        ]);
-    }
+    cells.extend(crate::util::par::map(rows, cells_of));
     let mut out = render_table(&cells);
     let count = |name: &str| rows.iter().filter(|r| r.verdict.name() == name).count();
     out.push_str(&format!(

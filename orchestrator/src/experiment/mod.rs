@@ -131,6 +131,9 @@ fn pytorch() -> String {
 /// one struct checks them all and rejects unknown keys.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+// The per-config fields are read here only to check the file whole; each
+// combination's values are read through `RawConfig`.
+#[allow(dead_code)]
 pub(crate) struct RawExperiment {
     pub name: String,
     #[serde(default)]
@@ -167,6 +170,29 @@ pub(crate) struct RawExperiment {
     /// Expanded by [`crate::sweep`].
     #[serde(default)]
     pub sweep: Option<Value>,
+}
+
+/// The per-config fields of [`RawExperiment`], as one combination of a sweep
+/// sets them (the rest of the file is checked once, as a whole, and a sweep
+/// sets only these keys). `model` is typed from the document by
+/// [`model_from_value`], so it is only required here.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct RawConfig {
+    pub gpu: Gpu,
+    #[serde(default = "bf16_amp")]
+    pub precision: Precision,
+    #[serde(default)]
+    pub grad_ckpt: bool,
+    #[serde(default = "one")]
+    pub batch: u32,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "one")]
+    pub steps: u32,
+    pub input: Input,
+    pub output_channels: u32,
+    #[allow(dead_code)]
+    pub model: serde::de::IgnoredAny,
 }
 
 fn bf16_amp() -> Precision {

@@ -14,8 +14,8 @@ use super::axes::{self, Axes, Choice};
 use super::{Sweep, SweepConfig};
 use crate::experiment::locate::{KeyPath, Seg};
 use crate::experiment::{
-    model_from_value, overrides_set, typed, typed_ref, Experiment, LoadError, Origin, Override, RawExperiment, Source,
-    PER_CONFIG_KEYS,
+    model_from_value, overrides_set, typed, typed_ref, Experiment, LoadError, Origin, Override, RawConfig,
+    RawExperiment, Source, PER_CONFIG_KEYS,
 };
 
 pub(super) fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadError> {
@@ -44,9 +44,12 @@ pub(super) fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadErr
         Expander { src: &src, base: &base, cli: &cli, per_config, cli_origins, axes: &axes, experiment: &experiment };
     let mut out = Configs::default();
     out.configs.reserve(axes.count());
-    for combo in axes.combinations() {
-        if let Some(one) = x.config(&combo)? {
-            out.add(&x, &combo, one);
+    // Each combination on its own (on every core), then in order: the first
+    // error in the file's order, twins and names decided as they come.
+    let combos: Vec<Vec<&Choice>> = axes.combinations().collect();
+    for (combo, one) in combos.iter().zip(crate::util::par::map(&combos, |c| x.config(c))) {
+        if let Some(one) = one? {
+            out.add(&x, combo, one);
         }
     }
     if !out.collapsed.is_empty() {
@@ -118,8 +121,8 @@ impl Expander<'_> {
         }
         let blame = |p: &KeyPath, m: String| src.error_at(p, self.origin(combo, p).as_ref(), m);
         let filled = self.axes.name_template.as_ref().map(|t| t.fill(&doc));
-        let raw: RawExperiment = typed_ref(&doc).map_err(|(p, m)| blame(&p, m))?;
-        let model = model_from_value(&raw.model).map_err(|(p, m)| {
+        let raw: RawConfig = typed_ref(&doc).map_err(|(p, m)| blame(&p, m))?;
+        let model = model_from_value(&doc["model"]).map_err(|(p, m)| {
             let mut full = KeyPath::default().key("model");
             full.0.extend(p.0);
             blame(&full, m)
