@@ -249,18 +249,27 @@ pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementR
         device_memory_gb: env.and_then(|e| e.device_memory_bytes).map(|b| b as f64 / GIB),
         memory_limit_gb: env.and_then(|e| e.memory_limit_bytes).map(|b| b as f64 / GIB),
         config_name: Some(cfg.name.clone()),
-        note: env.map(|e| {
-            let mut note = format!("{} on {}, dtype {}", e.backend, e.host, e.dtype);
-            if let Some(d) = &e.driver {
-                note.push_str(&format!(", driver {d}"));
-            }
-            if let (true, Some(ph)) = (oom, result.phase) {
-                note.push_str(&format!(", oom in {}", ph.name()));
-            }
-            note
-        }),
+        note: env.map(|e| note(e, oom.then_some(result.phase).flatten())),
         superseded: None,
     };
+    model_fields(&mut r, cfg);
+    Some(r)
+}
+
+/// `flex on host, dtype f32, driver …, oom in bwd`: where and how a run ran.
+fn note(e: &RunEnvironment, oom_in: Option<Phase>) -> String {
+    let mut note = format!("{} on {}, dtype {}", e.backend, e.host, e.dtype);
+    if let Some(d) = &e.driver {
+        note.push_str(&format!(", driver {d}"));
+    }
+    if let Some(ph) = oom_in {
+        note.push_str(&format!(", oom in {}", ph.name()));
+    }
+    note
+}
+
+/// The per-family columns of a record.
+fn model_fields(r: &mut MeasurementRecord, cfg: &RunConfig) {
     match &cfg.model {
         ModelSpec::Unet(u) => {
             r.channels = Some(u.channels.clone());
@@ -292,7 +301,6 @@ pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementR
             }
         }
     }
-    Some(r)
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ pub enum IntentState {
 
 /// What happened to a submission.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Event {
+pub enum IntentEvent {
     /// `sbatch` printed this job id.
     SbatchOk(JobId),
     /// `sbatch` failed: timeout, dropped connection, socket error, refusal.
@@ -101,25 +101,25 @@ impl IntentState {
     }
 
     /// The transition function (the diagram in the module doc).
-    pub fn next(&self, event: &Event) -> Result<IntentState, ProtocolError> {
+    pub fn next(&self, event: &IntentEvent) -> Result<IntentState, ProtocolError> {
         use IntentState::*;
         let impossible = |e: &'static str| Err(ProtocolError::Impossible { state: self.name(), event: e });
         match (self, event) {
             (Submitted { .. } | Abandoned, _) => Ok(self.clone()),
-            (Intended, Event::SbatchOk(id)) => Ok(Submitted { job_id: id.clone() }),
-            (Intended, Event::SbatchFailed) => Ok(Unresolved),
-            (Intended, Event::NotSent) => Ok(Abandoned),
-            (_, Event::SbatchOk(_)) => impossible("an sbatch answer"),
-            (_, Event::SbatchFailed) => impossible("an sbatch error"),
-            (_, Event::NotSent) => impossible("a request that never left"),
-            (_, Event::Found(ids)) => match ids.len() {
+            (Intended, IntentEvent::SbatchOk(id)) => Ok(Submitted { job_id: id.clone() }),
+            (Intended, IntentEvent::SbatchFailed) => Ok(Unresolved),
+            (Intended, IntentEvent::NotSent) => Ok(Abandoned),
+            (_, IntentEvent::SbatchOk(_)) => impossible("an sbatch answer"),
+            (_, IntentEvent::SbatchFailed) => impossible("an sbatch error"),
+            (_, IntentEvent::NotSent) => impossible("a request that never left"),
+            (_, IntentEvent::Found(ids)) => match ids.len() {
                 1 => Ok(ids.iter().next().map_or(Intended, |id| Submitted { job_id: id.clone() })),
                 0 => Ok(self.clone()),
                 _ => Err(ProtocolError::Ambiguous(ids.clone())),
             },
-            (_, Event::NotListed { complete: false, .. }) => Ok(self.clone()),
-            (Intended | Unresolved, Event::NotListed { complete: true, at }) => Ok(Absent { since: *at }),
-            (Absent { since }, Event::NotListed { complete: true, at }) => {
+            (_, IntentEvent::NotListed { complete: false, .. }) => Ok(self.clone()),
+            (Intended | Unresolved, IntentEvent::NotListed { complete: true, at }) => Ok(Absent { since: *at }),
+            (Absent { since }, IntentEvent::NotListed { complete: true, at }) => {
                 Ok(if at - since >= CONFIRM_S { Abandoned } else { self.clone() })
             }
         }
@@ -142,8 +142,8 @@ mod tests {
     fn ids(v: &[&str]) -> BTreeSet<JobId> {
         v.iter().map(|s| JobId::from(*s)).collect()
     }
-    fn none(complete: bool, at: f64) -> Event {
-        Event::NotListed { complete, at }
+    fn none(complete: bool, at: f64) -> IntentEvent {
+        IntentEvent::NotListed { complete, at }
     }
     fn sub(id: &str) -> IntentState {
         Submitted { job_id: id.into() }
@@ -151,28 +151,28 @@ mod tests {
 
     #[test]
     fn intended_sbatch_ok_is_submitted() {
-        assert_eq!(Intended.next(&Event::SbatchOk("42".into())), Ok(sub("42")));
+        assert_eq!(Intended.next(&IntentEvent::SbatchOk("42".into())), Ok(sub("42")));
     }
 
     #[test]
     fn intended_sbatch_error_is_unresolved_never_abandoned() {
-        assert_eq!(Intended.next(&Event::SbatchFailed), Ok(Unresolved));
+        assert_eq!(Intended.next(&IntentEvent::SbatchFailed), Ok(Unresolved));
         // Only a request that never left proves there is no job.
-        assert_eq!(Intended.next(&Event::NotSent), Ok(Abandoned));
-        assert!(matches!(Unresolved.next(&Event::NotSent), Err(ProtocolError::Impossible { .. })));
+        assert_eq!(Intended.next(&IntentEvent::NotSent), Ok(Abandoned));
+        assert!(matches!(Unresolved.next(&IntentEvent::NotSent), Err(ProtocolError::Impossible { .. })));
     }
 
     #[test]
     fn open_states_adopt_a_job_found_by_name() {
         for s in [Intended, Unresolved, Absent { since: 1.0 }] {
-            assert_eq!(s.next(&Event::Found(ids(&["7"]))), Ok(sub("7")), "{s:?}");
+            assert_eq!(s.next(&IntentEvent::Found(ids(&["7"]))), Ok(sub("7")), "{s:?}");
         }
     }
 
     #[test]
     fn two_jobs_of_one_name_are_refused() {
         for s in [Intended, Unresolved, Absent { since: 1.0 }] {
-            assert!(matches!(s.next(&Event::Found(ids(&["7", "8"]))), Err(ProtocolError::Ambiguous(_))), "{s:?}");
+            assert!(matches!(s.next(&IntentEvent::Found(ids(&["7", "8"]))), Err(ProtocolError::Ambiguous(_))), "{s:?}");
         }
     }
 
@@ -180,7 +180,7 @@ mod tests {
     fn an_incomplete_answer_changes_nothing() {
         for s in [Intended, Unresolved, Absent { since: 1.0 }] {
             assert_eq!(s.next(&none(false, 100.0)), Ok(s.clone()), "{s:?}");
-            assert_eq!(s.next(&Event::Found(BTreeSet::new())), Ok(s.clone()), "{s:?}");
+            assert_eq!(s.next(&IntentEvent::Found(BTreeSet::new())), Ok(s.clone()), "{s:?}");
         }
     }
 
@@ -201,7 +201,12 @@ mod tests {
     #[test]
     fn final_states_stay() {
         for s in [sub("1"), Abandoned] {
-            for e in [Event::SbatchOk("2".into()), Event::SbatchFailed, Event::Found(ids(&["3"])), none(true, 99.0)] {
+            for e in [
+                IntentEvent::SbatchOk("2".into()),
+                IntentEvent::SbatchFailed,
+                IntentEvent::Found(ids(&["3"])),
+                none(true, 99.0),
+            ] {
                 assert_eq!(s.next(&e), Ok(s.clone()), "{s:?} {e:?}");
             }
             assert!(s.is_final());
@@ -211,8 +216,8 @@ mod tests {
     #[test]
     fn sbatch_happens_once() {
         for s in [Unresolved, Absent { since: 1.0 }] {
-            assert!(matches!(s.next(&Event::SbatchOk("1".into())), Err(ProtocolError::Impossible { .. })));
-            assert!(matches!(s.next(&Event::SbatchFailed), Err(ProtocolError::Impossible { .. })));
+            assert!(matches!(s.next(&IntentEvent::SbatchOk("1".into())), Err(ProtocolError::Impossible { .. })));
+            assert!(matches!(s.next(&IntentEvent::SbatchFailed), Err(ProtocolError::Impossible { .. })));
         }
     }
 

@@ -332,7 +332,7 @@ mod tests {
         write_json(&sub_path, &sub).expect("sub");
         let r = st.repair().expect("repair");
         assert_eq!(r["aaa"].attempts.len(), 1);
-        assert!(r["aaa"].live(), "an unsettled intent occupies the config");
+        assert!(r["aaa"].occupied(), "an unsettled intent occupies the config");
         sub.array_job_id = Some("42".into());
         write_json(&sub_path, &sub).expect("sub");
         let r = st.repair().expect("repair");
@@ -401,7 +401,7 @@ mod tests {
         assert_eq!(journal::replay(&lines), on_disk);
         // The records followed every change, as a repair from the submissions would make them.
         assert_eq!(records["a"].attempts[0].array_job_id.as_deref(), Some("41"));
-        assert!(records["c"].attempts[0].abandoned && !records["c"].live());
+        assert!(records["c"].attempts[0].abandoned && !records["c"].occupied());
         assert_eq!(st.load_records().expect("records"), records);
         assert_eq!(st.repair().expect("repair"), records);
     }

@@ -168,7 +168,9 @@ impl ConfigRecord {
     pub fn latest(&self) -> Option<&Attempt> {
         self.attempts.iter().rev().find(|a| !a.abandoned)
     }
-    pub fn live(&self) -> bool {
+    /// Some attempt still occupies the config (queued, running, or an
+    /// unsettled intent): nothing may submit it again.
+    pub fn occupied(&self) -> bool {
         self.attempts.iter().any(Attempt::is_live)
     }
     /// `oom` when the worker measured an out-of-memory.

@@ -66,13 +66,7 @@ pub(crate) fn prepare_arrays(
         let sid = format!("s{:03}-{}", first_seq + k, random_suffix());
         let job_name = format!("sw-{}-{exph}-{sid}", slurm::slug(&exp.name, 24));
         let hashes: Vec<String> = chunk.iter().map(|c| c.hash.0.clone()).collect();
-        let mut comment =
-            format!("sweep:exp={};exph={exph};sub={sid};configs={}", slurm::slug(&exp.name, 40), hashes.join(","));
-        // SLURM keeps comments in accounting; keep them to a sane length (the manifest has all).
-        if comment.len() > 1000 {
-            comment.truncate(990);
-            comment.push_str(",...");
-        }
+        let comment = job_comment(&exp.name, &exph, &sid, &hashes);
         let array = slurm::array_spec(chunk.len(), exp.array_parallelism);
         let sub_dir = format!("{remote_state}/{}/submissions/{sid}", exp.name);
         let vars = JobVars {
@@ -94,17 +88,7 @@ pub(crate) fn prepare_arrays(
             worker_args: exp.worker.args(),
         };
         let script = renderer.render(&template, &vars)?;
-        let manifest = spec::run::Manifest {
-            experiment: exp.name.clone(),
-            task_offset: 0,
-            configs: chunk.iter().map(|c| c.config.clone()).collect(),
-        };
-        let manifest_json = serde_json::to_vec_pretty(&manifest).map_err(|e| CommandError::Refused(e.to_string()))?;
-        let mut jsonl = Vec::new();
-        for c in chunk {
-            jsonl.extend(serde_json::to_vec(&c.config).map_err(|e| CommandError::Refused(e.to_string()))?);
-            jsonl.push(b'\n');
-        }
+        let (manifest_json, jsonl) = manifests(&exp.name, chunk)?;
         let local_dir = dir_for(&sid);
         let files = vec![
             ("manifest.json".to_string(), manifest_json),
@@ -134,6 +118,36 @@ pub(crate) fn prepare_arrays(
         });
     }
     Ok(out)
+}
+
+/// The job's comment, which SLURM keeps in accounting: the experiment, the
+/// submission and its configs' hashes (cut to a sane length; the manifest has all).
+fn job_comment(experiment: &str, exph: &str, sid: &str, hashes: &[String]) -> String {
+    let mut comment =
+        format!("sweep:exp={};exph={exph};sub={sid};configs={}", slurm::slug(experiment, 40), hashes.join(","));
+    if comment.len() > 1000 {
+        comment.truncate(990);
+        comment.push_str(",...");
+    }
+    comment
+}
+
+/// `manifest.json` (the configs as one document) and `manifest.jsonl` (one
+/// config a line: task N reads line N+1).
+fn manifests(experiment: &str, chunk: &[&SweepConfig]) -> Result<(Vec<u8>, Vec<u8>), CommandError> {
+    let refused = |e: serde_json::Error| CommandError::Refused(e.to_string());
+    let manifest = spec::run::Manifest {
+        experiment: experiment.to_string(),
+        task_offset: 0,
+        configs: chunk.iter().map(|c| c.config.clone()).collect(),
+    };
+    let json = serde_json::to_vec_pretty(&manifest).map_err(refused)?;
+    let mut jsonl = Vec::new();
+    for c in chunk {
+        jsonl.extend(serde_json::to_vec(&c.config).map_err(refused)?);
+        jsonl.push(b'\n');
+    }
+    Ok((json, jsonl))
 }
 
 /// `render`: the scripts `submit` would send now, written under

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{blocking, CommandError, Target};
 use crate::fsio;
 use crate::slurm::JobId;
-use crate::state::intent::{Event, IntentState, CONFIRM_S};
+use crate::state::intent::{IntentEvent, IntentState, CONFIRM_S};
 use crate::state::{Change, ConfigRecord, StateDir, Submission};
 use crate::transport::Poll;
 
@@ -28,7 +28,7 @@ pub(crate) fn advance(
     st: &StateDir,
     records: &mut BTreeMap<String, ConfigRecord>,
     sub: &mut Submission,
-    event: &Event,
+    event: &IntentEvent,
 ) -> Result<(), CommandError> {
     let before = sub.state();
     let next = before
@@ -75,8 +75,11 @@ pub(crate) async fn reconcile(
         for mut s in open {
             let ids: BTreeSet<JobId> =
                 poll.tasks.values().filter(|o| o.name == s.job_name).map(|o| o.array_job_id.clone()).collect();
-            let event =
-                if ids.is_empty() { Event::NotListed { complete: poll.complete(), at } } else { Event::Found(ids) };
+            let event = if ids.is_empty() {
+                IntentEvent::NotListed { complete: poll.complete(), at }
+            } else {
+                IntentEvent::Found(ids)
+            };
             advance(st, records, &mut s, &event)?;
             match s.state() {
                 IntentState::Submitted { .. } => settled.adopted.push(s.id.clone()),

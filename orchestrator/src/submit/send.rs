@@ -17,7 +17,7 @@ use crate::fsio;
 use crate::precheck::VerdictKind;
 use crate::render::Renderer;
 use crate::slurm::{JobId, SlurmState};
-use crate::state::intent::{Event, IntentState};
+use crate::state::intent::{IntentEvent, IntentState};
 use crate::state::{Attempt, Change, ConfigRecord, StateDir};
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport::{CounterSnapshot, TransportError};
@@ -78,13 +78,13 @@ async fn send(
         crash_hook();
         match result {
             Ok(job_id) => {
-                protocol::advance(st, records, &mut p.sub, &Event::SbatchOk(job_id.clone()))?;
+                protocol::advance(st, records, &mut p.sub, &IntentEvent::SbatchOk(job_id.clone()))?;
                 tracing::info!(submission = %p.sub.id, job = %job_id, "submitted {} configs", p.sub.tasks.len());
                 report.arrays.push(job_id);
                 report.submitted.extend(p.sub.tasks.iter().filter_map(|h| records.get(h).map(|r| r.name.clone())));
             }
             Err(e @ TransportError::NotSent(_)) => {
-                protocol::advance(st, records, &mut p.sub, &Event::NotSent)?;
+                protocol::advance(st, records, &mut p.sub, &IntentEvent::NotSent)?;
                 st.apply(records, Change::NotSent { submission: p.sub.id.clone(), error: e.to_string() })?;
                 return Err(CommandError::Refused(format!(
                     "submitting {} ({} configs) failed: {e}; its configs are free to submit again",
@@ -93,7 +93,7 @@ async fn send(
                 )));
             }
             Err(e) => {
-                protocol::advance(st, records, &mut p.sub, &Event::SbatchFailed)?;
+                protocol::advance(st, records, &mut p.sub, &IntentEvent::SbatchFailed)?;
                 st.apply(records, Change::SbatchError { submission: p.sub.id.clone(), error: e.to_string() })?;
                 // Did it reach SLURM anyway? Ask by name now; whatever stays open, every later command asks again.
                 if let Ok(s) = protocol::reconcile(st, target, records, false).await {
@@ -142,7 +142,7 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
             "submission unresolved (SLURM has not yet answered by job name; nothing is submitted twice)".into(),
         );
     }
-    if r.live() {
+    if r.occupied() {
         return Some("queued or running".into());
     }
     let tried: Vec<&Attempt> = r.attempts.iter().filter(|a| !a.abandoned).collect();

@@ -199,7 +199,7 @@ pub async fn status(
             // Settled: nothing queued, running or unresolved, and no ended job's result still in flight.
             let now = fsio::now();
             let settled =
-                !records.values().any(|r| r.live() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
+                !records.values().any(|r| r.occupied() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
             Ok(StatusReport { rows, poll, settled })
         }
         .await;

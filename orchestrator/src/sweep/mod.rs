@@ -83,7 +83,8 @@ impl Sweep {
     pub fn predictor_in(
         &self,
         state_root: Option<&Path>,
-    ) -> Result<(crate::precheck::Predictor, crate::precheck::overlay::Source), crate::precheck::PrecheckError> {
+    ) -> Result<(crate::precheck::Predictor, crate::precheck::overlay::CalibrationSource), crate::precheck::PrecheckError>
+    {
         let precision = self.configs.first().map(|c| c.config.precision).unwrap_or(spec::Precision::Bf16Amp);
         crate::precheck::overlay::predictor(state_root, &self.experiment.runtime, precision, self.experiment.gpu)
     }
