@@ -17,6 +17,8 @@ use spec::{Gpu, Input, Mode, ModelSpec, Precision};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::precheck::Runtime;
+
 use locate::{KeyPath, Locations, Seg};
 
 /// SLURM resources of every job of the experiment (one job array shares them).
@@ -119,12 +121,8 @@ pub struct Experiment {
     pub worker: WorkerOptions,
     /// Which runtime the precheck predicts for: `pytorch` (the group's training
     /// code, default) or `burn-flex` (this project's worker on CPU).
-    #[serde(default = "pytorch")]
-    pub runtime: String,
-}
-
-fn pytorch() -> String {
-    "pytorch".into()
+    #[serde(default)]
+    pub runtime: Runtime,
 }
 
 /// The file as written. Per-config fields sit beside experiment-level ones, so
@@ -165,8 +163,8 @@ pub(crate) struct RawExperiment {
     pub array_parallelism: Option<u32>,
     #[serde(default)]
     pub worker: WorkerOptions,
-    #[serde(default = "pytorch")]
-    pub runtime: String,
+    #[serde(default)]
+    pub runtime: Runtime,
     /// Expanded by [`crate::sweep`].
     #[serde(default)]
     pub sweep: Option<Value>,

@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use spec::{ModelSpec, Precision, RunConfig};
 
-pub use calibration::{runtime_key, Calibration, Coefficients};
+pub use calibration::{runtime_key, Calibration, Coefficients, Runtime};
 pub use prediction::{PeakPhase, Prediction, Term, TermKind, TermPhase};
 pub use uncertainty::{Distance, Uncertainty};
 pub use verdict::{interval, judge, memory, RiskReason, Verdict, VerdictKind};
