@@ -18,22 +18,50 @@ pub struct Submission {
     /// Config hash of each task, task id = index.
     pub tasks: Vec<String>,
     pub intended_at: f64,
+    /// The protocol's state and its mirrors change only through
+    /// [`Submission::set_state`] (read them with [`Submission::state`]).
     #[serde(default)]
-    pub array_job_id: Option<JobId>,
+    pub(super) array_job_id: Option<JobId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub submitted_at: Option<f64>,
+    pub(super) submitted_at: Option<f64>,
     /// Settled by resume: SLURM never saw it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub abandoned: bool,
+    pub(super) abandoned: bool,
     /// The script's path on the cluster.
     pub remote_script: String,
     /// Where the submission protocol has it ([`crate::submit::protocol`]);
     /// `array_job_id` and `abandoned` mirror its final states.
     #[serde(default)]
-    pub intent: IntentState,
+    pub(super) intent: IntentState,
 }
 
 impl Submission {
+    /// A submission not yet intended: its job array as rendered, the script
+    /// at `remote_script` on the cluster. [`Change::Intent`](super::Change)
+    /// makes it durable, with its time.
+    pub fn new(
+        id: String,
+        job_name: String,
+        comment: String,
+        array: String,
+        tasks: Vec<String>,
+        remote_script: String,
+    ) -> Self {
+        Submission {
+            id,
+            job_name,
+            comment,
+            array,
+            tasks,
+            intended_at: 0.0,
+            array_job_id: None,
+            submitted_at: None,
+            abandoned: false,
+            remote_script,
+            intent: IntentState::Intended,
+        }
+    }
+
     /// The protocol state (files written before the protocol had states say
     /// it only through `array_job_id` and `abandoned`).
     pub fn state(&self) -> IntentState {

@@ -13,7 +13,6 @@ use crate::cluster::{merge_resources, ClusterConfig, ClustersFile};
 use crate::fsio;
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
-use crate::state::intent::IntentState;
 use crate::state::{self, StateError, Submission};
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport;
@@ -100,19 +99,7 @@ pub(crate) fn prepare_arrays(
             fsio::write_replace(&local_dir.join(name), data)?;
         }
         out.push(Prepared {
-            sub: Submission {
-                id: sid,
-                job_name,
-                comment,
-                array,
-                tasks: hashes,
-                intended_at: 0.0,
-                array_job_id: None,
-                submitted_at: None,
-                abandoned: false,
-                remote_script: format!("{sub_dir}/job.sbatch"),
-                intent: IntentState::Intended,
-            },
+            sub: Submission::new(sid, job_name, comment, array, hashes, format!("{sub_dir}/job.sbatch")),
             files: files.into_iter().map(|(n, d)| (format!("{sub_dir}/{n}"), d)).collect(),
             script_local: local_dir.join("job.sbatch"),
         });
