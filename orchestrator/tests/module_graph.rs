@@ -7,7 +7,8 @@
 //! - between files, no circle (a child using its parent's items, or a parent
 //!   re-exporting its child's, is how a module is built, not a circle);
 //! - between the crate's top-level modules, no circle, and each imports only
-//!   modules of its own or an earlier layer of the list in `src/lib.rs`.
+//!   modules of its own or an earlier layer of the list in `src/lib.rs`;
+//! - and no source file grows past 600 lines (split it by concept first).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -266,4 +267,15 @@ fn top_level_modules_import_only_earlier_layers() {
     assert!(up.is_empty(), "imports of a later layer (an arrow back up):\n{}", up.join("\n"));
     let found: Vec<String> = circles(&edges).iter().map(|c| c.join(" ⇄ ")).collect();
     assert!(found.is_empty(), "import circles between top-level modules:\n{}", found.join("\n"));
+}
+
+#[test]
+fn no_source_file_over_600_lines() {
+    let long: Vec<String> = sources()
+        .iter()
+        .map(|(m, text)| (show(m), text.lines().count()))
+        .filter(|(_, n)| *n > 600)
+        .map(|(m, n)| format!("{m}: {n} lines"))
+        .collect();
+    assert!(long.is_empty(), "split these by concept:\n{}", long.join("\n"));
 }
