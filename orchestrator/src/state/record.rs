@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsio::now;
 use crate::precheck::VerdictKind;
-use spec::event::{RunResult, RunStatus};
+use spec::event::{Event, Phase, RunResult, RunStatus};
 
 use crate::collect::WorkerOutcome;
 use crate::slurm::{Activity, JobId, SlurmState};
@@ -176,6 +176,65 @@ impl ConfigRecord {
     /// `oom` when the worker measured an out-of-memory.
     pub fn result_status(&self) -> Option<RunStatus> {
         self.result.as_ref().map(|r| r.status)
+    }
+
+    /// Folds newly read events into the latest attempt and the record. `events`
+    /// carry the byte offset where each line ends. Returns where folding stopped
+    /// early (a `start` of a job the poll has not named yet is left for a later
+    /// read), `None` when every event was used; and whether the result changed.
+    pub fn fold_events(&mut self, events: Vec<(Event, usize)>) -> (Option<usize>, bool) {
+        let r = self;
+        let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) else { return (None, false) };
+        let before = r.result.clone();
+        let (mut last_end, mut stopped) = (0, None);
+        for (event, end) in events {
+            match event {
+                Event::Start { t, env, .. } => {
+                    let mine = match (env.slurm_job_id.as_deref(), a.job_id.as_deref()) {
+                        (None, _) => true, // a worker run by hand: the latest attempt's
+                        (Some(_), None) => {
+                            stopped = Some(last_end); // not decidable yet: keep it for the next read
+                            break;
+                        }
+                        (Some(j), Some(ours)) => j == ours,
+                    };
+                    a.events_mine = mine;
+                    if mine {
+                        a.worker = WorkerOutcome::NoResult;
+                        a.live = Some(Live { phase: Phase::Model, peak_bytes: 0, started_t: Some(t), t });
+                        r.result = None;
+                    }
+                }
+                Event::Heartbeat { t, phase, peak_bytes, .. } | Event::PhaseEnd { t, phase, peak_bytes, .. }
+                    if a.events_mine =>
+                {
+                    let l = a.live.get_or_insert(Live { phase, peak_bytes: 0, started_t: None, t });
+                    l.phase = phase;
+                    l.peak_bytes = l.peak_bytes.max(peak_bytes);
+                    l.t = t;
+                }
+                e @ Event::Result { .. } if a.events_mine => {
+                    if let Ok(res) = RunResult::try_from(e) {
+                        a.worker = WorkerOutcome::Result(res.status);
+                        r.result = Some(res);
+                    }
+                }
+                _ => {}
+            }
+            last_end = end;
+        }
+        let changed = r.result != before;
+        (stopped, changed)
+    }
+
+    /// The config as the sweep names it now, and the precheck's verdict on it
+    /// (`None`: no verdict). Returns whether anything changed.
+    pub fn refresh(&mut self, name: &str, verdict: Option<&crate::precheck::Verdict>) -> bool {
+        let before = (self.name.clone(), self.verdict, self.predicted_gib);
+        self.name = name.to_string();
+        self.verdict = verdict.map(crate::precheck::Verdict::kind);
+        self.predicted_gib = verdict.and_then(crate::precheck::Verdict::predicted_gib);
+        (self.name.clone(), self.verdict, self.predicted_gib) != before
     }
 }
 

@@ -31,17 +31,17 @@ use crate::transport::TransportError;
 
 mod arrays;
 pub mod cancel;
-mod collect;
 pub mod install;
 mod poll;
 pub mod protocol;
+mod pull;
 mod send;
 pub mod view;
 
 pub use arrays::render;
 pub use cancel::cancel;
-pub use collect::{attempt_events, last_result};
 pub use poll::PollSummary;
+pub use pull::{attempt_events, last_result};
 pub use send::{submit, SubmitReport};
 pub use view::{status, StatusReport, StatusRow, Watch};
 
@@ -202,11 +202,7 @@ pub(crate) fn prepare(
             attempts: vec![],
             result: None,
         });
-        let before = r.clone();
-        r.name = c.name.clone();
-        r.verdict = verdict.map(Verdict::kind);
-        r.predicted_gib = verdict.and_then(Verdict::predicted_gib);
-        if *r != before || !st.record_path(&r.hash).exists() {
+        if r.refresh(&c.name, verdict) || !st.record_path(&r.hash).exists() {
             st.save_record(r)?;
         }
     }

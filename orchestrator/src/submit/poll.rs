@@ -4,7 +4,7 @@
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-use super::collect::pull_events;
+use super::pull::pull_events;
 use super::{blocking, CommandError, Target};
 use crate::fsio;
 use crate::state::intent::IntentState;

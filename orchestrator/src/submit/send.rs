@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use super::arrays::{prepare_arrays, Placement, Prepared};
-use super::collect::awaiting_result;
 use super::protocol;
+use super::pull::awaiting_result;
 use super::{
     allowed, blocking, cluster_name, open_target, prepare, same_file, template_dirs, CommandError, Options,
     StoredSweep, Target,

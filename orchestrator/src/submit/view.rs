@@ -5,8 +5,8 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::collect::awaiting_result;
 use super::poll::{update, PollSummary};
+use super::pull::awaiting_result;
 use super::{open_target, protocol, stored_sweep, CommandError, Options};
 use crate::fsio;
 use crate::precheck::Verdict;

@@ -1,4 +1,4 @@
-//! Collecting what the workers wrote, tolerant of a lagging shared filesystem.
+//! Pulling what the workers wrote into the state, tolerant of a lagging shared filesystem.
 //!
 //! Each poll reads, for the latest attempt of each config that runs, just
 //! changed state, or ended without a visible result, only the bytes of its
@@ -14,7 +14,7 @@
 //! or Lustre the worker's last line may reach the login node seconds after
 //! SLURM says the job ended, and a measured `oom` must never be retried.
 
-use spec::event::{Event, Phase, RunResult};
+use spec::event::RunResult;
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -22,7 +22,7 @@ use super::{blocking, same_file, Target};
 use crate::collect::{complete_lines, parse_events, to_record, WorkerOutcome};
 use crate::fsio;
 use crate::slurm::{Activity, JobId, SlurmState};
-use crate::state::{self, Attempt, ConfigRecord, Live, StateDir};
+use crate::state::{self, Attempt, ConfigRecord, StateDir};
 use crate::sweep::Sweep;
 
 /// What one collection pass read.
@@ -59,54 +59,6 @@ fn wants_read(a: &Attempt, changed: bool, settle: bool, grace_s: f64, now: f64) 
         || changed
         || awaiting_result(a, grace_s, now)
         || (settle && activity == Some(Activity::Ended) && a.job_id.is_some() && no_result)
-}
-
-/// Folds newly read events into the latest attempt and the record. `events`
-/// carry the byte offset where each line ends. Returns where folding stopped
-/// early (a `start` of a job the poll has not named yet is left for a later
-/// read), `None` when every event was used; and whether the result changed.
-pub(crate) fn fold(r: &mut ConfigRecord, events: Vec<(Event, usize)>) -> (Option<usize>, bool) {
-    let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) else { return (None, false) };
-    let before = r.result.clone();
-    let (mut last_end, mut stopped) = (0, None);
-    for (event, end) in events {
-        match event {
-            Event::Start { t, env, .. } => {
-                let mine = match (env.slurm_job_id.as_deref(), a.job_id.as_deref()) {
-                    (None, _) => true, // a worker run by hand: the latest attempt's
-                    (Some(_), None) => {
-                        stopped = Some(last_end); // not decidable yet: keep it for the next read
-                        break;
-                    }
-                    (Some(j), Some(ours)) => j == ours,
-                };
-                a.events_mine = mine;
-                if mine {
-                    a.worker = WorkerOutcome::NoResult;
-                    a.live = Some(Live { phase: Phase::Model, peak_bytes: 0, started_t: Some(t), t });
-                    r.result = None;
-                }
-            }
-            Event::Heartbeat { t, phase, peak_bytes, .. } | Event::PhaseEnd { t, phase, peak_bytes, .. }
-                if a.events_mine =>
-            {
-                let l = a.live.get_or_insert(Live { phase, peak_bytes: 0, started_t: None, t });
-                l.phase = phase;
-                l.peak_bytes = l.peak_bytes.max(peak_bytes);
-                l.t = t;
-            }
-            e @ Event::Result { .. } if a.events_mine => {
-                if let Ok(res) = RunResult::try_from(e) {
-                    a.worker = WorkerOutcome::Result(res.status);
-                    r.result = Some(res);
-                }
-            }
-            _ => {}
-        }
-        last_end = end;
-    }
-    let changed = r.result != before;
-    (stopped, changed)
 }
 
 /// Reads the new events of the configs that need it (see the module doc).
@@ -154,7 +106,7 @@ pub(crate) async fn pull_events(
         got.files += 1;
         got.bytes += data.len() as u64;
         let (events, consumed, _) = complete_lines(&data);
-        let (stopped, result_changed) = fold(r, events);
+        let (stopped, result_changed) = r.fold_events(events);
         let used = stopped.unwrap_or(consumed);
         if let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) {
             a.events_offset = offset + used as u64;
@@ -217,7 +169,7 @@ pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<RunResu
     };
     r.attempts.push(Attempt { job_id: job_id.map(JobId::from), ..Attempt::intended(String::new(), 0, 0.0) });
     let (events, _, _) = complete_lines(text.as_bytes());
-    fold(&mut r, events);
+    r.fold_events(events);
     (!r.attempts[0].worker.is_not_started(), r.result)
 }
 
@@ -229,6 +181,7 @@ pub fn last_result(text: &str) -> Option<RunResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spec::event::Phase;
 
     fn attempt(job: Option<&str>, state: Option<SlurmState>) -> Attempt {
         Attempt {
@@ -262,7 +215,7 @@ mod tests {
         for &cut in cuts.iter().chain([bytes.len()].iter()) {
             let off = r.attempts[0].events_offset as usize;
             let (events, consumed, _) = complete_lines(&bytes[off..cut]);
-            let (stopped, _) = fold(r, events);
+            let (stopped, _) = r.fold_events(events);
             r.attempts[0].events_offset = (off + stopped.unwrap_or(consumed)) as u64;
         }
     }
