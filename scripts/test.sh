@@ -3,9 +3,10 @@
 #   1. build prerequisites (scripts/prereqs.sh),
 #   2. a real single-node SLURM cluster with accounting, reachable over SSH on
 #      loopback (scripts/test-cluster.sh up), torn down again at the end,
-#   3. `cargo test --workspace`: unit tests, the published-parameter and
+#   3. `cargo fmt --check` and `cargo clippy -D warnings` (spec, orchestrator),
+#   4. `cargo test --workspace`: unit tests, the published-parameter and
 #      precheck-accuracy tests, the Burn worker tests and the cluster tests,
-#   4. the worker's GPU code path on a CPU Vulkan device (scripts/lavapipe.sh).
+#   5. the worker's GPU code path on a CPU Vulkan device (scripts/lavapipe.sh).
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p orchestrator`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,10 @@ started=1
 
 # Build first (its own step, so a compile error is not mistaken for a test failure).
 cargo build --workspace --all-targets --locked
+# Layout and lints of the orchestrator and spec (the worker's clippy runs apart:
+# it compiles Burn). rustfmt.toml holds the team's layout.
+cargo fmt --all --check
+cargo clippy -p spec -p orchestrator --all-targets --locked -- -D warnings
 cargo test --workspace --locked "$@"
 
 # The GPU code path (CubeCL's Vulkan runtime) on a CPU Vulkan device, lavapipe:

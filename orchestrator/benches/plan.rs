@@ -1,10 +1,37 @@
-//! `plan` wall time on every shipped experiment: read + expand + validate +
-//! count + predict + render, as `orchestrator plan FILE` does it (target: the
-//! largest experiment in < 50 ms). Run with `cargo bench -p orchestrator --bench plan`.
+//! `plan` wall time: every shipped experiment (read + expand + validate +
+//! count + predict + render, as `orchestrator plan FILE` does it; target: the
+//! largest experiment in < 50 ms), then a synthetic sweep of 100,000 configs
+//! of all four families (target: under 1 s). Run with
+//! `cargo bench -p orchestrator --bench plan`.
 
 use orchestrator::{plan, precheck::Predictor, sweep};
 use std::path::Path;
 use std::time::Instant;
+
+/// 4 families x 10 batches x 10 input channels x 10 output channels x 25
+/// shapes = 100,000 distinct configs.
+fn scale_sweep() -> String {
+    let shapes: Vec<String> = [16, 24, 32, 40, 48]
+        .iter()
+        .flat_map(|d| [32, 64, 96, 128, 160].map(|hw| format!("[{d}, {hw}, {hw}]")))
+        .collect();
+    format!(
+        "name: scale\ngpu: A100-SXM4-80GB\nprecision: bf16-amp\ninput: {{channels: 1, spatial: [16, 32, 32]}}\n\
+         output_channels: 1\nmodel: {{family: unet, channels: [32, 64, 128, 256], attention_levels: [false, false, true, true], \
+         num_res_blocks: 2, num_head_channels: 32}}\n\
+         sweep:\n  configs:\n\
+         \x20   - {{name: unet}}\n\
+         \x20   - {{name: dit, model: {{family: dit, variant: S, patch: 2}}}}\n\
+         \x20   - {{name: hdit, model: {{family: hdit, variant: S, patch: 2, level_depths: [2, 4, 2]}}}}\n\
+         \x20   - {{name: uvit, model: {{family: uvit, variant: S, patch: 4}}}}\n\
+         \x20 grid:\n\
+         \x20   batch: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n\
+         \x20   input.channels: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n\
+         \x20   output_channels: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n\
+         \x20   input.spatial: [{}]\n",
+        shapes.join(", ")
+    )
+}
 
 fn main() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments");
@@ -29,4 +56,32 @@ fn main() {
         let name = f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         println!("{name:<14} {configs:>8} {:>12.2} {:>12.2}", times[times.len() / 2], times[times.len() - 1]);
     }
+
+    let text = scale_sweep();
+    let mut times = Vec::new();
+    let mut stages = (0.0, 0.0, 0.0);
+    let mut configs = 0;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let s = sweep::parse(Path::new("scale.yaml"), &text, &[]).expect("the scale sweep plans");
+        let expanded = t.elapsed().as_secs_f64();
+        let rows = plan::rows(&s, &Predictor::pytorch());
+        let predicted = t.elapsed().as_secs_f64();
+        let table = plan::table(&s, &rows);
+        std::hint::black_box(table);
+        let total = t.elapsed().as_secs_f64();
+        times.push(total);
+        stages = (expanded, predicted - expanded, total - predicted);
+        configs = rows.len();
+    }
+    times.sort_by(f64::total_cmp);
+    let best = times[0];
+    println!(
+        "\nplan of {configs} configs: {best:.3} s ({:.1} µs a config; expand {:.3} s, rows {:.3} s, table {:.3} s){}",
+        best / configs as f64 * 1e6,
+        stages.0,
+        stages.1,
+        stages.2,
+        if best < 1.0 { "" } else { "  -- over the 1 s target" }
+    );
 }

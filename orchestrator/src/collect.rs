@@ -6,7 +6,7 @@
 //! over SFTP), so a torn last line is expected and skipped. A retried run
 //! appends a new `start`; only the last attempt counts.
 
-use spec::event::{Event, Phase, PhasePeaks, RunEnvironment, RunStatus};
+use spec::event::{Event, Phase, PhasePeaks, RunEnvironment, RunResult, RunStatus};
 use spec::record::{MeasuredStatus, MeasurementRecord};
 use spec::run::ConfigHash;
 use spec::{ModelSpec, RunConfig};
@@ -16,19 +16,61 @@ pub const BUDGET_GIB: f64 = 60.0;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// The final event of an attempt.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunResult {
-    pub t: f64,
-    pub status: RunStatus,
-    pub params: u64,
-    pub peaks: PhasePeaks,
-    pub peak_bytes: u64,
-    pub phase: Option<Phase>,
-    pub message: Option<String>,
-    pub wall_s: f64,
-    /// NVML's per-process peak, the second meter on GPU.
-    pub nvml_peak_bytes: Option<u64>,
+/// What the worker's own event stream says about one attempt; SLURM's state
+/// alone cannot tell a measured OOM (exit 3, FAILED) from a crash or a kill.
+///
+/// In a config record it is the attempt's `worker` field: absent (not
+/// started), `"started"`, or the result's status (`"ok"`, `"oom"`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkerOutcome {
+    /// No `start` line of this attempt: the worker never ran (or its events
+    /// could not be read).
+    #[default]
+    NotStarted,
+    /// A `start` line but no `result`: the worker was killed from outside.
+    NoResult,
+    /// The worker's own final word.
+    Result(RunStatus),
+}
+
+impl WorkerOutcome {
+    pub fn is_not_started(&self) -> bool {
+        *self == WorkerOutcome::NotStarted
+    }
+
+    /// The word a config record keeps: `None`, `started`, or the result's status.
+    pub fn word(self) -> Option<&'static str> {
+        match self {
+            WorkerOutcome::NotStarted => None,
+            WorkerOutcome::NoResult => Some("started"),
+            WorkerOutcome::Result(s) => Some(s.name()),
+        }
+    }
+
+    /// The outcome a kept word stands for (a word this version does not know
+    /// means the worker started and said nothing more that counts).
+    pub fn from_word(word: Option<&str>) -> WorkerOutcome {
+        match word {
+            None => WorkerOutcome::NotStarted,
+            Some("ok") => WorkerOutcome::Result(RunStatus::Ok),
+            Some("oom") => WorkerOutcome::Result(RunStatus::Oom),
+            Some("failed") => WorkerOutcome::Result(RunStatus::Failed),
+            Some("cancelled") => WorkerOutcome::Result(RunStatus::Cancelled),
+            Some(_) => WorkerOutcome::NoResult,
+        }
+    }
+}
+
+impl serde::Serialize for WorkerOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.word().serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for WorkerOutcome {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(WorkerOutcome::from_word(Option::<String>::deserialize(d)?.as_deref()))
+    }
 }
 
 /// What the events say about the latest attempt of one run.
@@ -97,14 +139,14 @@ impl RunProgress {
                 self.peak_bytes = self.peak_bytes.max(peak_bytes);
                 self.last_t = Some(t);
             }
-            Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes } => {
-                if let Some(ph) = phase {
+            e @ Event::Result { .. } => {
+                let Ok(r) = RunResult::try_from(e) else { return };
+                if let Some(ph) = r.phase {
                     self.phase = Some(ph);
                 }
-                self.peak_bytes = self.peak_bytes.max(peak_bytes);
-                self.last_t = Some(t);
-                self.result =
-                    Some(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes });
+                self.peak_bytes = self.peak_bytes.max(r.peak_bytes);
+                self.last_t = Some(r.t);
+                self.result = Some(r);
             }
         }
     }
@@ -113,40 +155,28 @@ impl RunProgress {
 /// The events in the complete lines of `bytes` (through the last newline),
 /// each with the offset just past its line; how many bytes those lines span
 /// (where the next read starts); and how many complete lines did not parse.
-/// A torn last line is left for the next read.
+/// The text after the last newline is left for the next read, whole.
 pub fn complete_lines(bytes: &[u8]) -> (Vec<(Event, usize)>, usize, usize) {
-    let consumed = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let (mut events, mut skipped, mut start) = (Vec::new(), 0, 0);
-    for (i, &b) in bytes[..consumed].iter().enumerate() {
-        if b != b'\n' {
-            continue;
-        }
-        let line = bytes[start..i].trim_ascii();
-        start = i + 1;
-        if line.is_empty() {
-            continue;
-        }
-        match serde_json::from_slice::<Event>(line) {
-            Ok(e) => events.push((e, i + 1)),
+    let lines = spec::jsonl::read::<Event>(bytes);
+    let mut skipped = 0;
+    let mut events = Vec::new();
+    for l in lines.complete {
+        match l.value {
+            Ok(e) => events.push((e, l.end)),
             Err(_) => skipped += 1,
         }
     }
-    (events, consumed, skipped)
+    (events, lines.consumed, skipped)
 }
 
 /// Parse an events file's bytes. Never fails: unreadable lines are counted in
 /// `skipped_lines` (a torn last line is the normal case while a run is live).
 pub fn parse_events(bytes: &[u8]) -> RunProgress {
     let mut p = RunProgress::default();
-    let (events, consumed, skipped) = complete_lines(bytes);
-    for (e, _) in events {
-        p.apply(e);
-    }
-    p.skipped_lines += skipped;
-    // The whole file: a last line without its newline counts if it is whole.
-    let tail = bytes[consumed..].trim_ascii();
-    if !tail.is_empty() {
-        match serde_json::from_slice::<Event>(tail) {
+    let lines = spec::jsonl::read::<Event>(bytes);
+    p.skipped_lines += usize::from(lines.torn);
+    for l in lines.all() {
+        match l.value {
             Ok(e) => p.apply(e),
             Err(_) => p.skipped_lines += 1,
         }
@@ -154,26 +184,10 @@ pub fn parse_events(bytes: &[u8]) -> RunProgress {
     p
 }
 
-/// The `result` event of the last attempt in an events file, as JSON,
-/// whichever job ran it (a torn last line is skipped).
-pub fn last_result(text: &str) -> Option<serde_json::Value> {
-    result_json(parse_events(text.as_bytes()).result.as_ref()?)
-}
-
-/// A result as the worker wrote it (the `result` event's JSON).
-pub fn result_json(r: &RunResult) -> Option<serde_json::Value> {
-    serde_json::to_value(Event::Result {
-        t: r.t,
-        status: r.status,
-        params: r.params,
-        peaks: r.peaks.clone(),
-        peak_bytes: r.peak_bytes,
-        phase: r.phase,
-        message: r.message.clone(),
-        wall_s: r.wall_s,
-        nvml_peak_bytes: r.nvml_peak_bytes,
-    })
-    .ok()
+/// The `result` event of the last attempt in an events file, whichever job
+/// ran it (a torn last line is skipped).
+pub fn last_result(text: &str) -> Option<RunResult> {
+    parse_events(text.as_bytes()).result
 }
 
 fn gib(bytes: u64) -> f64 {
@@ -235,18 +249,27 @@ pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementR
         device_memory_gb: env.and_then(|e| e.device_memory_bytes).map(|b| b as f64 / GIB),
         memory_limit_gb: env.and_then(|e| e.memory_limit_bytes).map(|b| b as f64 / GIB),
         config_name: Some(cfg.name.clone()),
-        note: env.map(|e| {
-            let mut note = format!("{} on {}, dtype {}", e.backend, e.host, e.dtype);
-            if let Some(d) = &e.driver {
-                note.push_str(&format!(", driver {d}"));
-            }
-            if let (true, Some(ph)) = (oom, result.phase) {
-                note.push_str(&format!(", oom in {}", ph.name()));
-            }
-            note
-        }),
+        note: env.map(|e| note(e, oom.then_some(result.phase).flatten())),
         superseded: None,
     };
+    model_fields(&mut r, cfg);
+    Some(r)
+}
+
+/// `flex on host, dtype f32, driver …, oom in bwd`: where and how a run ran.
+fn note(e: &RunEnvironment, oom_in: Option<Phase>) -> String {
+    let mut note = format!("{} on {}, dtype {}", e.backend, e.host, e.dtype);
+    if let Some(d) = &e.driver {
+        note.push_str(&format!(", driver {d}"));
+    }
+    if let Some(ph) = oom_in {
+        note.push_str(&format!(", oom in {}", ph.name()));
+    }
+    note
+}
+
+/// The per-family columns of a record.
+fn model_fields(r: &mut MeasurementRecord, cfg: &RunConfig) {
     match &cfg.model {
         ModelSpec::Unet(u) => {
             r.channels = Some(u.channels.clone());
@@ -278,7 +301,6 @@ pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementR
             }
         }
     }
-    Some(r)
 }
 
 #[cfg(test)]

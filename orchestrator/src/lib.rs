@@ -1,22 +1,29 @@
-//! The orchestrator's data flow, one module per stage:
-//! experiment → sweep → precheck → render → transport → state → collect → report.
+//! The orchestrator, one module per stage. In the order data flows, each
+//! importing only modules of the lines above it (no circles, no arrow back up;
+//! `tests/module_graph.rs` checks it):
+//!
+//! 1. leaves: `fsio` (file I/O, the clock), `util` (tables, quoting, sizes), `plot`;
+//! 2. planning: `experiment` → `precheck` → `sweep` → `plan`, `advisor`;
+//! 3. what a worker writes: `collect` (its event stream read into progress and measurements);
+//! 4. the cluster: `cluster` → `render`, `slurm` → `transport` → `target`;
+//! 5. the state directory: `state`;
+//! 6. commands and what they show: `progress` → `submit` → `report`.
 
 pub mod advisor;
+pub mod cluster;
 pub mod collect;
 pub mod experiment;
+pub mod fsio;
 pub mod plan;
+pub mod plot;
 pub mod precheck;
-pub mod sweep;
-// Cluster side: templates, transports, SLURM, state directory, commands.
-pub mod cluster;
-pub mod install;
+pub mod progress;
 pub mod render;
+pub mod report;
 pub mod slurm;
 pub mod state;
 pub mod submit;
+pub mod sweep;
 pub mod target;
 pub mod transport;
-// Reports, plots and progress (issue 6).
-pub mod plot;
-pub mod progress;
-pub mod report;
+pub mod util;

@@ -43,7 +43,7 @@ impl ExperimentArgs {
     }
 
     /// The sweep's predictor (local overlay unless `--shipped-calibration`) and which calibration it is.
-    fn predictor(&self, sweep: &sweep::Sweep) -> Result<(precheck::Predictor, precheck::overlay::Source)> {
+    fn predictor(&self, sweep: &sweep::Sweep) -> Result<(precheck::Predictor, precheck::overlay::CalibrationSource)> {
         let root = (!self.shipped_calibration).then_some(self.state_dir.as_path());
         Ok(sweep.predictor_in(root)?)
     }

@@ -6,6 +6,7 @@ use spec::params;
 
 use crate::precheck::{memory, Predictor, Verdict};
 use crate::sweep::{Sweep, SweepConfig};
+use crate::util::table::{millions, render_table};
 
 /// One row of the plan table.
 #[derive(Debug, Clone, Serialize)]
@@ -30,14 +31,25 @@ pub struct PlanRow {
 
 /// Rows for every config in sweep order.
 pub fn rows(sweep: &Sweep, predictor: &Predictor) -> Vec<PlanRow> {
-    sweep.configs.iter().map(|c| row(c, sweep.experiment.budget_gb, predictor)).collect()
+    crate::util::par::map(&sweep.configs, |c| row(c, sweep.experiment.budget_gb, predictor))
 }
 
 fn row(c: &SweepConfig, budget_gb: Option<f64>, predictor: &Predictor) -> PlanRow {
     let cfg = &c.config;
     let per_level = params::level_grids(&cfg.model, &cfg.input).iter().map(|g| g.voxels()).collect();
-    let params = if c.is_valid() { params::count(&cfg.model, &cfg.input, cfg.out_channels).ok() } else { None };
-    let prediction = if c.is_valid() { predictor.predict(cfg).ok() } else { None };
+    // One prediction (without the term breakdown) gives the sizes and the verdict.
+    let prediction = if c.is_valid() { Some(predictor.predict_peak(cfg)) } else { None };
+    let verdict = match &prediction {
+        None => Verdict::Invalid { reasons: c.invalid.iter().map(|i| i.to_string()).collect() },
+        Some(Ok(p)) => predictor.verdict_of(cfg, p, budget_gb),
+        Some(Err(e)) => Verdict::Invalid { reasons: vec![e.to_string()] },
+    };
+    let prediction = prediction.and_then(Result::ok);
+    let params = match &prediction {
+        Some(p) => Some(p.params),
+        None if c.is_valid() => params::count(&cfg.model, &cfg.input, cfg.out_channels).ok(),
+        None => None,
+    };
     PlanRow {
         name: c.name.clone(),
         hash: c.hash.to_string(),
@@ -49,13 +61,8 @@ fn row(c: &SweepConfig, budget_gb: Option<f64>, predictor: &Predictor) -> PlanRo
         train_gib: prediction.as_ref().map(|p| p.train_peak_gib()),
         capacity_gib: cfg.gpu.capacity_gib(),
         status: c.status(),
-        verdict: predictor.verdict(cfg, budget_gb),
+        verdict,
     }
-}
-
-/// `2664.6M`, as the reports print parameters.
-pub fn millions(n: u64) -> String {
-    format!("{:.1}M", n as f64 / 1e6)
 }
 
 /// Counts per level, compact: `163840/20480/2560`.
@@ -63,29 +70,32 @@ fn per_level(v: &[u64]) -> String {
     v.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("/")
 }
 
+/// One row of the plan table, as text.
+fn cells_of(r: &PlanRow) -> Vec<String> {
+    let gib = |g: Option<f64>| g.map(memory).unwrap_or_else(|| "-".into());
+    let verdict = match &r.verdict {
+        Verdict::Invalid { .. } => r.status.clone(),
+        v => v.to_string(),
+    };
+    vec![
+        r.name.clone(),
+        r.family.clone(),
+        r.dims.clone(),
+        per_level(&r.per_level),
+        r.params.map(millions).unwrap_or_else(|| "-".into()),
+        gib(r.predicted_gib),
+        gib(r.train_gib),
+        format!("{:.0}G", r.capacity_gib),
+        verdict,
+    ]
+}
+
 /// The plan as an aligned text table with a one-line summary.
 pub fn table(sweep: &Sweep, rows: &[PlanRow]) -> String {
     let header =
         ["Config", "Family", "Dims", "Voxels|tokens per level", "Params", "Peak", "Train", "Capacity", "Verdict"];
-    let gib = |g: Option<f64>| g.map(memory).unwrap_or_else(|| "-".into());
     let mut cells: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
-    for r in rows {
-        let verdict = match &r.verdict {
-            Verdict::Invalid { .. } => r.status.clone(),
-            v => v.to_string(),
-        };
-        cells.push(vec![
-            r.name.clone(),
-            r.family.clone(),
-            r.dims.clone(),
-            per_level(&r.per_level),
-            r.params.map(millions).unwrap_or_else(|| "-".into()),
-            gib(r.predicted_gib),
-            gib(r.train_gib),
-            format!("{:.0}G", r.capacity_gib),
-            verdict,
-        ]);
-    }
+    cells.extend(crate::util::par::map(rows, cells_of));
     let mut out = render_table(&cells);
     let count = |name: &str| rows.iter().filter(|r| r.verdict.name() == name).count();
     out.push_str(&format!(
@@ -98,27 +108,5 @@ pub fn table(sweep: &Sweep, rows: &[PlanRow]) -> String {
         count("oom"),
         count("invalid"),
     ));
-    out
-}
-
-/// Left-aligned columns separated by two spaces; the last column is not padded.
-pub fn render_table(cells: &[Vec<String>]) -> String {
-    let cols = cells.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|i| cells.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in cells {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
     out
 }

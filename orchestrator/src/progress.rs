@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 
+use crate::fsio;
 use crate::slurm::Activity;
 use crate::state::{self, ConfigRecord};
 
@@ -67,8 +68,8 @@ pub struct SweepProgress {
 /// How long a finished attempt ran: the worker's own wall time when there is a
 /// result, else from the first RUNNING to the end in the SLURM history.
 fn duration(r: &ConfigRecord) -> Option<f64> {
-    if let Some(w) = r.result.as_ref().and_then(|v| v.get("wall_s")).and_then(|w| w.as_f64()) {
-        return Some(w);
+    if let Some(res) = &r.result {
+        return Some(res.wall_s);
     }
     let a = r.latest()?;
     let end = a.history.last().filter(|c| c.state.activity() == Activity::Ended)?.t;
@@ -173,24 +174,16 @@ pub fn sweep_progress<'a>(
 
 /// The progress of experiment `experiment` under `state_root`, read without the lock.
 pub fn read(state_root: &Path, experiment: &str) -> Result<SweepProgress, state::StateError> {
-    let sweep: Option<serde_json::Value> = state::read_json(&state_root.join(experiment).join("sweep.json"))?;
+    let view = state::View::new(state_root, experiment)?;
+    // Read loosely: only the parallelism is needed, whatever version stored the sweep.
+    let sweep: Option<serde_json::Value> = fsio::read_json(&view.path("sweep.json"))?;
     let parallelism = sweep
         .as_ref()
         .and_then(|v| v.pointer("/sweep/experiment/array_parallelism"))
         .and_then(|v| v.as_u64())
         .map(|n| n as u32);
-    let dir = state_root.join(experiment).join("configs");
-    let mut records = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for e in entries.flatten() {
-            if e.path().extension().is_some_and(|x| x == "json") {
-                if let Some(r) = state::read_json::<ConfigRecord>(&e.path())? {
-                    records.push(r);
-                }
-            }
-        }
-    }
-    Ok(sweep_progress(&records, parallelism, state::now()))
+    let records: Vec<ConfigRecord> = view.records()?.into_values().collect();
+    Ok(sweep_progress(&records, parallelism, fsio::now()))
 }
 
 /// `1h02m`, `3m05s`, `12s`, `0.4s`.
@@ -256,7 +249,7 @@ pub fn watch_bar() -> WatchBar {
         .with_key("eta_left", move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
             let p = shared.lock().ok().and_then(|g| g.clone());
             if let Some(p) = p.filter(|p| p.running + p.waiting > 0) {
-                let _ = match p.eta_left(state::now()) {
+                let _ = match p.eta_left(fsio::now()) {
                     Some(e) => write!(w, ", ETA ~{}", human_duration(e)),
                     None => write!(w, ", ETA after the first run ends"),
                 };
@@ -278,7 +271,7 @@ mod tests {
         ConfigRecord {
             hash: hash.into(),
             name: hash.into(),
-            verdict: Some("fits".into()),
+            verdict: Some(crate::precheck::VerdictKind::Fits),
             predicted_gib: Some(1.0),
             attempts: vec![Attempt {
                 array_job_id: Some("7".into()),
@@ -287,7 +280,12 @@ mod tests {
                 history: history.into_iter().map(|(t, state)| StateChange { t, state, detail: None }).collect(),
                 ..Attempt::intended("s001-x", 0, 0.0)
             }],
-            result: wall.map(|w| serde_json::json!({"event": "result", "status": "ok", "wall_s": w})),
+            result: wall.map(|w| {
+                serde_json::from_value(serde_json::json!({
+                    "event": "result", "t": 0.0, "status": "ok", "params": 0, "peaks": {}, "peak_bytes": 0, "wall_s": w
+                }))
+                .expect("a result")
+            }),
         }
     }
 

@@ -18,6 +18,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 use crate::experiment::SlurmResources;
+use crate::util::shell::sh_quote;
 
 /// The built-in templates, used when `templates/` has no file of that name.
 pub const BUILTIN: &[(&str, &str)] = &[("profile", include_str!("../../templates/profile.sbatch.hbs"))];
@@ -30,17 +31,6 @@ pub enum RenderFailure {
     Io { path: PathBuf, source: std::io::Error },
     #[error("template `{name}`: {message}")]
     Template { name: String, message: String },
-}
-
-/// `x` as one POSIX shell word: bare when it is made of inert characters, else
-/// single-quoted with embedded `'` written as `'\''`.
-pub fn sh_quote(s: &str) -> String {
-    let inert = |c: char| c.is_ascii_alphanumeric() || "_./:=,@%+-".contains(c);
-    if !s.is_empty() && s.chars().all(inert) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
 }
 
 /// Whether `s` may stand in an `#SBATCH` directive.
@@ -223,15 +213,6 @@ mod tests {
             worker: "/w/bin/worker".into(),
             worker_args: vec![],
         }
-    }
-
-    #[test]
-    fn quoting_makes_one_inert_word() {
-        assert_eq!(sh_quote("plain-1.0"), "plain-1.0");
-        assert_eq!(sh_quote(""), "''");
-        assert_eq!(sh_quote("$(touch /tmp/x)"), "'$(touch /tmp/x)'");
-        assert_eq!(sh_quote("it's"), r"'it'\''s'");
-        assert_eq!(sh_quote("a\nb"), "'a\nb'");
     }
 
     #[test]

@@ -21,32 +21,12 @@ use orchestrator::transport::Shell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+use common::{cluster, rt, Env, ONE_AT_A_TIME};
 
-struct Env(BTreeMap<String, String>);
-
+/// The bastion as the jump tests see it.
 impl Env {
-    fn get(&self, k: &str) -> String {
-        self.0.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from the test cluster env file"))
-    }
-
-    fn script(&self, arg: &str) {
-        let out = Command::new(self.get("SWEEP_TEST_SCRIPT"))
-            .arg(arg)
-            .env("SWEEP_TEST_CLUSTER_DIR", self.get("SWEEP_TEST_CLUSTER_DIR"))
-            .env("SWEEP_TEST_PORT_BASE", (self.port("SWEEP_TEST_SSH_PORT") - 2).to_string())
-            .output()
-            .expect("test-cluster.sh runs");
-        assert!(out.status.success(), "test-cluster.sh {arg}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn port(&self, k: &str) -> u16 {
-        self.get(k).parse().expect("port")
-    }
-
     /// Forwardings the bastion has opened to `port` so far (from its log).
     fn forwards_to(&self, port: u16) -> usize {
         let log = std::fs::read_to_string(self.get("SWEEP_TEST_BASTION_LOG")).unwrap_or_default();
@@ -87,12 +67,8 @@ struct BastionBack<'a>(&'a Env);
 
 impl Drop for BastionBack<'_> {
     fn drop(&mut self) {
-        self.0.script("bastion-start");
+        self.0.script(&["bastion-start"]);
     }
-}
-
-fn env() -> Option<Env> {
-    common::cluster_env().map(Env)
 }
 
 /// An ssh config of the test's own (keys and known_hosts of the test cluster).
@@ -119,10 +95,6 @@ fn shell(host: &str, ssh_config: &Path, reconnect: Duration) -> SshShell {
 
 fn echo(sh: &SshShell) -> Result<String, orchestrator::transport::TransportError> {
     sh.run(&["echo".to_string(), "a b".to_string()], true).map(|o| o.stdout)
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
 /// A state dir, the test cluster's own clusters.yaml entry `sweeptest-jump`
@@ -170,7 +142,7 @@ fn world(env: &Env, name: &str, n: usize) -> World {
 #[test]
 fn cluster_jump_sweep_completes_through_the_bastion() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let node_port = env.port("SWEEP_TEST_SSH_PORT");
     let before = env.forwards_to(node_port);
     let w = world(&env, "cj-sweep", 6);
@@ -209,7 +181,7 @@ fn cluster_jump_sweep_completes_through_the_bastion() {
 #[test]
 fn cluster_jump_fails_naming_the_bastion_when_it_is_down() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let bport = env.port("SWEEP_TEST_BASTION_PORT");
     let cfg = PathBuf::from(env.get("SWEEP_TEST_SSH_CONFIG"));
     let sh = shell("sweeptest-jump", &cfg, Duration::from_secs(2));
@@ -219,7 +191,7 @@ fn cluster_jump_fails_naming_the_bastion_when_it_is_down() {
     rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
 
     let back = BastionBack(&env);
-    env.script("bastion-stop");
+    env.script(&["bastion-stop"]);
     // The open session died with the bastion; reconnecting fails on the bastion.
     let t0 = Instant::now();
     let e = echo(&sh).expect_err("no bastion").to_string();
@@ -244,7 +216,7 @@ fn cluster_jump_fails_naming_the_bastion_when_it_is_down() {
 #[test]
 fn cluster_jump_verifies_every_hops_host_key() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let all = std::fs::read_to_string(env.get("SWEEP_TEST_KNOWN_HOSTS")).expect("known_hosts");
     let node_line = format!("[127.0.0.1]:{} ", env.get("SWEEP_TEST_SSH_PORT"));
@@ -284,7 +256,7 @@ fn cluster_jump_verifies_every_hops_host_key() {
 #[test]
 fn cluster_jump_chain_of_two_hops_and_proxy_command() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let (bport, nport) = (env.port("SWEEP_TEST_BASTION_PORT"), env.port("SWEEP_TEST_SSH_PORT"));
     let cfg = ssh_config(
@@ -334,7 +306,7 @@ fn cluster_jump_chain_of_two_hops_and_proxy_command() {
 #[test]
 fn cluster_keepalives_are_sent_and_a_frozen_server_is_dropped() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     // The bastion as the target itself, so its log shows our keepalives.
     let cfg = ssh_config(
@@ -384,7 +356,7 @@ fn cluster_keepalives_are_sent_and_a_frozen_server_is_dropped() {
 #[test]
 fn cluster_a_host_that_does_not_resolve_fails_at_once() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let cfg = ssh_config(
         &env,
@@ -433,7 +405,7 @@ fn cluster_a_host_that_does_not_resolve_fails_at_once() {
 #[test]
 fn cluster_ssh_config_reads_as_openssh_does() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let inc = tmp.path().join("inc");
     std::fs::create_dir(&inc).expect("mkdir");

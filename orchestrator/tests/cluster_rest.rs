@@ -19,42 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-struct Env(BTreeMap<String, String>);
-
-impl Env {
-    fn get(&self, k: &str) -> String {
-        self.0.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from the test cluster env file"))
-    }
-
-    /// `test-cluster.sh ARGS…`'s stdout.
-    fn script(&self, args: &[&str]) -> String {
-        let out = Command::new(self.get("SWEEP_TEST_SCRIPT"))
-            .args(args)
-            .env("SWEEP_TEST_CLUSTER_DIR", self.get("SWEEP_TEST_CLUSTER_DIR"))
-            .env_remove("SLURM_JWT")
-            .output()
-            .expect("test-cluster.sh runs");
-        assert!(out.status.success(), "test-cluster.sh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// A SLURM command on the cluster machine: the test's own view, not the orchestrator's.
-    fn slurm(&self, argv: &[&str]) -> String {
-        let out =
-            Command::new(argv[0]).args(&argv[1..]).env("SLURM_CONF", self.get("SLURM_CONF")).output().expect("runs");
-        assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-fn cluster() -> Option<Env> {
-    common::cluster_env().map(Env)
-}
+use common::{cluster, rt, text, worker_binary, Env, ONE_AT_A_TIME};
 
 /// One test's world: its clusters file (`test`: REST with local files;
 /// `test-sftp`: REST with files over SFTP; both on one fresh work dir), its
@@ -213,22 +180,6 @@ impl World {
     }
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
-fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
-
-/// The worker binary of this build (`target/<profile>/worker`).
-fn worker_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let w = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").join("worker");
-    assert!(w.is_file(), "no worker binary at {}: build it first: cargo build -p worker", w.display());
-    w
-}
-
 /// A debug worker is hundreds of MiB: those installed by earlier runs of
 /// this file (`rt-*-<pid>/bin`, their pid gone) are removed.
 fn remove_stale_workers(root: &Path) {
@@ -280,7 +231,7 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
     let (name, c) = file.get("test", &label).expect("test cluster");
     let t = orchestrator::transport::open(&name, &c, &w.opts.state_root).expect("rest transport");
     let names: Vec<String> = w.submissions().into_iter().map(|s| s.job_name).collect();
-    let since = orchestrator::state::now() - 3600.0;
+    let since = orchestrator::fsio::now() - 3600.0;
     t.poll(&names, since).expect("first poll");
     let before = t.counters();
     let p = t.poll(&names, since).expect("poll");
@@ -290,6 +241,7 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
     assert!(p.complete() && p.tasks.len() == 2 && p.tasks.values().all(|o| o.state.name() == "COMPLETED"), "{p:?}");
     for (name, rec) in w.records() {
         let res = rec.result.as_ref().unwrap_or_else(|| panic!("{name}: no result collected"));
+        let res = &serde_json::to_value(res).expect("a result serialises");
         assert_eq!(res.get("status").and_then(|s| s.as_str()), Some("ok"), "{name}: {res}");
         assert!(res.get("peak_bytes").and_then(|p| p.as_u64()).is_some_and(|p| p > 0), "{name}: {res}");
         let events = w.opts.state_root.join(&w.exp).join("runs").join(&name).join("events.jsonl");

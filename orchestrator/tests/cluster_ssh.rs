@@ -20,45 +20,9 @@ use orchestrator::transport::Shell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-struct ClusterEnv {
-    vars: BTreeMap<String, String>,
-}
-
-impl ClusterEnv {
-    fn get(&self, k: &str) -> String {
-        self.vars.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from the test cluster env file"))
-    }
-
-    fn script(&self, arg: &str) {
-        let out = Command::new(self.get("SWEEP_TEST_SCRIPT"))
-            .arg(arg)
-            .env("SWEEP_TEST_CLUSTER_DIR", self.get("SWEEP_TEST_CLUSTER_DIR"))
-            .output()
-            .expect("test-cluster.sh runs");
-        assert!(out.status.success(), "test-cluster.sh {arg}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    /// A SLURM command on the cluster machine (the tests' own view, not the orchestrator's).
-    fn slurm(&self, argv: &[&str]) -> String {
-        let out = Command::new(argv[0])
-            .args(&argv[1..])
-            .env("SLURM_CONF", self.get("SLURM_CONF"))
-            .output()
-            .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-        assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-/// The running test cluster, or `None` when skipping was asked for.
-fn cluster() -> Option<ClusterEnv> {
-    common::cluster_env().map(|vars| ClusterEnv { vars })
-}
+use common::{cluster, rt, Env, ONE_AT_A_TIME};
 
 /// One test's world: a local state dir, a clusters file naming the test
 /// cluster over SSH with a fresh remote work dir, a template, an experiment file.
@@ -96,7 +60,7 @@ sleep {sleep}
     )
 }
 
-fn world(env: &ClusterEnv, test: &str, n: usize, parallel: u32, sleep: f64) -> World {
+fn world(env: &Env, test: &str, n: usize, parallel: u32, sleep: f64) -> World {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
     let remote_work = format!("{}/{test}-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());
@@ -139,7 +103,7 @@ impl World {
         sweep::load(&self.exp_file, &[]).expect("experiment loads")
     }
 
-    fn shell(&self, env: &ClusterEnv) -> SshShell {
+    fn shell(&self, env: &Env) -> SshShell {
         let (file, label) =
             orchestrator::cluster::ClustersFile::load_or_default(self.opts.clusters_file.as_deref()).expect("clusters");
         let (_, c) = file.get("test", &label).expect("test cluster");
@@ -172,10 +136,6 @@ impl World {
     }
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
 /// `status --watch` until every config settled (or `limit`), returning the last report.
 fn watch(w: &World, exp: &str, limit: Duration) -> StatusReport {
     let watch = Watch {
@@ -190,7 +150,7 @@ fn watch(w: &World, exp: &str, limit: Duration) -> StatusReport {
 
 /// Every job SLURM has for this experiment (job name prefix), as (array, task) → job name,
 /// from the cluster's own squeue and sacct.
-fn slurm_tasks(env: &ClusterEnv, exp: &str) -> BTreeSet<(String, u32, String)> {
+fn slurm_tasks(env: &Env, exp: &str) -> BTreeSet<(String, u32, String)> {
     let prefix = format!("sw-{exp}-");
     let mut out = BTreeSet::new();
     let sacct = env.slurm(&[
@@ -203,7 +163,7 @@ fn slurm_tasks(env: &ClusterEnv, exp: &str) -> BTreeSet<(String, u32, String)> {
     ]);
     for o in orchestrator::slurm::parse_sacct(&sacct).expect("sacct parses") {
         if o.name.starts_with(&prefix) {
-            out.insert((o.array_job_id, o.task_id, o.name));
+            out.insert((o.array_job_id.to_string(), o.task_id, o.name));
         }
     }
     // `--states=all`: tasks that ended recently, which sacct may not have yet.
@@ -216,7 +176,7 @@ fn slurm_tasks(env: &ClusterEnv, exp: &str) -> BTreeSet<(String, u32, String)> {
     ]);
     for o in orchestrator::slurm::parse_squeue(&squeue).expect("squeue parses") {
         if o.name.starts_with(&prefix) {
-            out.insert((o.array_job_id, o.task_id, o.name));
+            out.insert((o.array_job_id.to_string(), o.task_id, o.name));
         }
     }
     out
@@ -224,7 +184,7 @@ fn slurm_tasks(env: &ClusterEnv, exp: &str) -> BTreeSet<(String, u32, String)> {
 
 /// How many SLURM tasks run each config: maps SLURM's jobs back to configs
 /// through the submissions' task lists. Every value must be 1 (no duplicates).
-fn jobs_per_config(env: &ClusterEnv, w: &World, exp: &str) -> BTreeMap<String, usize> {
+fn jobs_per_config(env: &Env, w: &World, exp: &str) -> BTreeMap<String, usize> {
     let subs_dir = w.opts.state_root.join(exp).join("submissions");
     let mut by_name = BTreeMap::new();
     for e in std::fs::read_dir(&subs_dir).expect("submissions") {
@@ -325,7 +285,7 @@ fn cluster_sshd_restart_during_watch_reconnects() {
         assert!(start.elapsed() < Duration::from_secs(30), "watch never polled");
         std::thread::sleep(Duration::from_millis(100));
     }
-    env.script("restart-sshd");
+    env.script(&["restart-sshd"]);
     let before = polls.load(std::sync::atomic::Ordering::SeqCst);
     let r = rt.block_on(handle).expect("joined").expect("watch survives the restart");
     assert!(polls.load(std::sync::atomic::Ordering::SeqCst) > before, "polled again after the restart");
@@ -340,13 +300,13 @@ fn cluster_slurmctld_restart_loses_no_config() {
     let w = world(&env, "ct-ctld", 6, 1, 1.0);
     let sweep = w.sweep();
     rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
-    env.script("stop-slurmctld");
+    env.script(&["stop-slurmctld"]);
     // While the controller is down, status says so but keeps the state.
     let r = rt().block_on(submit::status("ct-ctld", &w.opts, None, &mut |_| {}));
     if let Ok(r) = &r {
         assert!(!r.poll.errors.is_empty(), "squeue must fail with slurmctld down");
     }
-    env.script("start-slurmctld");
+    env.script(&["start-slurmctld"]);
     let r = watch(&w, "ct-ctld", Duration::from_secs(120));
     assert_eq!(r.count("COMPLETED"), 6, "{}", r.table());
     let per = jobs_per_config(&env, &w, "ct-ctld");

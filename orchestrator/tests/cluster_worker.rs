@@ -19,34 +19,10 @@ use orchestrator::sweep::{self, Sweep};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// The test cluster's `env` file, or `None` when skipping was asked for.
-fn cluster() -> Option<BTreeMap<String, String>> {
-    common::cluster_env()
-}
-
-fn get(env: &BTreeMap<String, String>, k: &str) -> String {
-    env.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from the test cluster env file"))
-}
-
-/// The worker binary of this build: tests run from `target/<profile>/deps/`,
-/// binaries sit in `target/<profile>/`.
-fn worker_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
-    let w = profile_dir.join("worker");
-    assert!(
-        w.is_file(),
-        "no worker binary at {}: build the worker first: cargo build -p worker \
-         (scripts/test.sh builds the whole workspace before testing)",
-        w.display()
-    );
-    w
-}
+use common::{cluster, rt, worker_binary, Env, ONE_AT_A_TIME};
 
 /// The connection and the remote work dir every test of this file shares
 /// (one install per test run).
@@ -59,22 +35,22 @@ struct Shared {
     install_s: f64,
 }
 
-fn shared(env: &BTreeMap<String, String>) -> &'static Shared {
+fn shared(env: &Env) -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("sweep-cluster-worker-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("test dir");
-        let work_root = get(env, "SWEEP_TEST_WORK_DIR");
+        let work_root = env.get("SWEEP_TEST_WORK_DIR");
         remove_stale_work_dirs(Path::new(&work_root));
         let remote_work = format!("{work_root}/cw-{}", std::process::id());
         let clusters = dir.join("clusters.yaml");
         let text = format!(
             "clusters:\n  test:\n    transport: ssh\n    host: {}\n    port: {}\n    user: {}\n    identity_file: {}\n    known_hosts: {}\n    work_dir: {}\n    defaults:\n      partition: gpu\n      time: \"00:10:00\"\n      cpus_per_task: 1\n",
-            get(env, "SWEEP_TEST_SSH_HOST"),
-            get(env, "SWEEP_TEST_SSH_PORT"),
-            get(env, "SWEEP_TEST_SSH_USER"),
-            get(env, "SWEEP_TEST_SSH_KEY"),
-            get(env, "SWEEP_TEST_KNOWN_HOSTS"),
+            env.get("SWEEP_TEST_SSH_HOST"),
+            env.get("SWEEP_TEST_SSH_PORT"),
+            env.get("SWEEP_TEST_SSH_USER"),
+            env.get("SWEEP_TEST_SSH_KEY"),
+            env.get("SWEEP_TEST_KNOWN_HOSTS"),
             remote_work,
         );
         std::fs::write(&clusters, text).expect("clusters file");
@@ -111,10 +87,6 @@ fn remove_stale_work_dirs(root: &Path) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
 /// One experiment of a test: its file and a local state dir of its own.
@@ -192,7 +164,12 @@ impl Exp {
 }
 
 fn status_of(r: &orchestrator::state::ConfigRecord) -> Option<&str> {
-    r.result.as_ref()?.get("status")?.as_str()
+    r.result.as_ref().map(|res| res.status.name())
+}
+
+/// A stored result as the JSON of its `result` line.
+fn json(r: &spec::event::RunResult) -> serde_json::Value {
+    serde_json::to_value(r).expect("a result serialises")
 }
 
 fn num(v: &serde_json::Value, k: &str) -> u64 {
@@ -260,8 +237,8 @@ fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
     for c in &sweep.configs {
         let rec = &recs[&c.name];
         assert_eq!(status_of(rec), Some("ok"), "{}: {:?}", c.name, rec.result);
-        assert_eq!(rec.attempts.last().and_then(|a| a.worker.as_deref()), Some("ok"));
-        let res = rec.result.as_ref().expect("result");
+        assert_eq!(rec.attempts.last().and_then(|a| a.worker.word()), Some("ok"));
+        let res = &json(rec.result.as_ref().expect("result"));
         let (params, peak) = (num(res, "params"), num(res, "peak_bytes"));
         assert_eq!(
             params,
@@ -350,7 +327,7 @@ fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
     let row = r.rows.iter().find(|x| x.name == "big").expect("row");
     assert_eq!(row.result.as_deref(), Some("oom"), "status shows the oom");
     assert_eq!(row.state, "FAILED", "the worker exits 3 on oom, which SLURM calls FAILED");
-    let msg = big.result.as_ref().and_then(|v| v.get("message")).and_then(|m| m.as_str()).unwrap_or_default();
+    let msg = big.result.as_ref().and_then(|v| v.message.as_deref()).unwrap_or_default();
     eprintln!("oom result: {msg}");
     // resume: nothing to do, and the oom config is skipped as measured.
     let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
@@ -396,7 +373,7 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
     let pid = loop {
         assert!(start.elapsed() < Duration::from_secs(120), "the worker never started:\n{}", exp.status().table());
         let _ = exp.status();
-        let started = exp.records()[name].attempts.last().and_then(|a| a.worker.clone()).as_deref() == Some("started");
+        let started = exp.records()[name].attempts.last().and_then(|a| a.worker.word()) == Some("started");
         let out = Command::new("pgrep")
             .args(["-f", &format!("worker run --manifest {manifest_dir}")])
             .output()
@@ -414,7 +391,7 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
     eprintln!("{}", r.table());
     let rec = &exp.records()[name];
     let a = rec.attempts.last().expect("attempt");
-    assert_eq!(a.worker.as_deref(), Some("started"), "started, no result");
+    assert_eq!(a.worker.word(), Some("started"), "started, no result");
     assert!(rec.result.is_none(), "no result line: {:?}", rec.result);
     let state = a.state.clone().expect("ended");
     eprintln!("killed worker: SLURM state {state}, history {:?}", a.history);
@@ -428,29 +405,18 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
         std::thread::sleep(Duration::from_millis(500));
     }
     let out = exp.cli("cancel");
-    assert!(out.contains(&rep.arrays[0]), "{out}");
+    assert!(out.contains(rep.arrays[0].as_str()), "{out}");
     let r = exp.watch(Duration::from_secs(120));
     assert_eq!(r.rows[0].state, "CANCELLED", "{}", r.table());
     assert_eq!(exp.records()[name].attempts.len(), 2);
 }
 
 /// Stops the test cluster's lagging mirror when dropped.
-struct Mirror<'a>(&'a BTreeMap<String, String>);
-
-impl Mirror<'_> {
-    fn script(env: &BTreeMap<String, String>, args: &[&str]) {
-        let out = Command::new(get(env, "SWEEP_TEST_SCRIPT"))
-            .args(args)
-            .env("SWEEP_TEST_CLUSTER_DIR", get(env, "SWEEP_TEST_CLUSTER_DIR"))
-            .output()
-            .expect("test-cluster.sh runs");
-        assert!(out.status.success(), "test-cluster.sh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-}
+struct Mirror<'a>(&'a Env);
 
 impl Drop for Mirror<'_> {
     fn drop(&mut self) {
-        Mirror::script(self.0, &["lag-stop"]);
+        self.0.script(&["lag-stop"]);
     }
 }
 
@@ -486,7 +452,7 @@ fn cluster_worker_lagging_events_are_all_collected_and_a_late_oom_is_not_retried
     exp.opts.result_grace = Duration::from_secs(120);
     let src = format!("{}/lagging-view/state/cw-lag/runs", sh.remote_work);
     let dst = format!("{}/state/cw-lag/runs", sh.remote_work);
-    Mirror::script(&env, &["lag-start", &src, &dst, "6"]);
+    env.script(&["lag-start", &src, &dst, "6"]);
     let _mirror = Mirror(&env);
     let sweep = exp.sweep();
     let t0 = Instant::now();

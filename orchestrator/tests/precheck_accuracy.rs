@@ -37,11 +37,8 @@ fn published_records_within_targets() {
             );
         }
         match (r.status, r.peak_gb) {
-            (MeasuredStatus::Oom, _) => {
-                if line.fits {
-                    oom_fits.push(format!("{} predicted {peak:.1} GiB", r.id));
-                }
-            }
+            (MeasuredStatus::Oom, _) if line.fits => oom_fits.push(format!("{} predicted {peak:.1} GiB", r.id)),
+            (MeasuredStatus::Oom, _) => {}
             (_, Some(m)) => {
                 let e = (peak - m).abs() / m;
                 errs.push(e);

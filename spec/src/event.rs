@@ -40,6 +40,18 @@ pub enum RunStatus {
     Cancelled,
 }
 
+impl RunStatus {
+    /// `ok`, `oom`, `failed`, `cancelled`: as the events write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunStatus::Ok => "ok",
+            RunStatus::Oom => "oom",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// Peak bytes seen per phase (absent where the phase was not reached).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PhasePeaks {
@@ -205,4 +217,66 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nvml_peak_bytes: Option<u64>,
     },
+}
+
+/// The final word of a run: the fields of [`Event::Result`] as one type, for
+/// everything that keeps or reads a result (the orchestrator's collection,
+/// its state directory and its reports). It serialises as the worker's
+/// `result` line itself (`{"event": "result", ...}`), so a stored result and
+/// the line it came from are the same JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "Event", try_from = "Event")]
+pub struct RunResult {
+    pub t: f64,
+    pub status: RunStatus,
+    pub params: u64,
+    pub peaks: PhasePeaks,
+    pub peak_bytes: u64,
+    /// The phase the run was in when it stopped (for oom/failed/cancelled).
+    pub phase: Option<Phase>,
+    pub message: Option<String>,
+    pub wall_s: f64,
+    /// NVML's per-process used memory, peak over the run (GPU backends with NVML).
+    pub nvml_peak_bytes: Option<u64>,
+}
+
+impl From<RunResult> for Event {
+    fn from(r: RunResult) -> Event {
+        let RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes } = r;
+        Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes }
+    }
+}
+
+/// An event other than `result` where a result was expected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("expected a `result` event")]
+pub struct NotAResult;
+
+impl TryFrom<Event> for RunResult {
+    type Error = NotAResult;
+    fn try_from(e: Event) -> Result<RunResult, NotAResult> {
+        match e {
+            Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes } => {
+                Ok(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes })
+            }
+            _ => Err(NotAResult),
+        }
+    }
+}
+
+#[cfg(test)]
+mod result_tests {
+    use super::*;
+
+    #[test]
+    fn a_result_is_the_result_line_itself() {
+        let line = r#"{"event":"result","t":3.0,"status":"oom","params":1,"peaks":{"fwd":7},"peak_bytes":4096,"phase":"bwd","wall_s":2.0}"#;
+        let r: RunResult = serde_json::from_str(line).expect("parses");
+        assert_eq!(r.status, RunStatus::Oom);
+        assert_eq!(r.phase, Some(Phase::Bwd));
+        let back: serde_json::Value = serde_json::to_value(&r).expect("serialises");
+        assert_eq!(back, serde_json::from_str::<serde_json::Value>(line).expect("json"));
+        let start = r#"{"event":"heartbeat","t":1.0,"phase":"fwd","current_bytes":1,"peak_bytes":2}"#;
+        assert!(serde_json::from_str::<RunResult>(start).is_err(), "only a result is a result");
+    }
 }

@@ -6,6 +6,7 @@
 
 pub mod event;
 pub mod gpu;
+pub mod jsonl;
 pub mod model;
 pub mod params;
 pub mod record;

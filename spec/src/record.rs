@@ -186,11 +186,8 @@ impl MeasurementRecord {
     }
 }
 
-/// Read a JSONL file of records; errors name the line.
+/// Read a JSONL file of records ([`crate::jsonl`]'s rule for a torn last
+/// line); errors name the line.
 pub fn read_jsonl(text: &str) -> Result<Vec<MeasurementRecord>, (usize, serde_json::Error)> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| serde_json::from_str(l).map_err(|e| (i + 1, e)))
-        .collect()
+    crate::jsonl::values(text)
 }

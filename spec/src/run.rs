@@ -103,21 +103,31 @@ impl fmt::Display for ConfigHash {
 }
 
 impl RunConfig {
-    /// 12 hex digits of SHA-256 over the canonical JSON of everything but the names.
+    /// 12 hex digits of SHA-256 over the canonical JSON of everything but the
+    /// names: compact, keys sorted at every level (`{"batch":1,"grad_ckpt":false,
+    /// "input":{...},"mode":"profile","model":{...},"out_channels":4,
+    /// "precision":"bf16-amp","steps":1}`), written into the hasher piece by piece.
     pub fn hash(&self) -> ConfigHash {
-        let content = serde_json::json!({
-            "model": self.model,
-            "input": self.input,
-            "out_channels": self.out_channels,
-            "batch": self.batch,
-            "precision": self.precision,
-            "grad_ckpt": self.grad_ckpt,
-            "mode": self.mode,
-            "steps": self.steps,
-        });
-        // serde_json's map is ordered (BTreeMap) without `preserve_order`: canonical.
-        let digest = Sha256::digest(content.to_string().as_bytes());
-        ConfigHash(hex::encode(&digest[..6]))
+        fn scalar<T: Serialize>(h: &mut Sha256, key: &[u8], v: &T) {
+            h.update(key);
+            serde_json::to_writer(&mut *h, v).expect("JSON of plain data into a hasher cannot fail");
+        }
+        // Structs and enums through `serde_json::Value`, whose maps sort their keys.
+        fn sorted<T: Serialize>(h: &mut Sha256, key: &[u8], v: &T) {
+            let value = serde_json::to_value(v).expect("plain data is JSON");
+            scalar(h, key, &value);
+        }
+        let mut h = Sha256::new();
+        scalar(&mut h, b"{\"batch\":", &self.batch);
+        scalar(&mut h, b",\"grad_ckpt\":", &self.grad_ckpt);
+        sorted(&mut h, b",\"input\":", &self.input);
+        sorted(&mut h, b",\"mode\":", &self.mode);
+        sorted(&mut h, b",\"model\":", &self.model);
+        scalar(&mut h, b",\"out_channels\":", &self.out_channels);
+        sorted(&mut h, b",\"precision\":", &self.precision);
+        scalar(&mut h, b",\"steps\":", &self.steps);
+        h.update(b"}");
+        ConfigHash(hex::encode(&h.finalize()[..6]))
     }
 }
 

@@ -182,6 +182,14 @@ pub fn run_fit(sweep: &Sweep, args: &FitArgs, predictor: &Predictor) -> Result<(
     Ok(())
 }
 
+/// `--scale-input`: a whole factor, said in words when it is not one (not
+/// clap's "invalid digit found in string").
+fn whole_factor(text: &str) -> Result<u32, String> {
+    text.trim().parse::<u32>().map_err(|_| {
+        format!("`{text}` is not a whole factor: H and W are multiplied by a whole number (2 turns 64x64 into 128x128); for another shape give --input D,H,W")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,12 +203,4 @@ mod tests {
         assert!(parse_variant("XXL").is_err());
         assert!(parse_mode("train").is_ok() && parse_mode("fast").is_err());
     }
-}
-
-/// `--scale-input`: a whole factor, said in words when it is not one (not
-/// clap's "invalid digit found in string").
-fn whole_factor(text: &str) -> Result<u32, String> {
-    text.trim().parse::<u32>().map_err(|_| {
-        format!("`{text}` is not a whole factor: H and W are multiplied by a whole number (2 turns 64x64 into 128x128); for another shape give --input D,H,W")
-    })
 }

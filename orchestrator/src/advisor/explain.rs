@@ -5,8 +5,8 @@ use serde::Serialize;
 use spec::RunConfig;
 
 use super::{mode_peak_gib, AdvisorError};
-use crate::plan::{millions, render_table};
 use crate::precheck::{PeakPhase, Prediction, Predictor, Term, TermKind, TermPhase, GIB};
+use crate::util::table::{millions, render_table};
 
 /// One line of the breakdown (a precheck term, in GiB and share of its phase).
 #[derive(Debug, Clone, Serialize)]

@@ -12,9 +12,9 @@ use spec::{Gpu, Mode, ModelSpec, PerLevel, RunConfig, Variant};
 use std::collections::HashSet;
 
 use super::{input_label, mode_peak_gib, params_of, AdvisorError};
-use crate::plan::{millions, render_table};
 use crate::precheck::Predictor;
 use crate::sweep::Sweep;
+use crate::util::table::{millions, render_table};
 
 /// What "fits" means.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -364,50 +364,52 @@ pub fn render(r: &FitReport, top: usize) -> String {
         if g.fitting.is_empty() {
             continue;
         }
-        out.push_str("\nbest viable config per variant:\n");
-        let mut cells = vec![vec![
-            "Variant".to_string(),
-            "Config".into(),
-            "Dims".into(),
-            "Params".into(),
-            "Peak".into(),
-            "Headroom".into(),
-        ]];
-        for c in &g.best_per_variant {
-            cells.push(vec![
-                c.variant.clone(),
-                c.name.clone(),
-                c.summary.clone(),
-                millions(c.params),
-                format!("{:.1}G", c.peak_gib),
-                format!("{:.1}G", r.limit_gib - c.peak_gib),
-            ]);
-        }
-        out.push_str(&render_table(&cells));
-        out.push_str(&format!(
-            "\nfitting configs by parameters (* = Pareto front of parameters vs peak){}:\n",
-            if g.fitting.len() > top { format!(", top {top} of {}", g.fitting.len()) } else { String::new() }
-        ));
-        let mut cells = vec![vec![
-            "#".to_string(),
-            "Config".into(),
-            "Dims".into(),
-            "Params".into(),
-            "Peak".into(),
-            "Pareto".into(),
-        ]];
-        for (i, c) in g.fitting.iter().take(top).enumerate() {
-            cells.push(vec![
-                (i + 1).to_string(),
-                c.name.clone(),
-                c.summary.clone(),
-                millions(c.params),
-                format!("{:.1}G{}", c.peak_gib, if c.risky { " (risky)" } else { "" }),
-                if g.pareto.contains(&c.name) { "*".into() } else { String::new() },
-            ]);
-        }
-        out.push_str(&render_table(&cells));
+        out.push_str(&tables(r, g, top));
     }
+    out
+}
+
+/// A group's tables: the best viable config per variant, and the fitting
+/// configs by parameters (the first `top`).
+fn tables(r: &FitReport, g: &Group, top: usize) -> String {
+    let mut out = String::new();
+    out.push_str("\nbest viable config per variant:\n");
+    let mut cells = vec![vec![
+        "Variant".to_string(),
+        "Config".into(),
+        "Dims".into(),
+        "Params".into(),
+        "Peak".into(),
+        "Headroom".into(),
+    ]];
+    for c in &g.best_per_variant {
+        cells.push(vec![
+            c.variant.clone(),
+            c.name.clone(),
+            c.summary.clone(),
+            millions(c.params),
+            format!("{:.1}G", c.peak_gib),
+            format!("{:.1}G", r.limit_gib - c.peak_gib),
+        ]);
+    }
+    out.push_str(&render_table(&cells));
+    out.push_str(&format!(
+        "\nfitting configs by parameters (* = Pareto front of parameters vs peak){}:\n",
+        if g.fitting.len() > top { format!(", top {top} of {}", g.fitting.len()) } else { String::new() }
+    ));
+    let mut cells =
+        vec![vec!["#".to_string(), "Config".into(), "Dims".into(), "Params".into(), "Peak".into(), "Pareto".into()]];
+    for (i, c) in g.fitting.iter().take(top).enumerate() {
+        cells.push(vec![
+            (i + 1).to_string(),
+            c.name.clone(),
+            c.summary.clone(),
+            millions(c.params),
+            format!("{:.1}G{}", c.peak_gib, if c.risky { " (risky)" } else { "" }),
+            if g.pareto.contains(&c.name) { "*".into() } else { String::new() },
+        ]);
+    }
+    out.push_str(&render_table(&cells));
     out
 }
 

@@ -6,8 +6,8 @@ use serde::Serialize;
 use spec::{ModelSpec, PerLevel, Precision, RunConfig, UnetSpec};
 
 use super::{mode_peak_gib, params_of, AdvisorError};
-use crate::plan::render_table;
 use crate::precheck::Predictor;
+use crate::util::table::render_table;
 
 /// One single change and what it does to the peak and the parameter count.
 #[derive(Debug, Clone, Serialize)]
@@ -83,7 +83,10 @@ fn unet_mut(c: &mut RunConfig) -> Option<&mut UnetSpec> {
     }
 }
 
-fn unet_candidates(u: &UnetSpec, with: &mut dyn FnMut(String, &dyn Fn(&mut RunConfig))) {
+/// A change to a config, applied to a copy of it.
+type Edit<'a> = &'a dyn Fn(&mut RunConfig);
+
+fn unet_candidates(u: &UnetSpec, with: &mut dyn FnMut(String, Edit)) {
     let levels = u.levels();
     for l in 0..levels {
         if u.attention_levels.get(l).copied().unwrap_or(false) {
@@ -184,7 +187,7 @@ pub fn render(levers: &[Lever]) -> String {
             l.change.clone(),
             format!("{:.1}G", l.peak_gib),
             format!("{:+.1}G", -l.delta_gib),
-            crate::plan::millions(l.params),
+            crate::util::table::millions(l.params),
             format!("{:+.1}M", l.delta_params as f64 / 1e6),
         ]);
     }

@@ -2,6 +2,7 @@
 //! optimizer step), stacked by the terms of the breakdown, with its total above
 //! it, the GPU capacity and the memory budget as lines.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -74,6 +75,64 @@ fn segments(b: &PhaseBreakdown) -> Vec<(String, f64)> {
     v
 }
 
+/// The stacked bars, each with its total above; the colours they used, by label.
+fn draw_bars<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    bars: &[(&str, Vec<(String, f64)>)],
+    ymax: f64,
+) -> Result<Vec<(String, RGBColor)>, String> {
+    let mut legend: Vec<(String, RGBColor)> = Vec::new();
+    let above = TextStyle::from(("sans-serif", 16).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+    for (i, (_, segs)) in bars.iter().enumerate() {
+        let x0 = i as f64 + 0.2;
+        let x1 = i as f64 + 0.8;
+        let mut y = 0.0;
+        for (label, gib) in segs {
+            let ci = match legend.iter().position(|(l, _)| l == label) {
+                Some(p) => p,
+                None => {
+                    legend.push((label.clone(), PALETTE[legend.len() % PALETTE.len()]));
+                    legend.len() - 1
+                }
+            };
+            let color = legend[ci].1;
+            chart
+                .draw_series(std::iter::once(Rectangle::new([(x0, y), (x1, y + gib)], color.filled())))
+                .map_err(perr)?;
+            y += gib;
+        }
+        // The total centred above its bar, clear of the top segment.
+        let label = Text::new(memory(y), (i as f64 + 0.5, y + ymax * 0.012), above.clone());
+        chart.draw_series(std::iter::once(label)).map_err(perr)?;
+    }
+    Ok(legend)
+}
+
+/// The legend, bottom-up stacking order listed top-down, with each term's
+/// size; where it ends (the next line's top).
+fn draw_legend<DB: DrawingBackend>(
+    right: &DrawingArea<DB, Shift>,
+    e: &Explanation,
+    legend: &[(String, RGBColor)],
+) -> Result<i32, String> {
+    let gib_of = |label: &str| {
+        e.peak
+            .lines
+            .iter()
+            .chain(&e.other.lines)
+            .find(|l| describe(l.name, l.level) == label)
+            .map(|l| format!(" ({})", memory(l.gib)))
+            .unwrap_or_default()
+    };
+    let mut y = 30;
+    for (label, color) in legend {
+        right.draw(&Rectangle::new([(10, y), (24, y + 14)], color.filled())).map_err(perr)?;
+        right.draw(&Text::new(format!("{label}{}", gib_of(label)), (32, y), ("sans-serif", 15))).map_err(perr)?;
+        y += 24;
+    }
+    Ok(y)
+}
+
 fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
     let e = fig.explanation;
     root.fill(&WHITE).map_err(perr)?;
@@ -122,30 +181,7 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
         .draw()
         .map_err(perr)?;
     // One colour per label across both bars; the legend lists each term once.
-    let mut legend: Vec<(String, RGBColor)> = Vec::new();
-    let above = TextStyle::from(("sans-serif", 16).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
-    for (i, (_, segs)) in bars.iter().enumerate() {
-        let x0 = i as f64 + 0.2;
-        let x1 = i as f64 + 0.8;
-        let mut y = 0.0;
-        for (label, gib) in segs {
-            let ci = match legend.iter().position(|(l, _)| l == label) {
-                Some(p) => p,
-                None => {
-                    legend.push((label.clone(), PALETTE[legend.len() % PALETTE.len()]));
-                    legend.len() - 1
-                }
-            };
-            let color = legend[ci].1;
-            chart
-                .draw_series(std::iter::once(Rectangle::new([(x0, y), (x1, y + gib)], color.filled())))
-                .map_err(perr)?;
-            y += gib;
-        }
-        // The total centred above its bar, clear of the top segment.
-        let label = Text::new(memory(y), (i as f64 + 0.5, y + ymax * 0.012), above.clone());
-        chart.draw_series(std::iter::once(label)).map_err(perr)?;
-    }
+    let mut legend = draw_bars(&mut chart, &bars, ymax)?;
     if show_capacity {
         let cap = e.capacity_gib;
         chart
@@ -160,22 +196,7 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
         chart.draw_series(std::iter::once(line)).map_err(perr)?;
         legend.push((format!("{whose} {b:.0} GiB"), BUDGET));
     }
-    // The legend, bottom-up stacking order listed top-down, with each term's size.
-    let gib_of = |label: &str| {
-        e.peak
-            .lines
-            .iter()
-            .chain(&e.other.lines)
-            .find(|l| describe(l.name, l.level) == label)
-            .map(|l| format!(" ({})", memory(l.gib)))
-            .unwrap_or_default()
-    };
-    let mut y = 30;
-    for (label, color) in &legend {
-        right.draw(&Rectangle::new([(10, y), (24, y + 14)], color.filled())).map_err(perr)?;
-        right.draw(&Text::new(format!("{label}{}", gib_of(label)), (32, y), ("sans-serif", 15))).map_err(perr)?;
-        y += 24;
-    }
+    let y = draw_legend(&right, e, &legend)?;
     // Limits too far above the bars to draw are still named.
     let mut off = Vec::new();
     if !show_capacity {

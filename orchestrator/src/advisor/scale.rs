@@ -11,8 +11,8 @@ use spec::{RunConfig, Spatial};
 use std::str::FromStr;
 
 use super::{mode_peak_gib, AdvisorError};
-use crate::plan::render_table;
 use crate::precheck::Predictor;
+use crate::util::table::render_table;
 
 /// The new input shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

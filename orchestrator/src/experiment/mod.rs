@@ -17,6 +17,8 @@ use spec::{Gpu, Input, Mode, ModelSpec, Precision};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::precheck::Runtime;
+
 use locate::{KeyPath, Locations, Seg};
 
 /// SLURM resources of every job of the experiment (one job array shares them).
@@ -58,7 +60,7 @@ pub struct WorkerOptions {
     /// Live bytes above which the worker refuses allocations and records `oom`
     /// (`512MiB`, `2GiB`, `64G` or a number of bytes). This is how an
     /// out-of-memory result is produced on purpose, e.g. on a CPU-only test cluster.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "size::optional")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::util::size::optional")]
     pub memory_limit: Option<u64>,
 }
 
@@ -99,56 +101,6 @@ impl WorkerOptions {
     }
 }
 
-/// Byte sizes as people write them: `512MiB`, `2GiB`, `1.5GB`, `64G`, `1000000`.
-pub mod size {
-    use serde::{Deserialize, Deserializer};
-
-    /// Bytes of `s`. Binary units (`KiB`…`TiB`, and SLURM-style `K`/`M`/`G`/`T`)
-    /// are powers of 1024, `kB`/`MB`/`GB`/`TB` powers of 1000; case is ignored.
-    pub fn parse(s: &str) -> Result<u64, String> {
-        let t = s.trim();
-        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-        let (num, unit) = (&t[..split], t[split..].trim());
-        let bad = || format!("invalid size {s:?}, expected e.g. 512MiB, 2GiB or a number of bytes");
-        let n: f64 = num.parse().map_err(|_| bad())?;
-        let mult: f64 = match unit.to_ascii_lowercase().as_str() {
-            "" | "b" => 1.0,
-            "k" | "kib" => 1024.0,
-            "m" | "mib" => 1024f64.powi(2),
-            "g" | "gib" => 1024f64.powi(3),
-            "t" | "tib" => 1024f64.powi(4),
-            "kb" => 1e3,
-            "mb" => 1e6,
-            "gb" => 1e9,
-            "tb" => 1e12,
-            _ => return Err(bad()),
-        };
-        let bytes = (n * mult).round();
-        if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
-            return Err(format!("invalid size {s:?}: must be at least one byte"));
-        }
-        Ok(bytes as u64)
-    }
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Bytes(u64),
-        Text(String),
-    }
-
-    pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-        match Option::<Raw>::deserialize(d)
-            .map_err(|_| serde::de::Error::custom("expected a size like 512MiB, 2GiB or a number of bytes"))?
-        {
-            None => Ok(None),
-            Some(Raw::Bytes(0)) => Err(serde::de::Error::custom("a memory limit of 0 bytes refuses every allocation")),
-            Some(Raw::Bytes(n)) => Ok(Some(n)),
-            Some(Raw::Text(s)) => parse(&s).map(Some).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
 /// The experiment-level settings (everything but the per-config run fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Experiment {
@@ -169,18 +121,17 @@ pub struct Experiment {
     pub worker: WorkerOptions,
     /// Which runtime the precheck predicts for: `pytorch` (the group's training
     /// code, default) or `burn-flex` (this project's worker on CPU).
-    #[serde(default = "pytorch")]
-    pub runtime: String,
-}
-
-fn pytorch() -> String {
-    "pytorch".into()
+    #[serde(default)]
+    pub runtime: Runtime,
 }
 
 /// The file as written. Per-config fields sit beside experiment-level ones, so
 /// one struct checks them all and rejects unknown keys.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+// The per-config fields are read here only to check the file whole; each
+// combination's values are read through `RawConfig`.
+#[allow(dead_code)]
 pub(crate) struct RawExperiment {
     pub name: String,
     #[serde(default)]
@@ -212,11 +163,34 @@ pub(crate) struct RawExperiment {
     pub array_parallelism: Option<u32>,
     #[serde(default)]
     pub worker: WorkerOptions,
-    #[serde(default = "pytorch")]
-    pub runtime: String,
+    #[serde(default)]
+    pub runtime: Runtime,
     /// Expanded by [`crate::sweep`].
     #[serde(default)]
     pub sweep: Option<Value>,
+}
+
+/// The per-config fields of [`RawExperiment`], as one combination of a sweep
+/// sets them (the rest of the file is checked once, as a whole, and a sweep
+/// sets only these keys). `model` is typed from the document by
+/// [`model_from_value`], so it is only required here.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct RawConfig {
+    pub gpu: Gpu,
+    #[serde(default = "bf16_amp")]
+    pub precision: Precision,
+    #[serde(default)]
+    pub grad_ckpt: bool,
+    #[serde(default = "one")]
+    pub batch: u32,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "one")]
+    pub steps: u32,
+    pub input: Input,
+    pub output_channels: u32,
+    #[allow(dead_code)]
+    pub model: serde::de::IgnoredAny,
 }
 
 fn bf16_amp() -> Precision {
@@ -378,6 +352,12 @@ pub(crate) fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, (KeyP
         }
         (path, message)
     })
+}
+
+/// [`typed`] without consuming `v`, and without tracking the path unless it
+/// fails (then it is read again, tracked, for the error's path).
+pub(crate) fn typed_ref<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, (KeyPath, String)> {
+    T::deserialize(v).or_else(|_| typed(v.clone()))
 }
 
 /// The model block, typed by its `family` with the error's path kept.

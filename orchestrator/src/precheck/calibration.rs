@@ -153,6 +153,46 @@ pub struct Calibration {
     pub uncertainty: BTreeMap<String, Uncertainty>,
 }
 
+/// What the precheck predicts for: a runtime of the calibration (`pytorch`,
+/// the group's training code; `burn-flex`, this project's worker on CPU; …),
+/// as an experiment names it (checked against the shipped calibration when
+/// the experiment is loaded, kept as written).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Runtime(String);
+
+impl Runtime {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Runtime {
+    /// `pytorch`: the group's runtime.
+    fn default() -> Self {
+        Runtime("pytorch".into())
+    }
+}
+
+impl std::ops::Deref for Runtime {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for Runtime {
+    fn from(s: &str) -> Runtime {
+        Runtime(s.to_string())
+    }
+}
+
 /// The runtime key of a framework and precision: `pytorch/bf16-amp`, `burn-cuda/bf16`.
 pub fn runtime_key(framework: &str, precision: Precision) -> String {
     format!("{}/{}", framework, precision.name())

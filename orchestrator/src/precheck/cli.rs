@@ -240,7 +240,7 @@ pub fn run_check(state_root: &Path) -> Result<()> {
     if overlay.entries.is_empty() {
         writeln!(out, "no runtime has enough runs for an overlay yet")?;
     } else {
-        write!(out, "{}", crate::plan::render_table(&cells))?;
+        write!(out, "{}", crate::util::table::render_table(&cells))?;
     }
     for n in &overlay.notes {
         writeln!(out, "note: {n}")?;

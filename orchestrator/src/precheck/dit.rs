@@ -25,21 +25,28 @@ pub(super) fn block_bytes_per_token(w: &Walk, hidden: f64, adaln: bool) -> f64 {
     (common + gates) * hidden
 }
 
-/// One transformer block at `tokens`: `full` walk bytes per token beyond the
-/// standard block (U-ViT's skip concatenation), `params` its parameters.
-/// Honours checkpointing (keeps only the fp32 block input, recomputes the block
-/// at its backward) and score materialisation.
+/// The shape of a transformer stage: width, heads, tokens, and whether its
+/// norms are adaLN-modulated (DiT, HDiT) or plain (U-ViT).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stage {
+    pub hidden: f64,
+    pub heads: f64,
+    pub tokens: f64,
+    pub adaln: bool,
+}
+
+/// One transformer block of `stage` at `level`: `extra_per_token` walk bytes
+/// per token beyond the standard block (U-ViT's skip concatenation), `params`
+/// its parameters. Honours checkpointing (keeps only the fp32 block input,
+/// recomputes the block at its backward) and score materialisation.
 pub(super) fn block_seg(
     w: &Walk,
-    name: &'static str,
-    level: Option<usize>,
-    hidden: f64,
-    heads: f64,
-    tokens: f64,
+    (name, level): (&'static str, Option<usize>),
+    stage: Stage,
     extra_per_token: f64,
-    adaln: bool,
     params: u64,
 ) -> Seg {
+    let Stage { hidden, heads, tokens, adaln } = stage;
     let c = w.c;
     let (saved_attn, score_elems, chunk_elems) = if c.transformer_scores_materialised {
         (0.0, heads * tokens * tokens, 0.0)
@@ -72,17 +79,16 @@ pub(super) fn embed_seg(w: &Walk, input: &Input, hidden: f64, tokens: f64, level
     s
 }
 
-/// Output head: final norm (+ modulation), projection to patches, unpatchify copy.
+/// Output head at `level`: final norm (+ modulation), projection to `patch`³
+/// patches of `out_ch` channels, unpatchify copy.
 pub(super) fn head_seg(
     w: &Walk,
     input: &Input,
-    hidden: f64,
-    tokens: f64,
-    patch: f64,
-    out_ch: f64,
-    adaln: bool,
+    stage: Stage,
+    (patch, out_ch): (f64, f64),
     level: Option<usize>,
 ) -> Seg {
+    let Stage { hidden, tokens, adaln, .. } = stage;
     let (mm, wide) = (w.dt.mm, w.dt.wide);
     let norm = if adaln { 2.0 * wide } else { wide };
     let bytes = (norm + mm) * hidden * tokens
@@ -100,12 +106,12 @@ pub(super) fn walk(m: &DitSpec, input: &Input, out_channels: u32, w: &mut Walk) 
     let grid = input.spatial.div(m.patch.max(1));
     let t = grid.voxels() as f64;
     w.push(embed_seg(w, input, h, t, None));
-    let blk =
-        block_seg(w, "transformer blocks", None, h, heads, t, 0.0, true, spec::params::dit_block(d.hidden as u64));
+    let stage = Stage { hidden: h, heads, tokens: t, adaln: true };
+    let blk = block_seg(w, ("transformer blocks", None), stage, 0.0, spec::params::dit_block(d.hidden as u64));
     for _ in 0..d.depth {
         w.push(blk);
     }
-    w.push(head_seg(w, input, h, t, m.patch as f64, out_channels as f64, true, None));
+    w.push(head_seg(w, input, stage, (m.patch as f64, out_channels as f64), None));
     // The sin-cos position table is a parameter without gradient.
     Ok(WalkInfo { frozen_params: grid.voxels() * d.hidden as u64 })
 }

@@ -7,7 +7,7 @@
 //! recomputed at its backward. The transitions are not checkpointed and keep
 //! their bf16 input casts; each level's encoder output is held for the decoder.
 
-use super::dit::{block_seg, embed_seg, head_seg};
+use super::dit::{block_seg, embed_seg, head_seg, Stage};
 use super::{PrecheckError, Seg, Walk, WalkInfo};
 use spec::{HditSpec, Input};
 
@@ -19,13 +19,14 @@ pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk)
     let levels = m.levels();
     let t0 = input.spatial.div(m.patch.max(1)).voxels() as f64;
     let tokens = |l: usize| t0 / 8f64.powi(l as i32);
+    let stage = |l: usize| Stage { hidden: h, heads, tokens: tokens(l), adaln: true };
     let (mm, wide) = (w.dt.mm, w.dt.wide);
     let block_params = spec::params::dit_block(hu);
     w.push(embed_seg(w, input, h, t0, Some(0)));
     let mut merges = Vec::with_capacity(levels);
     // Down: blocks, then merge to the next level (its input cast; the level output is a skip).
     for l in 0..levels {
-        let blk = block_seg(w, "transformer blocks", Some(l), h, heads, tokens(l), 0.0, true, block_params);
+        let blk = block_seg(w, ("transformer blocks", Some(l)), stage(l), 0.0, block_params);
         for _ in 0..m.level_depths.get(l).copied().unwrap_or(0) {
             w.push(blk);
         }
@@ -51,11 +52,11 @@ pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk)
             w.segs[producer].bwd_free += bytes;
         }
         w.push(s);
-        let blk = block_seg(w, "transformer blocks", Some(l), h, heads, tokens(l), 0.0, true, block_params);
+        let blk = block_seg(w, ("transformer blocks", Some(l)), stage(l), 0.0, block_params);
         for _ in 0..m.level_depths.get(n - 1 - l).copied().unwrap_or(0) {
             w.push(blk);
         }
     }
-    w.push(head_seg(w, input, h, t0, m.patch as f64, out_channels as f64, true, Some(0)));
+    w.push(head_seg(w, input, stage(0), (m.patch as f64, out_channels as f64), Some(0)));
     Ok(WalkInfo::default())
 }

@@ -77,17 +77,19 @@ pub enum OverlayError {
 
 /// Which calibration answers for a runtime on a device, for people (`plan` says it).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Source {
+pub enum CalibrationSource {
     Shipped { runtime: String, records: Option<usize> },
     Local { runtime: String, device: String, measured: usize, path: PathBuf },
 }
 
-impl fmt::Display for Source {
+impl fmt::Display for CalibrationSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Source::Shipped { runtime, records: Some(n) } => write!(f, "shipped {runtime}, fitted on {n} records"),
-            Source::Shipped { runtime, records: None } => write!(f, "shipped {runtime}"),
-            Source::Local { runtime, device, measured, path } => {
+            CalibrationSource::Shipped { runtime, records: Some(n) } => {
+                write!(f, "shipped {runtime}, fitted on {n} records")
+            }
+            CalibrationSource::Shipped { runtime, records: None } => write!(f, "shipped {runtime}"),
+            CalibrationSource::Local { runtime, device, measured, path } => {
                 write!(f, "local {runtime} on {device}, {measured} measured runs ({})", path.display())
             }
         }
@@ -141,20 +143,15 @@ impl Overlay {
             let text =
                 std::fs::read_to_string(file).map_err(|source| OverlayError::Io { path: file.into(), source })?;
             // A torn last line (a run being appended) is left for the next refresh.
-            let last = text.lines().count();
-            for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-                match serde_json::from_str::<MeasurementRecord>(line) {
-                    Ok(r) => records.push(r),
-                    Err(_) if i + 1 == last && !text.ends_with('\n') => {}
-                    Err(source) => return Err(OverlayError::Record { path: file.into(), line: i + 1, source }),
-                }
-            }
+            let recs: Vec<MeasurementRecord> = spec::jsonl::values(&text)
+                .map_err(|(line, source)| OverlayError::Record { path: file.into(), line, source })?;
+            records.extend(recs);
         }
         let mut overlay = Overlay::fit(&records, &Calibration::builtin());
         overlay.sources = sources;
         let json = serde_json::to_vec_pretty(&overlay).expect("an overlay serialises");
         // A read-only state root still gets the fit, only not kept.
-        if let Err(e) = crate::state::write_atomic(&path, &json) {
+        if let Err(e) = crate::fsio::write_atomic(&path, &json) {
             tracing::warn!("cannot keep the calibration overlay: {e}");
         }
         Ok(overlay)
@@ -248,11 +245,13 @@ pub fn predictor(
     framework: &str,
     precision: Precision,
     gpu: Gpu,
-) -> Result<(Predictor, Source), PrecheckError> {
+) -> Result<(Predictor, CalibrationSource), PrecheckError> {
     let shipped = Calibration::builtin();
     let fallback = Predictor::from_calibration(&shipped, framework, precision)?;
-    let shipped_source =
-        Source::Shipped { runtime: fallback.runtime().to_string(), records: fallback.uncertainty().map(|u| u.records) };
+    let shipped_source = CalibrationSource::Shipped {
+        runtime: fallback.runtime().to_string(),
+        records: fallback.uncertainty().map(|u| u.records),
+    };
     let Some(root) = state_root else {
         return Ok((fallback, shipped_source));
     };
@@ -277,7 +276,7 @@ pub fn predictor(
     match entry {
         Some(e) => Ok((
             Predictor::new(key, e.coefficients).with_uncertainty(e.uncertainty.clone()),
-            Source::Local {
+            CalibrationSource::Local {
                 runtime: e.runtime.clone(),
                 device: e.device.clone(),
                 measured: e.measured,
@@ -306,7 +305,7 @@ mod tests {
     fn finished_runs_refine_the_next_prediction() {
         let state = state_with("demo", FREE);
         let (pred, source) = predictor(Some(state.path()), "burn-flex", Precision::Fp32, Gpu::A100_40).unwrap();
-        assert!(matches!(&source, Source::Local { measured: 6, device, .. } if device == "cpu"), "{source}");
+        assert!(matches!(&source, CalibrationSource::Local { measured: 6, device, .. } if device == "cpu"), "{source}");
         assert!(source.to_string().starts_with("local burn-flex/fp32 on cpu, 6 measured runs ("), "{source}");
         let overlay = Overlay::load(state.path()).unwrap();
         let e = &overlay.entries["burn-flex/fp32@cpu"];
@@ -347,7 +346,7 @@ mod tests {
         let two: String = FREE.lines().take(2).map(|l| format!("{l}\n")).collect();
         let state = state_with("demo", &two);
         let (_, source) = predictor(Some(state.path()), "burn-flex", Precision::Fp32, Gpu::A100_40).unwrap();
-        assert!(matches!(source, Source::Shipped { .. }), "{source}");
+        assert!(matches!(source, CalibrationSource::Shipped { .. }), "{source}");
         let overlay = Overlay::load(state.path()).unwrap();
         assert!(overlay.notes.iter().any(|n| n.contains("2 measured runs, fewer than 3")), "{:?}", overlay.notes);
         // Runs of one runtime never answer for another.

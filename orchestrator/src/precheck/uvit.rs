@@ -8,7 +8,7 @@
 //! the block inputs stay (fp32 residual stream; the in-block outputs double as
 //! the skips) and one block is recomputed at a time during backward.
 
-use super::dit::{block_seg, embed_seg, head_seg};
+use super::dit::{block_seg, embed_seg, head_seg, Stage};
 use super::{PrecheckError, Walk, WalkInfo};
 use spec::params::uvit_block;
 use spec::{Input, UvitSpec};
@@ -20,19 +20,11 @@ pub(super) fn walk(m: &UvitSpec, input: &Input, w: &mut Walk) -> Result<WalkInfo
     let t = input.spatial.div(m.patch.max(1)).voxels() as f64 + 1.0; // + time token
     let half = d.depth / 2;
     w.push(embed_seg(w, input, h, t, None));
-    let plain = block_seg(w, "transformer blocks", None, h, heads, t, 0.0, false, uvit_block(hu));
+    let stage = Stage { hidden: h, heads, tokens: t, adaln: false };
+    let plain = block_seg(w, ("transformer blocks", None), stage, 0.0, uvit_block(hu));
     // Out-blocks: cast of [x; skip] for the skip Linear(2h → h).
-    let out = block_seg(
-        w,
-        "transformer blocks (with long skip)",
-        None,
-        h,
-        heads,
-        t,
-        2.0 * w.dt.mm * h,
-        false,
-        uvit_block(hu) + 2 * hu * hu + hu,
-    );
+    let with_skip = ("transformer blocks (with long skip)", None);
+    let out = block_seg(w, with_skip, stage, 2.0 * w.dt.mm * h, uvit_block(hu) + 2 * hu * hu + hu);
     // In-blocks' outputs are the long skips; each out-block's backward makes the
     // skip's fp32 gradient, held until the matching in-block's backward.
     let skip_grad = w.exact(w.dt.wide * h * t);
@@ -50,7 +42,7 @@ pub(super) fn walk(m: &UvitSpec, input: &Input, w: &mut Walk) -> Result<WalkInfo
         w.push(s);
     }
     // Head: norm, predictor, unpatchify, then the 3x3x3 conv at full resolution.
-    let mut head = head_seg(w, input, h, t, m.patch as f64, input.channels as f64, false, None);
+    let mut head = head_seg(w, input, stage, (m.patch as f64, input.channels as f64), None);
     head.kept += w.act(w.dt.mm * input.channels as f64 * input.spatial.voxels() as f64);
     w.push(head);
     Ok(WalkInfo::default())

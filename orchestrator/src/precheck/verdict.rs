@@ -92,15 +92,60 @@ pub enum Verdict {
     },
 }
 
+/// Which of the four verdicts, without its figures: what the state
+/// directory keeps per config (`"verdict": "fits"`) and what decides whether
+/// `submit` sends a config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    Fits,
+    Risky,
+    Oom,
+    Invalid,
+}
+
+impl VerdictKind {
+    /// `fits`, `risky`, `oom`, `invalid`.
+    pub fn name(self) -> &'static str {
+        match self {
+            VerdictKind::Fits => "fits",
+            VerdictKind::Risky => "risky",
+            VerdictKind::Oom => "oom",
+            VerdictKind::Invalid => "invalid",
+        }
+    }
+
+    /// Predicted to run (fits, or risky: within the band of a limit).
+    pub fn may_run(self) -> bool {
+        matches!(self, VerdictKind::Fits | VerdictKind::Risky)
+    }
+}
+
+impl fmt::Display for VerdictKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl PartialEq<&str> for VerdictKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
 impl Verdict {
+    pub fn kind(&self) -> VerdictKind {
+        match self {
+            Verdict::Fits { .. } => VerdictKind::Fits,
+            Verdict::Risky { .. } => VerdictKind::Risky,
+            Verdict::Oom { .. } => VerdictKind::Oom,
+            Verdict::Invalid { .. } => VerdictKind::Invalid,
+        }
+    }
+
     /// `fits`, `risky`, `oom`, `invalid`.
     pub fn name(&self) -> &'static str {
-        match self {
-            Verdict::Fits { .. } => "fits",
-            Verdict::Risky { .. } => "risky",
-            Verdict::Oom { .. } => "oom",
-            Verdict::Invalid { .. } => "invalid",
-        }
+        self.kind().name()
     }
     /// Predicted (at its mean) to run on the GPU without running out of memory.
     pub fn fits_gpu(&self) -> bool {

@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::{Report, Row, Status};
-use crate::plan::millions;
+use super::{Report, Row, Status, Summary};
+use crate::util::table::millions;
 
 /// GiB as the reports print it (`49.7G`); small runs keep three digits.
 pub fn fmt_gib(g: f64) -> String {
@@ -157,6 +157,20 @@ fn joined<T: ToString>(set: impl IntoIterator<Item = T>) -> String {
 /// report is written), PNGs shown inline.
 pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
     let mut out = String::new();
+    let summary = report.summary();
+    let many_sections = report.sections().len() > 1;
+    header(&mut out, report);
+    counts(&mut out, report, &summary);
+    tables(&mut out, report, many_sections);
+    summaries(&mut out, report, &summary, many_sections);
+    never_run(&mut out, report);
+    unfinished(&mut out, report);
+    plot_links(&mut out, plots, dir);
+    out
+}
+
+/// Title, description and the facts table (GPU, budget, devices, runtimes).
+fn header(out: &mut String, report: &Report) {
     let _ = writeln!(out, "# {}\n", report.title);
     if !report.description.is_empty() {
         let _ = writeln!(out, "{}\n", report.description);
@@ -194,7 +208,10 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
             joined(&env.devices)
         );
     }
-    let summary = report.summary();
+}
+
+/// How many configs ended how, and what the columns mean.
+fn counts(out: &mut String, report: &Report, summary: &Summary) {
     let _ = writeln!(
         out,
         "\n{} configs: {}.\n",
@@ -207,7 +224,10 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
          Total (Peak) = overall peak including the optimizer step. Predicted = the precheck's \
          peak; Error = (predicted - measured) / measured.\n"
     );
-    let many_sections = report.sections().len() > 1;
+}
+
+/// One table per section and group.
+fn tables(out: &mut String, report: &Report, many_sections: bool) {
     let mut last_section: Option<String> = None;
     for ((section, group), rows) in report.groups() {
         if many_sections && last_section.as_deref() != Some(section.as_str()) {
@@ -221,10 +241,13 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
             None => group.clone(),
         };
         let _ = writeln!(out, "{level} {heading}\n");
-        table(&mut out, &rows, report.budget_gib);
+        table(out, &rows, report.budget_gib);
         out.push('\n');
     }
+}
 
+/// The prediction error, the best viable config and the largest token counts.
+fn summaries(out: &mut String, report: &Report, summary: &Summary, many_sections: bool) {
     let _ = writeln!(out, "## Summary\n");
     match (summary.median_abs_error_pct, summary.max_abs_error_pct) {
         (Some(m), Some(x)) => {
@@ -280,6 +303,10 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
             out.push('\n');
         }
     }
+}
+
+/// The configs never submitted, and why.
+fn never_run(out: &mut String, report: &Report) {
     let _ = writeln!(out, "### Never run\n");
     let never: Vec<&Row> = report
         .rows
@@ -304,6 +331,10 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
         }
         out.push('\n');
     }
+}
+
+/// The configs submitted but not measured (yet).
+fn unfinished(out: &mut String, report: &Report) {
     let unfinished: Vec<&Row> = report
         .rows
         .iter()
@@ -316,6 +347,10 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
         }
         out.push('\n');
     }
+}
+
+/// The plots: PNGs inline, SVGs linked.
+fn plot_links(out: &mut String, plots: &[PathBuf], dir: &Path) {
     if !plots.is_empty() {
         let _ = writeln!(out, "## Plots\n");
         for p in plots {
@@ -334,7 +369,6 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
             let _ = writeln!(out, "SVG: {}\n", svgs.join(", "));
         }
     }
-    out
 }
 
 #[cfg(test)]

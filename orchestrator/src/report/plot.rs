@@ -7,6 +7,7 @@
 //! the limit that applied (the worker's `memory_limit` on a CPU test run, else
 //! the GPU's capacity), with that limit drawn as a line.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -189,6 +190,35 @@ impl Figure for PredVsMeasured {
                 .draw_series(std::iter::once(PathElement::new(vec![(c, 0.0), (c, max * k)], color.stroke_width(2))))
                 .map_err(perr)?;
         }
+        self.draw_points(&mut chart, k, max)?;
+        if clipped > 0 {
+            let what = if clipped == 1 { "prediction" } else { "predictions" };
+            let note = format!("{clipped} {what} above {} {unit} drawn at the top edge", gib(&(max * k)));
+            chart
+                .draw_series(std::iter::once(Text::new(note, (max * k * 0.45, max * k * 0.06), ("sans-serif", 14))))
+                .map_err(perr)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(perr)?;
+        Ok(())
+    }
+}
+
+impl PredVsMeasured {
+    /// Each family's configs: those that ran as dots, measured OOMs as
+    /// crosses at the limit they hit (predictions above the chart at its top edge).
+    fn draw_points<DB: DrawingBackend>(
+        &self,
+        chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+        k: f64,
+        max: f64,
+    ) -> Result<(), String> {
         for f in [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit] {
             let color = family_color(f);
             let ran: Vec<(f64, f64)> = self
@@ -218,21 +248,6 @@ impl Figure for PredVsMeasured {
                     .legend(move |(x, y)| Cross::new((x + 10, y), 6, color.stroke_width(2)));
             }
         }
-        if clipped > 0 {
-            let what = if clipped == 1 { "prediction" } else { "predictions" };
-            let note = format!("{clipped} {what} above {} {unit} drawn at the top edge", gib(&(max * k)));
-            chart
-                .draw_series(std::iter::once(Text::new(note, (max * k * 0.45, max * k * 0.06), ("sans-serif", 14))))
-                .map_err(perr)?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(perr)?;
         Ok(())
     }
 }
@@ -373,7 +388,7 @@ mod tests {
             "precision": "fp32", "grad_ckpt": false, "gpu": "A100-40GB"
         }))
         .expect("config");
-        let mut r = super::super::base_row(&cfg, name.into(), String::new());
+        let mut r = super::super::base_row(&cfg, name.into(), String::new(), crate::precheck::VerdictKind::Fits);
         r.tokens = Some(tokens);
         r.peak_gib = peak;
         r.predicted_gib = Some(peak.unwrap_or(3.0));

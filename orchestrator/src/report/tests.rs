@@ -3,8 +3,11 @@
 //! the worker's exact line format; and the records mode.
 
 use super::*;
+use crate::fsio;
 use crate::precheck::Predictor;
-use crate::state::{Attempt, StateChange, StateDir};
+use crate::slurm::SlurmState;
+use crate::state::{Attempt, ConfigRecord, StateChange, StateDir, StoredSweep};
+use spec::record::MeasuredStatus;
 use std::time::Duration;
 
 const GIB_U: u64 = 1 << 30;
@@ -39,7 +42,7 @@ fn start(name: &str, hash: &str) -> String {
 fn attempt(task: u32, state: Option<SlurmState>) -> Attempt {
     Attempt {
         array_job_id: Some("1000".into()),
-        job_id: Some(format!("{}", 1001 + task)),
+        job_id: Some(format!("{}", 1001 + task).into()),
         submitted_at: Some(1795215781.0),
         history: state.iter().map(|s| StateChange { t: 1795215790.0, state: s.clone(), detail: None }).collect(),
         state,
@@ -61,7 +64,7 @@ fn fixture() -> Fixture {
     let root = dir.path().join("state");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), SWEEP, &[]).expect("sweep parses");
     let st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
+    fsio::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
         .expect("sweep.json");
     let p = Predictor::pytorch();
     let mut records = BTreeMap::new();
@@ -74,7 +77,7 @@ fn fixture() -> Fixture {
         let mut r = ConfigRecord {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
-            verdict: Some(v.name().into()),
+            verdict: Some(v.kind()),
             predicted_gib: v.predicted_gib(),
             attempts: vec![],
             result: None,
@@ -148,11 +151,14 @@ fn fixture() -> Fixture {
             "unet_3L" => {
                 // Events not pulled (yet): the record's copy of the result is used.
                 r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
-                r.result = Some(serde_json::json!({
-                    "event": "result", "t": 1795215789.0, "status": "ok", "params": 1234567,
-                    "peaks": {"model": GIB_U / 2, "fwd": 3 * GIB_U, "bwd": 4 * GIB_U, "step": GIB_U},
-                    "peak_bytes": 4 * GIB_U, "wall_s": 9.5
-                }));
+                r.result = Some(
+                    serde_json::from_value(serde_json::json!({
+                        "event": "result", "t": 1795215789.0, "status": "ok", "params": 1234567,
+                        "peaks": {"model": GIB_U / 2, "fwd": 3 * GIB_U, "bwd": 4 * GIB_U, "step": GIB_U},
+                        "peak_bytes": 4 * GIB_U, "wall_s": 9.5
+                    }))
+                    .expect("a result"),
+                );
                 None
             }
             _ => None, // dit_XL_p2 (predicted oom, never submitted), dit_S_p3 (invalid)
@@ -162,7 +168,7 @@ fn fixture() -> Fixture {
             if r.result.is_none() {
                 r.result = crate::submit::last_result(&text);
             }
-            state::write_atomic(&st.path(&format!("runs/{}/events.jsonl", c.name)), text.as_bytes()).expect("events");
+            fsio::write_atomic(&st.path(&format!("runs/{}/events.jsonl", c.name)), text.as_bytes()).expect("events");
         }
         st.save_record(&r).expect("record");
         records.insert(c.name.clone(), r);
@@ -188,7 +194,7 @@ fn rows_match_the_state_directory() {
     for r in &rep.rows {
         let rec = &f.records[&r.name];
         assert_eq!(r.id, rec.hash);
-        assert_eq!(r.verdict, rec.verdict.clone().unwrap_or_default(), "{}", r.name);
+        assert_eq!(Some(r.verdict), rec.verdict, "{}", r.name);
         if r.status != Status::Invalid {
             assert_eq!(r.predicted_gib, rec.predicted_gib, "{}: the prediction submit decided on", r.name);
         }
@@ -383,17 +389,18 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
     let text = SWEEP.replace("budget_gb: 60\n", "budget_gb: 60\nworker: {memory_limit: 512MiB}\n");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), &text, &[]).expect("sweep parses");
     let st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    state::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
+    fsio::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
         .expect("sweep.json");
     let c = &sweep.configs[0];
-    let result = serde_json::json!({
+    let result = serde_json::from_value(serde_json::json!({
         "event": "result", "t": 1795215789.0, "status": "oom", "params": 32912384,
         "peaks": {"model": 1 << 20}, "peak_bytes": 500 << 20, "phase": "fwd", "wall_s": 0.2
-    });
+    }))
+    .expect("a result");
     let r = ConfigRecord {
         hash: c.hash.0.clone(),
         name: c.name.clone(),
-        verdict: Some("fits".into()),
+        verdict: Some(crate::precheck::VerdictKind::Fits),
         predicted_gib: Some(1.5),
         attempts: vec![attempt(0, Some(SlurmState::Completed))],
         result: Some(result),

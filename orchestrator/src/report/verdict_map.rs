@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use super::markdown::fmt_gib;
 use super::{Report, Row, Status};
 use crate::plot::{perr, Figure};
+use crate::precheck::VerdictKind;
 
 /// The precheck's verdict over two sweep axes of one family: rows are variants
 /// (UNets: configs), columns patch (and resolution where there are several);
@@ -18,8 +19,8 @@ pub struct VerdictMap {
     family: Family,
     rows: Vec<String>,
     cols: Vec<String>,
-    /// (row, col) → (verdict, measured text).
-    cells: BTreeMap<(usize, usize), (String, String)>,
+    /// (row, col) → (verdict, its text with the predicted peak, measured text).
+    cells: BTreeMap<(usize, usize), (VerdictKind, String, String)>,
 }
 
 fn push_unique(v: &mut Vec<String>, s: String) -> usize {
@@ -68,7 +69,7 @@ impl VerdictMap {
             // Repeated configs (the same run in two tables): the first stands.
             cells.entry(key).or_insert_with(|| {
                 let pred = r.predicted_gib.map(|p| format!(" ({})", fmt_gib(p))).unwrap_or_default();
-                (format!("{}{pred}", r.verdict), measured_text(r))
+                (r.verdict, format!("{}{pred}", r.verdict), measured_text(r))
             });
         }
         // Columns in a natural order: by patch, then resolution as written.
@@ -126,12 +127,12 @@ const LEFT: u32 = 230;
 const TOP: u32 = 90;
 const CELL_H: u32 = 46;
 
-fn verdict_color(v: &str) -> RGBColor {
-    match v.split(' ').next().unwrap_or("") {
-        "fits" => RGBColor(161, 217, 155),
-        "risky" => RGBColor(253, 208, 120),
-        "oom" => RGBColor(239, 138, 128),
-        _ => RGBColor(210, 210, 210),
+fn verdict_color(v: VerdictKind) -> RGBColor {
+    match v {
+        VerdictKind::Fits => RGBColor(161, 217, 155),
+        VerdictKind::Risky => RGBColor(253, 208, 120),
+        VerdictKind::Oom => RGBColor(239, 138, 128),
+        VerdictKind::Invalid => RGBColor(210, 210, 210),
     }
 }
 
@@ -163,8 +164,8 @@ impl Figure for VerdictMap {
                 let x = left + j as i32 * cw;
                 let rect = [(x + 1, y + 1), (x + cw - 1, y + ch - 1)];
                 match self.cells.get(&(i, j)) {
-                    Some((verdict, measured)) => {
-                        root.draw(&Rectangle::new(rect, verdict_color(verdict).filled())).map_err(perr)?;
+                    Some((kind, verdict, measured)) => {
+                        root.draw(&Rectangle::new(rect, verdict_color(*kind).filled())).map_err(perr)?;
                         root.draw(&Text::new(verdict.clone(), (x + cw / 2, y + ch / 2 - 9), center(12)))
                             .map_err(perr)?;
                         root.draw(&Text::new(measured.clone(), (x + cw / 2, y + ch / 2 + 9), center(12)))
@@ -180,13 +181,13 @@ impl Figure for VerdictMap {
         let y = top + self.rows.len() as i32 * ch + 30;
         let mut x = 20;
         for (label, v) in [
-            ("fits", "fits"),
-            ("risky", "risky"),
-            ("predicted OOM", "oom"),
-            ("invalid", "invalid"),
-            ("not in sweep", ""),
+            ("fits", Some(VerdictKind::Fits)),
+            ("risky", Some(VerdictKind::Risky)),
+            ("predicted OOM", Some(VerdictKind::Oom)),
+            ("invalid", Some(VerdictKind::Invalid)),
+            ("not in sweep", None),
         ] {
-            let color = if v.is_empty() { RGBColor(245, 245, 245) } else { verdict_color(v) };
+            let color = v.map_or(RGBColor(245, 245, 245), verdict_color);
             root.draw(&Rectangle::new([(x, y), (x + 18, y + 18)], color.filled())).map_err(perr)?;
             root.draw(&Rectangle::new([(x, y), (x + 18, y + 18)], BLACK.stroke_width(1))).map_err(perr)?;
             root.draw(&Text::new(label, (x + 24, y + 2), ("sans-serif", 14))).map_err(perr)?;

@@ -10,10 +10,10 @@ use super::{
     allowed, cluster_name, experiment_hash, template_dirs, verdicts, CommandError, Options, StoredSweep, Target,
 };
 use crate::cluster::{merge_resources, ClusterConfig, ClustersFile};
+use crate::fsio;
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
 use crate::state::{self, StateError, Submission};
-use crate::submit::protocol::IntentState;
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport;
 
@@ -27,25 +27,34 @@ pub(crate) struct Prepared {
 fn random_suffix() -> String {
     let mut h = Sha256::new();
     h.update(std::process::id().to_le_bytes());
-    h.update(state::now().to_le_bytes());
+    h.update(fsio::now().to_le_bytes());
     h.update(format!("{:?}", Instant::now()).as_bytes());
     hex::encode(&h.finalize()[..2])
 }
 
+/// Where job arrays go on the cluster and how they are numbered.
+pub(crate) struct Placement<'a> {
+    /// The cluster's state root (`<work_dir>/state`).
+    pub remote_state: &'a str,
+    /// The worker binary's path there.
+    pub worker: &'a str,
+    /// Array task ids stay below this (`MaxArraySize`).
+    pub max_array: u32,
+    /// The sequence number of the first new submission.
+    pub first_seq: usize,
+}
+
 /// Renders job arrays for `configs` (split below MaxArraySize); writes the
 /// scripts and manifests under `dir_for(sid)`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn prepare_arrays(
     sweep: &Sweep,
     configs: &[&SweepConfig],
     target: &Target,
-    remote_state: &str,
-    worker: &str,
-    max_array: u32,
-    first_seq: usize,
+    place: &Placement,
     renderer: &mut Renderer,
     dir_for: &dyn Fn(&str) -> PathBuf,
 ) -> Result<Vec<Prepared>, CommandError> {
+    let Placement { remote_state, worker, max_array, first_seq } = *place;
     let exp = &sweep.experiment;
     let exph = experiment_hash(&exp.name);
     let resources = merge_resources(&exp.slurm, &target.config.defaults);
@@ -56,13 +65,7 @@ pub(crate) fn prepare_arrays(
         let sid = format!("s{:03}-{}", first_seq + k, random_suffix());
         let job_name = format!("sw-{}-{exph}-{sid}", slurm::slug(&exp.name, 24));
         let hashes: Vec<String> = chunk.iter().map(|c| c.hash.0.clone()).collect();
-        let mut comment =
-            format!("sweep:exp={};exph={exph};sub={sid};configs={}", slurm::slug(&exp.name, 40), hashes.join(","));
-        // SLURM keeps comments in accounting; keep them to a sane length (the manifest has all).
-        if comment.len() > 1000 {
-            comment.truncate(990);
-            comment.push_str(",...");
-        }
+        let comment = job_comment(&exp.name, &exph, &sid, &hashes);
         let array = slurm::array_spec(chunk.len(), exp.array_parallelism);
         let sub_dir = format!("{remote_state}/{}/submissions/{sid}", exp.name);
         let vars = JobVars {
@@ -84,17 +87,7 @@ pub(crate) fn prepare_arrays(
             worker_args: exp.worker.args(),
         };
         let script = renderer.render(&template, &vars)?;
-        let manifest = spec::run::Manifest {
-            experiment: exp.name.clone(),
-            task_offset: 0,
-            configs: chunk.iter().map(|c| c.config.clone()).collect(),
-        };
-        let manifest_json = serde_json::to_vec_pretty(&manifest).map_err(|e| CommandError::Refused(e.to_string()))?;
-        let mut jsonl = Vec::new();
-        for c in chunk {
-            jsonl.extend(serde_json::to_vec(&c.config).map_err(|e| CommandError::Refused(e.to_string()))?);
-            jsonl.push(b'\n');
-        }
+        let (manifest_json, jsonl) = manifests(&exp.name, chunk)?;
         let local_dir = dir_for(&sid);
         let files = vec![
             ("manifest.json".to_string(), manifest_json),
@@ -103,27 +96,45 @@ pub(crate) fn prepare_arrays(
         ];
         for (name, data) in &files {
             // Copies of what goes to the cluster: replaced atomically, no fsync (the intent is the durable record).
-            state::write_replace(&local_dir.join(name), data)?;
+            fsio::write_replace(&local_dir.join(name), data)?;
         }
         out.push(Prepared {
-            sub: Submission {
-                id: sid,
-                job_name,
-                comment,
-                array,
-                tasks: hashes,
-                intended_at: 0.0,
-                array_job_id: None,
-                submitted_at: None,
-                abandoned: false,
-                remote_script: format!("{sub_dir}/job.sbatch"),
-                intent: IntentState::Intended,
-            },
+            sub: Submission::new(sid, job_name, comment, array, hashes, format!("{sub_dir}/job.sbatch")),
             files: files.into_iter().map(|(n, d)| (format!("{sub_dir}/{n}"), d)).collect(),
             script_local: local_dir.join("job.sbatch"),
         });
     }
     Ok(out)
+}
+
+/// The job's comment, which SLURM keeps in accounting: the experiment, the
+/// submission and its configs' hashes (cut to a sane length; the manifest has all).
+fn job_comment(experiment: &str, exph: &str, sid: &str, hashes: &[String]) -> String {
+    let mut comment =
+        format!("sweep:exp={};exph={exph};sub={sid};configs={}", slurm::slug(experiment, 40), hashes.join(","));
+    if comment.len() > 1000 {
+        comment.truncate(990);
+        comment.push_str(",...");
+    }
+    comment
+}
+
+/// `manifest.json` (the configs as one document) and `manifest.jsonl` (one
+/// config a line: task N reads line N+1).
+fn manifests(experiment: &str, chunk: &[&SweepConfig]) -> Result<(Vec<u8>, Vec<u8>), CommandError> {
+    let refused = |e: serde_json::Error| CommandError::Refused(e.to_string());
+    let manifest = spec::run::Manifest {
+        experiment: experiment.to_string(),
+        task_offset: 0,
+        configs: chunk.iter().map(|c| c.config.clone()).collect(),
+    };
+    let json = serde_json::to_vec_pretty(&manifest).map_err(refused)?;
+    let mut jsonl = Vec::new();
+    for c in chunk {
+        jsonl.extend(serde_json::to_vec(&c.config).map_err(refused)?);
+        jsonl.push(b'\n');
+    }
+    Ok((json, jsonl))
 }
 
 /// `render`: the scripts `submit` would send now, written under
@@ -133,7 +144,7 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, Strin
     if !state::valid_experiment_name(&sweep.experiment.name) {
         return Err(StateError::BadName(sweep.experiment.name.clone()).into());
     }
-    let prev = state::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
+    let prev = fsio::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
     let cluster = cluster_name(opts, sweep, prev.as_ref());
     let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
     let (name, config) = file.get(&cluster, &label)?;
@@ -154,12 +165,12 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, Strin
         .configs
         .iter()
         .filter(|c| seen.insert(&c.hash.0))
-        .filter(|c| v.get(&c.hash.0).is_some_and(|(verdict, _)| allowed(verdict, opts)))
+        .filter(|c| v.get(&c.hash.0).is_some_and(|verdict| allowed(verdict.kind(), opts)))
         .collect();
     let mut renderer = Renderer::new(template_dirs(opts, sweep));
     let dir = opts.state_root.join(&sweep.experiment.name).join("render");
-    let prepared =
-        prepare_arrays(sweep, &todo, &target, &remote_state, &worker, 1001, 1, &mut renderer, &|sid| dir.join(sid))?;
+    let place = Placement { remote_state: &remote_state, worker: &worker, max_array: 1001, first_seq: 1 };
+    let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| dir.join(sid))?;
     Ok(prepared
         .into_iter()
         .map(|p| {

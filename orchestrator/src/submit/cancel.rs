@@ -3,23 +3,25 @@
 use std::collections::BTreeSet;
 
 use super::{blocking, open_target, protocol, stored_sweep, CommandError, Options};
-use crate::state::{self, StateDir};
+
+use crate::slurm::JobId;
+use crate::state::{Change, StateDir};
 
 /// `cancel`: scancel every array of the experiment that still has live tasks.
-pub async fn cancel(experiment: &str, opts: &Options) -> Result<Vec<String>, CommandError> {
+pub async fn cancel(experiment: &str, opts: &Options) -> Result<Vec<JobId>, CommandError> {
     let stored = stored_sweep(&opts.state_root, experiment)?;
     let target = open_target(opts, &opts.cluster.clone().unwrap_or(stored.cluster.clone()))?;
     let st = StateDir::open(&opts.state_root, experiment, opts.lock_wait)?;
     let mut records = st.repair()?;
     protocol::reconcile(&st, &target, &mut records, false).await?;
-    let ids: BTreeSet<String> = records
+    let ids: BTreeSet<JobId> = records
         .values()
         .flat_map(|r| r.attempts.iter())
         .filter(|a| a.is_live())
         .filter_map(|a| a.array_job_id.clone())
         .collect();
-    let ids: Vec<String> = ids.into_iter().collect();
-    st.journal(serde_json::json!({"t": state::now(), "op": "cancel", "jobs": ids}))?;
+    let ids: Vec<JobId> = ids.into_iter().collect();
+    st.apply(&mut records, Change::Cancel { jobs: ids.clone() })?;
     let send = ids.clone();
     blocking(&target.transport, move |t| t.cancel(&send)).await?;
     Ok(ids)

@@ -179,7 +179,7 @@ fn print_submit(r: &SubmitReport) {
         "submitted {} configs in {} job array(s) [{}]; {} cluster commands, {} file transfers, {:.1} s",
         r.submitted.len(),
         r.arrays.len(),
-        r.arrays.join(", "),
+        r.arrays.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(", "),
         r.counters.commands,
         r.counters.file_ops,
         r.wall_s
@@ -208,60 +208,8 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             print_submit(&r);
         }
         ClusterCommand::Status { experiment, watch, interval, max_interval, json, common } => {
-            let opts = options(&common, None, None);
-            let sweep = experiment_of(&experiment, &[], &opts)?;
-            let name = sweep.experiment.name.clone();
-            if Path::new(&experiment).is_file() && stored_sweep(&opts.state_root, &name).is_err() {
-                // A file never submitted: every config, not submitted, nothing to poll.
-                let r = view::unsubmitted(&sweep, &opts.state_root);
-                if json {
-                    for row in &r.rows {
-                        println!("{}", serde_json::to_string(row).unwrap_or_default());
-                    }
-                } else {
-                    print!("{}", r.table());
-                    println!(
-                        "experiment `{name}` has not been submitted (no state under {})",
-                        opts.state_root.display()
-                    );
-                }
-                return Ok(());
-            }
-            let w = watch.then(|| Watch {
-                min: Duration::from_secs_f64(interval.max(0.1)),
-                max: Duration::from_secs_f64(max_interval.max(interval).max(0.1)),
-                max_polls: None,
-            });
-            // --watch on a terminal: one bar (configs ended, running, ETA) instead of a table per poll.
-            let bar = crate::progress::watch_bar();
-            let live_bar = watch && !json && !bar.bar.is_hidden();
-            let (root, exp) = (opts.state_root.clone(), name.clone());
-            let mut show = move |r: &StatusReport| {
-                let progress = crate::progress::read(&root, &exp).ok();
-                if live_bar {
-                    if let Some(p) = &progress {
-                        p.show_on(&bar);
-                    }
-                    if !r.settled {
-                        return;
-                    }
-                    bar.bar.finish_and_clear();
-                }
-                if json {
-                    for row in &r.rows {
-                        println!("{}", serde_json::to_string(row).unwrap_or_default());
-                    }
-                } else {
-                    print!("{}", r.table());
-                    if let Some(p) = progress {
-                        println!("{}", p.line());
-                    }
-                }
-            };
-            let r = block_on(status(&name, &opts, w, &mut show))?.context("status")?;
-            if !watch {
-                show(&r);
-            }
+            let every = watch.then_some((interval, max_interval));
+            run_status(&experiment, every, json, &common)?;
         }
         ClusterCommand::Cancel { experiment, common } => {
             let opts = options(&common, None, None);
@@ -270,7 +218,11 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             if ids.is_empty() {
                 println!("nothing to cancel: no job array of {name} is queued or running");
             } else {
-                println!("cancelled {} job array(s): {}", ids.len(), ids.join(" "));
+                println!(
+                    "cancelled {} job array(s): {}",
+                    ids.len(),
+                    ids.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(" ")
+                );
             }
         }
         ClusterCommand::Install { worker, common } => {
@@ -278,11 +230,11 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             let Some(cluster) = common.cluster.as_deref() else {
                 anyhow::bail!("install needs --cluster NAME (a cluster of the clusters file)");
             };
-            let worker = match worker.or_else(crate::install::default_worker) {
+            let worker = match worker.or_else(super::install::default_worker) {
                 Some(w) => w,
                 None => anyhow::bail!("cannot locate this executable's directory; pass --worker PATH"),
             };
-            let r = block_on(crate::install::install(&opts, cluster, &worker))?.context("install")?;
+            let r = block_on(super::install::install(&opts, cluster, &worker))?.context("install")?;
             println!(
                 "{} {} ({:.1} MiB, sha256 {}) on {}: {:.1} s",
                 if r.uploaded { "installed" } else { "up to date:" },
@@ -301,6 +253,64 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
                 print!("{text}");
             }
         }
+    }
+    Ok(())
+}
+
+/// `status`: the table (or JSON lines) once, or on every poll with `every`
+/// (the shortest and longest interval, seconds).
+fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &Common) -> Result<()> {
+    let opts = options(common, None, None);
+    let sweep = experiment_of(experiment, &[], &opts)?;
+    let name = sweep.experiment.name.clone();
+    if Path::new(experiment).is_file() && stored_sweep(&opts.state_root, &name).is_err() {
+        // A file never submitted: every config, not submitted, nothing to poll.
+        let r = view::unsubmitted(&sweep, &opts.state_root);
+        if json {
+            for row in &r.rows {
+                println!("{}", serde_json::to_string(row).unwrap_or_default());
+            }
+        } else {
+            print!("{}", r.table());
+            println!("experiment `{name}` has not been submitted (no state under {})", opts.state_root.display());
+        }
+        return Ok(());
+    }
+    let watch = every.is_some();
+    let w = every.map(|(interval, max_interval)| Watch {
+        min: Duration::from_secs_f64(interval.max(0.1)),
+        max: Duration::from_secs_f64(max_interval.max(interval).max(0.1)),
+        max_polls: None,
+    });
+    // --watch on a terminal: one bar (configs ended, running, ETA) instead of a table per poll.
+    let bar = crate::progress::watch_bar();
+    let live_bar = watch && !json && !bar.bar.is_hidden();
+    let (root, exp) = (opts.state_root.clone(), name.clone());
+    let mut show = move |r: &StatusReport| {
+        let progress = crate::progress::read(&root, &exp).ok();
+        if live_bar {
+            if let Some(p) = &progress {
+                p.show_on(&bar);
+            }
+            if !r.settled {
+                return;
+            }
+            bar.bar.finish_and_clear();
+        }
+        if json {
+            for row in &r.rows {
+                println!("{}", serde_json::to_string(row).unwrap_or_default());
+            }
+        } else {
+            print!("{}", r.table());
+            if let Some(p) = progress {
+                println!("{}", p.line());
+            }
+        }
+    };
+    let r = block_on(status(&name, &opts, w, &mut show))?.context("status")?;
+    if !watch {
+        show(&r);
     }
     Ok(())
 }

@@ -21,25 +21,27 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cluster::ClusterError;
-use crate::precheck::Predictor;
+use crate::fsio;
+use crate::precheck::{Predictor, Verdict, VerdictKind};
 use crate::render::RenderFailure;
 use crate::slurm::RetryPolicy;
-use crate::state::{self, ConfigRecord, StateDir, StateError};
+use crate::state::{ConfigRecord, StateDir, StateError};
 use crate::sweep::Sweep;
 use crate::transport::TransportError;
 
 mod arrays;
 pub mod cancel;
-mod collect;
+pub mod install;
 mod poll;
 pub mod protocol;
+mod pull;
 mod send;
 pub mod view;
 
 pub use arrays::render;
 pub use cancel::cancel;
-pub use collect::{attempt_events, last_result};
 pub use poll::PollSummary;
+pub use pull::{attempt_events, last_result};
 pub use send::{submit, SubmitReport};
 pub use view::{status, StatusReport, StatusRow, Watch};
 
@@ -47,6 +49,8 @@ pub use view::{status, StatusReport, StatusRow, Watch};
 pub enum CommandError {
     #[error(transparent)]
     State(#[from] StateError),
+    #[error(transparent)]
+    Fs(#[from] crate::fsio::FsError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     #[error(transparent)]
@@ -120,8 +124,8 @@ impl From<crate::target::TargetError> for CommandError {
     }
 }
 
-/// Verdict name and predicted GiB of each config.
-pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, (String, Option<f64>)> {
+/// The precheck's verdict on each config, by hash.
+pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, Verdict> {
     // The runtime was checked when the file was loaded; a sweep stored by an
     // older version may name one no longer shipped.
     let p = match sweep.predictor_in(Some(state_root)) {
@@ -141,20 +145,20 @@ pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, (St
             let v = if c.is_valid() {
                 p.verdict(&c.config, sweep.experiment.budget_gb)
             } else {
-                crate::precheck::Verdict::Invalid { reasons: c.invalid.iter().map(|i| i.to_string()).collect() }
+                Verdict::Invalid { reasons: c.invalid.iter().map(|i| i.to_string()).collect() }
             };
-            (c.hash.0.clone(), (v.name().to_string(), v.predicted_gib()))
+            (c.hash.0.clone(), v)
         })
         .collect()
 }
 
 /// Which verdicts `submit` sends to the cluster.
-pub(crate) fn allowed(verdict: &str, opts: &Options) -> bool {
+pub(crate) fn allowed(verdict: VerdictKind, opts: &Options) -> bool {
     match verdict {
-        "fits" => true,
-        "risky" => opts.include_risky || opts.force,
-        "oom" => opts.force,
-        _ => false, // invalid: fails at once with a dimension error, never worth a job
+        VerdictKind::Fits => true,
+        VerdictKind::Risky => opts.include_risky || opts.force,
+        VerdictKind::Oom => opts.force,
+        VerdictKind::Invalid => false, // fails at once with a dimension error, never worth a job
     }
 }
 
@@ -165,29 +169,31 @@ pub(crate) fn prepare(
     sweep: &Sweep,
     cluster: &str,
 ) -> Result<BTreeMap<String, ConfigRecord>, CommandError> {
-    let prev = state::read_json::<StoredSweep>(&st.path("sweep.json"))?;
+    let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     if let Some(prev) = &prev {
         if prev.cluster != cluster && !st.load_submissions()?.is_empty() {
             return Err(CommandError::Refused(format!(
                 "experiment `{}` was submitted to cluster `{}`; it cannot continue on `{cluster}` \
                  (use --cluster {} or another experiment name)",
-                st.experiment, prev.cluster, prev.cluster
+                st.experiment(),
+                prev.cluster,
+                prev.cluster
             )));
         }
     }
     let mut records = st.repair()?;
-    state::write_json(
+    fsio::write_json(
         &st.path("sweep.json"),
         &StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, &records) },
     )?;
-    let v = verdicts(sweep, st.root.parent().unwrap_or(Path::new(".")));
+    let v = verdicts(sweep, st.root().parent().unwrap_or(Path::new(".")));
     let mut seen = BTreeSet::new();
     for c in &sweep.configs {
         if !seen.insert(c.hash.0.clone()) {
             tracing::warn!("config `{}` computes the same as an earlier one (hash {}): run once", c.name, c.hash);
             continue;
         }
-        let (verdict, gib) = v.get(&c.hash.0).cloned().unwrap_or_default();
+        let verdict = v.get(&c.hash.0);
         let r = records.entry(c.hash.0.clone()).or_insert_with(|| ConfigRecord {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
@@ -196,11 +202,7 @@ pub(crate) fn prepare(
             attempts: vec![],
             result: None,
         });
-        let before = r.clone();
-        r.name = c.name.clone();
-        r.verdict = Some(verdict);
-        r.predicted_gib = gib;
-        if *r != before || !st.record_path(&r.hash).exists() {
+        if r.refresh(&c.name, verdict) || !st.record_path(&r.hash).exists() {
             st.save_record(r)?;
         }
     }
@@ -238,7 +240,7 @@ pub(crate) fn same_file(local: &Path, remote: &str) -> bool {
 
 /// Loads the stored sweep of an experiment by name.
 pub fn stored_sweep(state_root: &Path, experiment: &str) -> Result<StoredSweep, CommandError> {
-    state::read_json::<StoredSweep>(&state_root.join(experiment).join("sweep.json"))?.ok_or_else(|| {
+    fsio::read_json::<StoredSweep>(&state_root.join(experiment).join("sweep.json"))?.ok_or_else(|| {
         CommandError::Refused(format!(
             "no state for experiment `{experiment}` under {} (submit it first, or pass the experiment file)",
             state_root.display()

@@ -4,10 +4,11 @@
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-use super::collect::pull_events;
-use super::protocol::IntentState;
+use super::pull::pull_events;
 use super::{blocking, CommandError, Target};
-use crate::state::{self, ConfigRecord, StateDir};
+use crate::fsio;
+use crate::state::intent::IntentState;
+use crate::state::{ConfigRecord, StateDir};
 use crate::sweep::Sweep;
 use crate::transport::Poll;
 
@@ -20,9 +21,9 @@ pub(crate) fn apply(
     poll: &Poll,
 ) -> Result<Vec<String>, CommandError> {
     let mut changed = Vec::new();
-    let now = state::now();
+    let now = fsio::now();
     let missing_path = st.path("missing.json");
-    let mut missing: BTreeMap<String, f64> = state::read_json(&missing_path)?.unwrap_or_default();
+    let mut missing: BTreeMap<String, f64> = fsio::read_json(&missing_path)?.unwrap_or_default();
     let missing_before = missing.clone();
     for r in records.values_mut() {
         let mut dirty = false;
@@ -47,7 +48,7 @@ pub(crate) fn apply(
         }
     }
     if missing != missing_before {
-        state::write_json(&missing_path, &missing)?;
+        fsio::write_json(&missing_path, &missing)?;
     }
     Ok(changed)
 }
@@ -68,7 +69,7 @@ pub(crate) async fn update(
     let names: Vec<String> =
         subs.iter().filter(|s| s.state() != IntentState::Abandoned).map(|s| s.job_name.clone()).collect();
     let since = subs.iter().map(|s| s.intended_at).fold(f64::INFINITY, f64::min);
-    let since = if since.is_finite() { since } else { state::now() };
+    let since = if since.is_finite() { since } else { fsio::now() };
     let poll = blocking(&target.transport, move |t| t.poll(&names, since)).await?;
     let changed = apply(st, records, &poll)?;
     let got = pull_events(st, target, records, sweep, &changed, settle, grace_s).await;

@@ -5,16 +5,20 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use super::arrays::{prepare_arrays, Prepared};
-use super::collect::awaiting_result;
-use super::protocol::{self, Event};
+use super::arrays::{prepare_arrays, Placement, Prepared};
+use super::protocol;
+use super::pull::awaiting_result;
 use super::{
     allowed, blocking, cluster_name, open_target, prepare, same_file, template_dirs, CommandError, Options,
     StoredSweep, Target,
 };
+use crate::collect::WorkerOutcome;
+use crate::fsio;
+use crate::precheck::VerdictKind;
 use crate::render::Renderer;
-use crate::slurm::{SlurmState, WorkerOutcome};
-use crate::state::{self, Attempt, ConfigRecord, StateDir};
+use crate::slurm::{JobId, SlurmState};
+use crate::state::intent::{IntentEvent, IntentState};
+use crate::state::{Attempt, Change, ConfigRecord, StateDir};
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport::{CounterSnapshot, TransportError};
 
@@ -22,7 +26,7 @@ use crate::transport::{CounterSnapshot, TransportError};
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SubmitReport {
     pub submitted: Vec<String>,
-    pub arrays: Vec<String>,
+    pub arrays: Vec<JobId>,
     /// (config name, why not submitted).
     pub skipped: Vec<(String, String)>,
     /// Open intents settled by asking SLURM by name: adopted (SLURM had the
@@ -61,34 +65,27 @@ async fn send(
         // 1. Files on the cluster (a fresh path per submission: nothing to clobber).
         if !local || !same_file(&p.script_local, &p.sub.remote_script) {
             for (path, data) in std::mem::take(&mut p.files) {
-                blocking(&target.transport, move |t| t.put_file(&path, &data, false)).await?;
+                blocking(&target.transport, move |t| t.files().put_file(&path, &data, false)).await?;
             }
         }
         // 2. The intent, durable before sbatch. The records' attempts follow
         // from it (`StateDir::repair`), so they are written without fsync.
-        p.sub.intended_at = state::now();
-        st.save_submission(&p.sub)?;
-        st.journal(serde_json::json!({"t": p.sub.intended_at, "op": "intent", "submission": p.sub.id, "job_name": p.sub.job_name, "configs": p.sub.tasks}))?;
-        for (task, hash) in p.sub.tasks.iter().enumerate() {
-            if let Some(r) = records.get_mut(hash) {
-                r.attempts.push(Attempt::intended(p.sub.id.clone(), task as u32, p.sub.intended_at));
-                st.save_record(r)?;
-            }
-        }
+        p.sub.intended_at = fsio::now();
+        st.apply(records, Change::Intent { submission: p.sub.clone() })?;
         // 3. sbatch, whose outcome moves the intent on.
         let script = p.sub.remote_script.clone();
         let result = blocking(&target.transport, move |t| t.submit(&script)).await;
         crash_hook();
         match result {
             Ok(job_id) => {
-                protocol::advance(st, records, &mut p.sub, &Event::SbatchOk(job_id.clone()))?;
+                protocol::advance(st, records, &mut p.sub, &IntentEvent::SbatchOk(job_id.clone()))?;
                 tracing::info!(submission = %p.sub.id, job = %job_id, "submitted {} configs", p.sub.tasks.len());
                 report.arrays.push(job_id);
                 report.submitted.extend(p.sub.tasks.iter().filter_map(|h| records.get(h).map(|r| r.name.clone())));
             }
             Err(e @ TransportError::NotSent(_)) => {
-                protocol::advance(st, records, &mut p.sub, &Event::NotSent)?;
-                st.journal(serde_json::json!({"t": state::now(), "op": "not_sent", "submission": p.sub.id, "error": e.to_string()}))?;
+                protocol::advance(st, records, &mut p.sub, &IntentEvent::NotSent)?;
+                st.apply(records, Change::NotSent { submission: p.sub.id.clone(), error: e.to_string() })?;
                 return Err(CommandError::Refused(format!(
                     "submitting {} ({} configs) failed: {e}; its configs are free to submit again",
                     p.sub.id,
@@ -96,14 +93,14 @@ async fn send(
                 )));
             }
             Err(e) => {
-                protocol::advance(st, records, &mut p.sub, &Event::SbatchFailed)?;
-                st.journal(serde_json::json!({"t": state::now(), "op": "sbatch_error", "submission": p.sub.id, "error": e.to_string()}))?;
+                protocol::advance(st, records, &mut p.sub, &IntentEvent::SbatchFailed)?;
+                st.apply(records, Change::SbatchError { submission: p.sub.id.clone(), error: e.to_string() })?;
                 // Did it reach SLURM anyway? Ask by name now; whatever stays open, every later command asks again.
                 if let Ok(s) = protocol::reconcile(st, target, records, false).await {
                     report.merge(s);
                 }
                 let state = st.load_submissions()?.into_iter().find(|s| s.id == p.sub.id).map(|s| s.state());
-                if let Some(protocol::IntentState::Submitted { job_id }) = state {
+                if let Some(IntentState::Submitted { job_id }) = state {
                     report.arrays.push(job_id);
                     report.submitted.extend(p.sub.tasks.iter().filter_map(|h| records.get(h).map(|r| r.name.clone())));
                     continue;
@@ -132,11 +129,11 @@ impl SubmitReport {
 
 /// Why a config is not (re)submitted, or `None` when it should be.
 fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option<String> {
-    let verdict = r.verdict.as_deref().unwrap_or("invalid");
+    let verdict = r.verdict.unwrap_or(VerdictKind::Invalid);
     if !allowed(verdict, opts) {
         return Some(match verdict {
-            "risky" => "risky (use --include-risky)".into(),
-            "oom" => "predicted oom (use --force)".into(),
+            VerdictKind::Risky => "risky (use --include-risky)".into(),
+            VerdictKind::Oom => "predicted oom (use --force)".into(),
             v => v.to_string(),
         });
     }
@@ -145,12 +142,12 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
             "submission unresolved (SLURM has not yet answered by job name; nothing is submitted twice)".into(),
         );
     }
-    if r.live() {
+    if r.occupied() {
         return Some("queued or running".into());
     }
     let tried: Vec<&Attempt> = r.attempts.iter().filter(|a| !a.abandoned).collect();
     let last = tried.last()?;
-    if awaiting_result(last, opts.result_grace.as_secs_f64(), state::now()) {
+    if awaiting_result(last, opts.result_grace.as_secs_f64(), fsio::now()) {
         return Some(format!(
             "ended {} without a visible result yet; read again for {:.0} s (shared filesystem lag)",
             last.state.as_ref().map(|s| s.to_string()).unwrap_or_default(),
@@ -158,11 +155,11 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
         ));
     }
     let state = last.state.clone().unwrap_or(SlurmState::Pending);
-    let worker = if r.attempts.iter().all(|a| a.worker.is_none()) {
+    let worker = if r.attempts.iter().all(|a| a.worker.is_not_started()) {
         // Records written before attempts carried the worker's outcome keep it only here.
         legacy_outcome(r)
     } else {
-        last.worker_outcome()
+        last.worker
     };
     if let Some(why) = opts.retry.refusal(&state, worker) {
         return Some(why);
@@ -178,7 +175,7 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
 
 /// The worker outcome a record's `result` gives when its attempts do not say.
 fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
-    match r.result_status().and_then(|s| serde_json::from_value(serde_json::Value::String(s.into())).ok()) {
+    match r.result_status() {
         Some(status) => WorkerOutcome::Result(status),
         None => WorkerOutcome::NotStarted,
     }
@@ -188,7 +185,7 @@ fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
 pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<SubmitReport, CommandError> {
     let t0 = Instant::now();
     let st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
-    let prev = state::read_json::<StoredSweep>(&st.path("sweep.json"))?;
+    let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     let cluster = cluster_name(opts, sweep, prev.as_ref());
     let target = open_target(opts, &cluster)?;
     let mut records = prepare(&st, sweep, &cluster)?;
@@ -217,14 +214,12 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     }
     if !todo.is_empty() {
         let max_array = blocking(&target.transport, |t| t.max_array_size()).await?;
-        let remote_state = blocking(&target.transport, |t| t.remote_state_root()).await?;
-        let worker = blocking(&target.transport, |t| t.worker_path()).await?;
+        let remote_state = blocking(&target.transport, |t| t.files().remote_state_root()).await?;
+        let worker = blocking(&target.transport, |t| t.files().worker_path()).await?;
         let mut renderer = Renderer::new(template_dirs(opts, sweep));
-        let first = st.load_submissions()?.len() + 1;
-        let prepared =
-            prepare_arrays(sweep, &todo, &target, &remote_state, &worker, max_array, first, &mut renderer, &|sid| {
-                st.submission_dir(sid)
-            })?;
+        let first_seq = st.load_submissions()?.len() + 1;
+        let place = Placement { remote_state: &remote_state, worker: &worker, max_array, first_seq };
+        let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| st.submission_dir(sid))?;
         send(&st, &target, &mut records, prepared, &mut report).await?;
     }
     let after = target.transport.counters();
@@ -246,10 +241,20 @@ mod tests {
         ConfigRecord {
             hash: "h".into(),
             name: "n".into(),
-            verdict: Some(verdict.into()),
+            verdict: Some(serde_json::from_value(verdict.into()).expect("a verdict name")),
             predicted_gib: None,
             attempts,
-            result: result.map(|s| serde_json::json!({"event": "result", "status": s})),
+            result: result.map(|s| spec::event::RunResult {
+                t: 0.0,
+                status: serde_json::from_value(s.into()).expect("a status"),
+                params: 0,
+                peaks: Default::default(),
+                peak_bytes: 0,
+                phase: None,
+                message: None,
+                wall_s: 0.0,
+                nvml_peak_bytes: None,
+            }),
         }
     }
 
@@ -290,7 +295,7 @@ mod tests {
     }
 
     fn with_worker(mut a: Attempt, worker: &str) -> Attempt {
-        a.worker = Some(worker.into());
+        a.worker = WorkerOutcome::from_word(Some(worker));
         a
     }
 

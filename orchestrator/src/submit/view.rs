@@ -5,11 +5,13 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::collect::awaiting_result;
 use super::poll::{update, PollSummary};
+use super::pull::awaiting_result;
 use super::{open_target, protocol, stored_sweep, CommandError, Options};
+use crate::fsio;
+use crate::precheck::Verdict;
 use crate::slurm::Activity;
-use crate::state::{self, ConfigRecord, StateDir};
+use crate::state::{ConfigRecord, StateDir};
 use crate::sweep::Sweep;
 
 /// One line of `status`.
@@ -107,22 +109,22 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
             .filter(|a| a.state.as_ref().is_some_and(|s| s.activity() == Activity::Running))
             .and_then(|a| a.live.as_ref());
         let peak = match &r.result {
-            Some(v) => v.get("peak_bytes").and_then(|b| b.as_u64()).map(gib),
+            Some(v) => Some(gib(v.peak_bytes)),
             None => live.map(|l| gib(l.peak_bytes)),
         };
         let phase = match &r.result {
-            Some(v) => v.get("phase").and_then(|p| p.as_str()).map(str::to_string),
+            Some(v) => v.phase.map(|p| p.name().to_string()),
             None => live.map(|l| l.phase.name().to_string()),
         };
         out.push(StatusRow {
             name: r.name.clone(),
             hash: r.hash.clone(),
-            verdict: r.verdict.clone().unwrap_or_default(),
+            verdict: r.verdict.map(|v| v.to_string()).unwrap_or_default(),
             predicted_gib: r.predicted_gib,
             state,
             job,
             attempts: r.attempts.iter().filter(|a| !a.abandoned).count(),
-            result: r.result_status().map(str::to_string),
+            result: r.result_status().map(|s| s.name().to_string()),
             peak_gib: peak,
             phase,
         });
@@ -139,12 +141,12 @@ pub fn unsubmitted(sweep: &Sweep, state_root: &std::path::Path) -> StatusReport 
         .iter()
         .filter(|c| seen.insert(&c.hash.0))
         .map(|c| {
-            let (verdict, predicted_gib) = v.get(&c.hash.0).cloned().unwrap_or_default();
+            let verdict = v.get(&c.hash.0);
             StatusRow {
                 name: c.name.clone(),
                 hash: c.hash.0.clone(),
-                verdict,
-                predicted_gib,
+                verdict: verdict.map(|v| v.name().to_string()).unwrap_or_default(),
+                predicted_gib: verdict.and_then(Verdict::predicted_gib),
                 state: "-".into(),
                 job: None,
                 attempts: 0,
@@ -195,9 +197,9 @@ pub async fn status(
             let poll = update(&st, &target, &mut records, &stored.sweep, false, grace).await?;
             let rows = rows(&stored.sweep, &records);
             // Settled: nothing queued, running or unresolved, and no ended job's result still in flight.
-            let now = state::now();
+            let now = fsio::now();
             let settled =
-                !records.values().any(|r| r.live() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
+                !records.values().any(|r| r.occupied() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
             Ok(StatusReport { rows, poll, settled })
         }
         .await;
@@ -246,7 +248,7 @@ mod tests {
             job_id: Some("8".into()),
             submitted_at: Some(0.0),
             state: Some(state),
-            worker: Some("started".into()),
+            worker: crate::collect::WorkerOutcome::NoResult,
             events_mine: true,
             live,
             ..Attempt::intended("s001-x", 0, 0.0)
@@ -261,7 +263,7 @@ mod tests {
         let r = ConfigRecord {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
-            verdict: Some("fits".into()),
+            verdict: Some(crate::precheck::VerdictKind::Fits),
             predicted_gib: Some(4.0),
             attempts: vec![attempt(SlurmState::Running, Some(live))],
             result: None,
@@ -286,10 +288,16 @@ mod tests {
         let r = ConfigRecord {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
-            verdict: Some("fits".into()),
+            verdict: Some(crate::precheck::VerdictKind::Fits),
             predicted_gib: None,
             attempts: vec![attempt(SlurmState::Completed, Some(live))],
-            result: Some(serde_json::json!({"event": "result", "status": "ok", "peak_bytes": 2u64 << 30})),
+            result: Some(
+                serde_json::from_value(serde_json::json!({
+                    "event": "result", "t": 0.0, "status": "ok", "params": 0, "peaks": {}, "peak_bytes": 2u64 << 30,
+                    "wall_s": 0.0
+                }))
+                .expect("a result"),
+            ),
         };
         let rows = rows(&sweep, &BTreeMap::from([(r.hash.clone(), r)]));
         assert_eq!(rows[0].result.as_deref(), Some("ok"));

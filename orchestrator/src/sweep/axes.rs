@@ -3,15 +3,36 @@
 
 use serde_yaml::Value;
 
-use super::name::{auto_label, Template};
+use super::name::{auto_label, describe, sanitize, Template};
 use crate::experiment::locate::KeyPath;
-use crate::experiment::{show, LoadError, Origin, Source, PER_CONFIG_KEYS};
+use crate::experiment::{show, LoadError, Origin, Override, Source, PER_CONFIG_KEYS};
 
 /// One axis value: an optional label and the overrides it applies.
 #[derive(Clone)]
 pub(crate) struct Choice {
     pub label: Option<String>,
     pub sets: Vec<(KeyPath, Value, Origin)>,
+}
+
+/// The name of one combination: labels joined by `_`, or `fallback` when no
+/// choice has one. A label is dropped when a command-line override replaced
+/// (part of) what its choice sets; the choice's remaining values label it instead.
+pub(crate) fn from_labels(combo: &[&Choice], cli: &[Override], fallback: &str) -> String {
+    let overridden = |k: &KeyPath| cli.iter().any(|o| o.key.starts_with(k) || k.starts_with(&o.key));
+    let mut labels: Vec<String> = Vec::new();
+    for c in combo {
+        let Some(label) = c.label.as_deref().filter(|l| !l.is_empty()) else { continue };
+        if !c.sets.iter().any(|(k, _, _)| overridden(k)) {
+            labels.push(label.to_string());
+            continue;
+        }
+        labels.extend(c.sets.iter().filter(|(k, _, _)| !overridden(k)).map(|(k, v, _)| describe(&k.to_string(), v)));
+    }
+    if labels.is_empty() {
+        fallback.to_string()
+    } else {
+        sanitize(&labels.join("_"))
+    }
 }
 
 /// The parsed `sweep:` block.
@@ -66,58 +87,8 @@ impl Axes {
                         axes.grid.push(axis_choices(src, &key, values, &kp)?);
                     }
                 }
-                "zip" => {
-                    let m = v
-                        .as_mapping()
-                        .ok_or_else(|| err(&here, "expected a mapping of dotted keys to equal-length lists".into()))?;
-                    let mut columns: Vec<(KeyPath, Vec<Choice>)> = Vec::new();
-                    for (k, values) in m {
-                        let (key, kp) = sweep_key(src, k, &here)?;
-                        columns.push((here.clone().key(key.as_str()), axis_choices(src, &key, values, &kp)?));
-                    }
-                    if let Some((first_at, first)) = columns.first() {
-                        for (kp, col) in &columns {
-                            if col.len() != first.len() {
-                                return Err(err(
-                                    kp,
-                                    format!(
-                                        "zip lists must have equal length: {} has {}, {} has {}",
-                                        kp,
-                                        col.len(),
-                                        first_at,
-                                        first.len()
-                                    ),
-                                ));
-                            }
-                        }
-                        for i in 0..first.len() {
-                            let mut choice = Choice { label: None, sets: Vec::new() };
-                            let mut labels = Vec::new();
-                            for (_, col) in &columns {
-                                labels.extend(col[i].label.clone());
-                                choice.sets.extend(col[i].sets.iter().cloned());
-                            }
-                            choice.label = Some(labels.join("_"));
-                            axes.zip.push(choice);
-                        }
-                    }
-                }
-                "exclude" => {
-                    let list = v
-                        .as_sequence()
-                        .ok_or_else(|| err(&here, "expected a list of {dotted.key: value} mappings".into()))?;
-                    for (i, item) in list.iter().enumerate() {
-                        let m = item.as_mapping().ok_or_else(|| {
-                            err(&here.clone().index(i), "expected a mapping of dotted keys to values".into())
-                        })?;
-                        let mut rule = Vec::new();
-                        for (k, v) in m {
-                            let (_, kp) = sweep_key(src, k, &here.clone().index(i))?;
-                            rule.push((kp, v.clone()));
-                        }
-                        axes.exclude.push(rule);
-                    }
-                }
+                "zip" => axes.zip = zip_rows(src, v, &here)?,
+                "exclude" => axes.exclude = exclusions(src, v, &here)?,
                 other => {
                     return Err(err(
                         &here,
@@ -131,30 +102,41 @@ impl Axes {
         Ok(axes)
     }
 
-    /// Every combination of named config x grid values x zip row.
-    pub fn combinations(&self) -> Vec<Vec<Choice>> {
-        let mut out: Vec<Vec<Choice>> = vec![Vec::new()];
-        let mut product = |choices: &[Choice]| {
-            if choices.is_empty() {
-                return;
+    /// The axes in product order: named configs, each grid key, the zip; empty ones left out.
+    fn axes(&self) -> Vec<&[Choice]> {
+        let all = std::iter::once(self.configs.as_slice()).chain(self.grid.iter().map(Vec::as_slice));
+        all.chain(std::iter::once(self.zip.as_slice())).filter(|a| !a.is_empty()).collect()
+    }
+
+    /// How many combinations [`Axes::combinations`] yields.
+    pub fn count(&self) -> usize {
+        self.axes().iter().map(|a| a.len()).product()
+    }
+
+    /// Every combination of named config x grid values x zip row, one choice
+    /// per axis, the last axis fastest (an
+    /// odometer over the axes: no list of all combinations is built).
+    pub fn combinations(&self) -> impl Iterator<Item = Vec<&Choice>> + '_ {
+        let axes = self.axes();
+        let mut at = vec![0usize; axes.len()];
+        let mut done = false;
+        std::iter::from_fn(move || {
+            if done {
+                return None;
             }
-            out = out
-                .iter()
-                .flat_map(|prefix| {
-                    choices.iter().map(move |c| {
-                        let mut v = prefix.clone();
-                        v.push(c.clone());
-                        v
-                    })
-                })
-                .collect();
-        };
-        product(&self.configs);
-        for axis in &self.grid {
-            product(axis);
-        }
-        product(&self.zip);
-        out
+            let combo: Vec<&Choice> = axes.iter().zip(&at).map(|(a, &i)| &a[i]).collect();
+            // Advance: the last axis fastest; done once the first wraps.
+            done = true;
+            for k in (0..axes.len()).rev() {
+                at[k] += 1;
+                if at[k] < axes[k].len() {
+                    done = false;
+                    break;
+                }
+                at[k] = 0;
+            }
+            Some(combo)
+        })
     }
 
     pub fn excluded(&self, doc: &Value) -> bool {
@@ -162,6 +144,67 @@ impl Axes {
             .iter()
             .any(|rule| rule.iter().all(|(k, v)| crate::experiment::overrides_get(doc, k).is_some_and(|x| x == v)))
     }
+}
+
+/// The `zip:` block: equal-length lists advanced in lockstep, one choice per
+/// row (its label the columns' labels joined by `_`).
+fn zip_rows(src: &Source, v: &Value, here: &KeyPath) -> Result<Vec<Choice>, LoadError> {
+    let err = |p: &KeyPath, m: String| src.error_in_file(p, m);
+    let mut rows = Vec::new();
+    let m =
+        v.as_mapping().ok_or_else(|| err(here, "expected a mapping of dotted keys to equal-length lists".into()))?;
+    let mut columns: Vec<(KeyPath, Vec<Choice>)> = Vec::new();
+    for (k, values) in m {
+        let (key, kp) = sweep_key(src, k, here)?;
+        columns.push((here.clone().key(key.as_str()), axis_choices(src, &key, values, &kp)?));
+    }
+    if let Some((first_at, first)) = columns.first() {
+        for (kp, col) in &columns {
+            if col.len() != first.len() {
+                return Err(err(
+                    kp,
+                    format!(
+                        "zip lists must have equal length: {} has {}, {} has {}",
+                        kp,
+                        col.len(),
+                        first_at,
+                        first.len()
+                    ),
+                ));
+            }
+        }
+        for i in 0..first.len() {
+            let mut choice = Choice { label: None, sets: Vec::new() };
+            let mut labels = Vec::new();
+            for (_, col) in &columns {
+                labels.extend(col[i].label.clone());
+                choice.sets.extend(col[i].sets.iter().cloned());
+            }
+            choice.label = Some(labels.join("_"));
+            rows.push(choice);
+        }
+    }
+    Ok(rows)
+}
+
+/// The `exclude:` block: each rule a set of (dotted key, value) that drops
+/// the combinations matching all of it.
+fn exclusions(src: &Source, v: &Value, here: &KeyPath) -> Result<Vec<Vec<(KeyPath, Value)>>, LoadError> {
+    let err = |p: &KeyPath, m: String| src.error_in_file(p, m);
+    let mut rules = Vec::new();
+    let list = v.as_sequence().ok_or_else(|| err(here, "expected a list of {dotted.key: value} mappings".into()))?;
+    for (i, item) in list.iter().enumerate() {
+        let m = item
+            .as_mapping()
+            .ok_or_else(|| err(&here.clone().index(i), "expected a mapping of dotted keys to values".into()))?;
+        let mut rule = Vec::new();
+        for (k, v) in m {
+            let (_, kp) = sweep_key(src, k, &here.clone().index(i))?;
+            rule.push((kp, v.clone()));
+        }
+        rules.push(rule);
+    }
+    Ok(rules)
 }
 
 fn named_config(src: &Source, item: &Value, at: &KeyPath) -> Result<Choice, LoadError> {

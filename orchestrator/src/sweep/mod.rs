@@ -18,19 +18,16 @@
 //! Command-line overrides apply to the base and win over every sweep value.
 
 mod axes;
+mod expand;
 mod name;
 
 use serde_yaml::{Mapping, Value};
 use spec::run::ConfigHash;
 use spec::{Invalid, RunConfig};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::experiment::locate::{KeyPath, Seg};
-use crate::experiment::{
-    model_from_value, typed, Experiment, LoadError, Origin, Override, RawExperiment, Source, PER_CONFIG_KEYS,
-};
-use axes::Axes;
+use crate::experiment::{Experiment, LoadError, Override, Source};
+use expand::expand;
 
 /// One expanded config: its name, content hash, the run, and why it cannot run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -86,7 +83,8 @@ impl Sweep {
     pub fn predictor_in(
         &self,
         state_root: Option<&Path>,
-    ) -> Result<(crate::precheck::Predictor, crate::precheck::overlay::Source), crate::precheck::PrecheckError> {
+    ) -> Result<(crate::precheck::Predictor, crate::precheck::overlay::CalibrationSource), crate::precheck::PrecheckError>
+    {
         let precision = self.configs.first().map(|c| c.config.precision).unwrap_or(spec::Precision::Bf16Amp);
         crate::precheck::overlay::predictor(state_root, &self.experiment.runtime, precision, self.experiment.gpu)
     }
@@ -103,136 +101,7 @@ pub fn parse(file: &Path, text: &str, overrides: &[String]) -> Result<Sweep, Loa
     expand(Source::parse(file, text)?, overrides)
 }
 
-fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadError> {
-    let cli: Vec<Override> = overrides.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
-    let mut base = src.doc.clone();
-    for o in &cli {
-        crate::experiment::overrides_set(&mut base, &o.key, o.value.clone())
-            .map_err(|message| LoadError::Override { arg: o.arg.clone(), message })?;
-    }
-    let cli_origins: Vec<(KeyPath, Origin)> = cli.iter().map(|o| (o.key.clone(), Origin::Cli(o.arg.clone()))).collect();
-
-    // The whole file once, for errors outside the per-config fields.
-    let raw: RawExperiment = typed(base.clone()).map_err(|(p, m)| {
-        let origin = cli_origins.iter().find(|(k, _)| p.starts_with(k));
-        src.error_at(&p, origin, m)
-    })?;
-    let experiment = raw.experiment();
-    if let Some(b) = experiment.budget_gb.filter(|b| !(*b > 0.0 && b.is_finite())) {
-        let p = KeyPath::default().key("budget_gb");
-        let origin = cli_origins.iter().find(|(k, _)| p.starts_with(k));
-        return Err(src.error_at(&p, origin, format!("{b} GiB: a budget must be a positive number of GiB (e.g. 60)")));
-    }
-    // Any precision will do: a shipped runtime has coefficients for at least one.
-    if let Err(e) = crate::precheck::Predictor::builtin(&experiment.runtime, spec::Precision::Bf16Amp) {
-        return Err(src.error_in_file(&KeyPath::default().key("runtime"), e.to_string()));
-    }
-    let sweep_path = KeyPath::default().key("sweep");
-    let axes = match &raw.sweep {
-        Some(v) => Axes::parse(&src, v, &sweep_path)?,
-        None => Axes::default(),
-    };
-    if let Value::Mapping(m) = &mut base {
-        m.remove("sweep");
-    }
-
-    let mut configs: Vec<SweepConfig> = Vec::new();
-    let mut collapsed = Vec::new();
-    // hash → index into `configs`; names already given.
-    let mut by_hash: HashMap<ConfigHash, usize> = HashMap::new();
-    let mut seen_names = std::collections::HashSet::new();
-    let template_at = KeyPath::default().key("sweep").key("name");
-    for combo in axes.combinations() {
-        let mut doc = base.clone();
-        let mut origins: Vec<(KeyPath, Origin)> = Vec::new();
-        for choice in &combo {
-            for (key, value, origin) in &choice.sets {
-                crate::experiment::overrides_set(&mut doc, key, value.clone())
-                    .map_err(|m| src.error_at(key, Some(&(key.clone(), origin.clone())), m))?;
-                origins.push((key.clone(), origin.clone()));
-            }
-        }
-        // Command-line overrides win over sweep values.
-        for o in &cli {
-            if PER_CONFIG_KEYS.iter().any(|k| o.key.0.first() == Some(&Seg::Key(k.to_string()))) {
-                crate::experiment::overrides_set(&mut doc, &o.key, o.value.clone())
-                    .map_err(|message| LoadError::Override { arg: o.arg.clone(), message })?;
-            }
-        }
-        origins.extend(cli_origins.iter().cloned());
-        if axes.excluded(&doc) {
-            continue;
-        }
-        let blame = |p: &KeyPath, m: String| {
-            // The most recent override covering the path is where the value came from.
-            let origin = origins.iter().rev().find(|(k, _)| p.starts_with(k));
-            src.error_at(p, origin, m)
-        };
-        let raw: RawExperiment = typed(doc.clone()).map_err(|(p, m)| blame(&p, m))?;
-        let model_path = KeyPath::default().key("model");
-        let model = model_from_value(&raw.model).map_err(|(p, m)| {
-            let mut full = model_path.clone();
-            full.0.extend(p.0);
-            blame(&full, m)
-        })?;
-        let mut config = RunConfig {
-            experiment: experiment.name.clone(),
-            name: String::new(),
-            model,
-            input: raw.input,
-            out_channels: raw.output_channels,
-            batch: raw.batch,
-            precision: raw.precision,
-            grad_ckpt: raw.grad_ckpt,
-            mode: raw.mode,
-            steps: raw.steps,
-            gpu: raw.gpu,
-        };
-        let hash = config.hash();
-        let mut name = match &axes.name_template {
-            Some(t) => t.fill(&doc).map_err(|key| {
-                let family = config.model.family();
-                src.error_in_file(
-                    &template_at,
-                    format!(
-                        "the name template uses `{{{key}}}`, which config {} (a {family}) does not set; use keys every config sets",
-                        name::from_labels(&combo, &[], &experiment.name)
-                    ),
-                )
-            })?,
-            None => name::from_labels(&combo, &cli, &experiment.name),
-        };
-        if let Some(&kept) = by_hash.get(&hash) {
-            // The name the file gives it, so the reader recognises it.
-            let as_written = match &axes.name_template {
-                // The template on the file's own values, before the overrides.
-                Some(t) => {
-                    let mut file_doc = src.doc.clone();
-                    for (key, value, _) in combo.iter().flat_map(|c| &c.sets) {
-                        let _ = crate::experiment::overrides_set(&mut file_doc, key, value.clone());
-                    }
-                    t.fill(&file_doc).unwrap_or(name)
-                }
-                None => name::from_labels(&combo, &[], &experiment.name),
-            };
-            collapsed.push((as_written, configs[kept].name.clone()));
-            continue;
-        }
-        by_hash.insert(hash.clone(), configs.len());
-        if !seen_names.insert(name.clone()) {
-            name = format!("{name}-{}", &hash.0[..6]);
-            seen_names.insert(name.clone());
-        }
-        config.name = name.clone();
-        let invalid = spec::validate::validate(&config);
-        configs.push(SweepConfig { name, hash, config, invalid });
-    }
-    if !collapsed.is_empty() {
-        tracing::warn!("{}", collapse_summary(configs.len() + collapsed.len(), &collapsed, &cli));
-    }
-    Ok(Sweep { experiment, source: src.file.clone(), configs, collapsed })
-}
-
+/// One warning for every config that turned out identical to an earlier one.
 /// One warning for every config that turned out identical to an earlier one.
 fn collapse_summary(total: usize, collapsed: &[(String, String)], cli: &[Override]) -> String {
     const SHOWN: usize = 4;

@@ -5,9 +5,8 @@
 
 use serde_yaml::Value;
 
-use super::axes::Choice;
 use crate::experiment::locate::KeyPath;
-use crate::experiment::{overrides_get, show, Override};
+use crate::experiment::{overrides_get, show};
 
 /// A parsed `sweep.name` template: literal text and `{dotted.key}` holes.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,27 +66,6 @@ impl Template {
     }
 }
 
-/// The name of one combination: labels joined by `_`, or `fallback` when no
-/// choice has one. A label is dropped when a command-line override replaced
-/// (part of) what its choice sets; the choice's remaining values label it instead.
-pub(crate) fn from_labels(combo: &[Choice], cli: &[Override], fallback: &str) -> String {
-    let overridden = |k: &KeyPath| cli.iter().any(|o| o.key.starts_with(k) || k.starts_with(&o.key));
-    let mut labels: Vec<String> = Vec::new();
-    for c in combo {
-        let Some(label) = c.label.as_deref().filter(|l| !l.is_empty()) else { continue };
-        if !c.sets.iter().any(|(k, _, _)| overridden(k)) {
-            labels.push(label.to_string());
-            continue;
-        }
-        labels.extend(c.sets.iter().filter(|(k, _, _)| !overridden(k)).map(|(k, v, _)| describe(&k.to_string(), v)));
-    }
-    if labels.is_empty() {
-        fallback.to_string()
-    } else {
-        sanitize(&labels.join("_"))
-    }
-}
-
 /// `patch2`, `S`, `32-64-128`, `no-grad_ckpt`: short, readable, filesystem-safe.
 pub(crate) fn auto_label(key: &str, v: &Value) -> String {
     let last = key.rsplit('.').next().unwrap_or(key);
@@ -101,7 +79,7 @@ pub(crate) fn auto_label(key: &str, v: &Value) -> String {
 
 /// A value with its key, where a bare value would not say what it is:
 /// `num_head_channels-0-0-32-32` (a label replaced after an override).
-fn describe(key: &str, v: &Value) -> String {
+pub(crate) fn describe(key: &str, v: &Value) -> String {
     let last = key.rsplit('.').next().unwrap_or(key);
     match v {
         Value::Sequence(_) | Value::Mapping(_) if !key.ends_with("spatial") => format!("{last}-{}", render(key, v)),

@@ -167,7 +167,7 @@ fn worker_block_parses_sizes_and_names_the_bad_key() {
         assert!(e.starts_with("exp.yaml:12:") && e.contains(want), "{bad}: {e}");
     }
     for (text, bytes) in [("1.5GiB", 3 << 29), ("64G", 64 << 30), ("1GB", 1_000_000_000), ("100 kib", 102_400)] {
-        assert_eq!(crate::experiment::size::parse(text), Ok(bytes), "{text}");
+        assert_eq!(crate::util::size::parse(text), Ok(bytes), "{text}");
     }
 }
 
@@ -279,4 +279,35 @@ fn overrides_that_collapse_configs_keep_true_names_and_list_what_collapsed() {
         warning,
         "with model.num_res_blocks=3 the sweep produces 2 identical configs: kept 4 of 6 (small_lat4x → lat4x, small_lat8x → lat8x)"
     );
+}
+
+#[test]
+fn config_hashes_are_the_canonical_json_of_what_a_config_computes() {
+    use sha2::{Digest, Sha256};
+    // The hash as first defined: serde_json's sorted map as compact text.
+    // State directories are keyed by it, so it never changes.
+    let reference = |c: &spec::RunConfig| {
+        let content = serde_json::json!({
+            "model": c.model, "input": c.input, "out_channels": c.out_channels, "batch": c.batch,
+            "precision": c.precision, "grad_ckpt": c.grad_ckpt, "mode": c.mode, "steps": c.steps,
+        });
+        hex::encode(&Sha256::digest(content.to_string().as_bytes())[..6])
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments");
+    let mut n = 0;
+    for f in std::fs::read_dir(&dir).expect("experiments/").filter_map(|e| e.ok()).map(|e| e.path()) {
+        if f.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        for c in crate::sweep::load(&f, &["mode=train".into()])
+            .expect("loads")
+            .configs
+            .iter()
+            .chain(crate::sweep::load(&f, &[]).expect("loads").configs.iter())
+        {
+            assert_eq!(c.hash.0, reference(&c.config), "{}: {}", f.display(), c.name);
+            n += 1;
+        }
+    }
+    assert!(n > 100, "{n} configs");
 }

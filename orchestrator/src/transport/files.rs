@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{Shell, TransportError};
+use super::{FileStore, Shell, TransportError};
 use crate::cluster::ClusterConfig;
 
 /// Files on the cluster through a [`Shell`], relative to the cluster's `work_dir`.
@@ -31,34 +31,36 @@ impl Files {
     fn work_dir_abs(&self) -> Result<String, TransportError> {
         self.shell.absolute(&self.work_dir)
     }
+}
 
+impl FileStore for Files {
     /// `<work_dir>/state`, absolute.
-    pub fn remote_state_root(&self) -> Result<String, TransportError> {
+    fn remote_state_root(&self) -> Result<String, TransportError> {
         Ok(format!("{}/state", self.work_dir_abs()?.trim_end_matches('/')))
     }
 
     /// The worker binary: `worker` if set, else `<work_dir>/bin/worker`.
-    pub fn worker_path(&self) -> Result<String, TransportError> {
+    fn worker_path(&self) -> Result<String, TransportError> {
         match &self.worker {
             Some(w) => self.shell.absolute(w),
             None => Ok(format!("{}/bin/worker", self.work_dir_abs()?.trim_end_matches('/'))),
         }
     }
 
-    pub fn put(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
+    fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
         self.shell.write_file(path, data, executable)
     }
 
-    pub fn get(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
+    fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
         self.shell.read_file(path)
     }
 
-    pub fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
+    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
         self.shell.read_file_from(path, offset)
     }
 
     /// Size and SHA-256 of a file, computed where it lives.
-    pub fn digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
+    fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
         // The path is `$1`, never part of the script text; exit 2 means absent.
         const SCRIPT: &str = r#"[ -e "$1" ] || exit 2; stat -L -c %s "$1" && sha256sum < "$1""#;
         let argv: Vec<String> = ["sh", "-c", SCRIPT, "sh", path].iter().map(|s| s.to_string()).collect();

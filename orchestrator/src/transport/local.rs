@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::{CounterSnapshot, Counters, Poll, Transport, TransportError};
+use super::{CounterSnapshot, Counters, FileStore, Poll, Scheduler, Transport, TransportError};
 use crate::cluster::ClusterConfig;
-use crate::slurm::{expand_ranges, SlurmState, TaskObservation};
+use crate::slurm::{expand_ranges, JobId, SlurmState, TaskObservation};
 
 const RUNNER: &str = r#"#!/bin/bash
 # Local job-array runner written by the orchestrator's `local` transport.
@@ -121,33 +121,41 @@ impl LocalTransport {
     }
 
     /// Reserves `n` consecutive job ids under a lock (several orchestrators on
-    /// different experiments share the counter).
+    /// different experiments share the counter). The counter is replaced
+    /// atomically, so it is never torn; one that does not parse is an error
+    /// (starting again at 1000 would reuse job ids).
     fn reserve_ids(&self, n: u64) -> Result<u64, TransportError> {
         use fs2::FileExt;
-        use std::io::{Read, Seek, Write};
         std::fs::create_dir_all(&self.jobs_dir).map_err(|e| ferr(&self.jobs_dir, e))?;
-        let p = self.jobs_dir.join("next_id");
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
+        let lock_path = self.jobs_dir.join("next_id.lock");
+        let lock = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
-            .open(&p)
-            .map_err(|e| ferr(&p, e))?;
-        f.lock_exclusive().map_err(|e| ferr(&p, e))?;
-        let mut s = String::new();
-        f.read_to_string(&mut s).map_err(|e| ferr(&p, e))?;
-        let first: u64 = s.trim().parse().unwrap_or(1000);
-        f.set_len(0)
-            .and_then(|_| f.rewind())
-            .and_then(|_| write!(f, "{}", first + n))
-            .and_then(|_| f.sync_all())
-            .map_err(|e| ferr(&p, e))?;
+            .open(&lock_path)
+            .map_err(|e| ferr(&lock_path, e))?;
+        lock.lock_exclusive().map_err(|e| ferr(&lock_path, e))?;
+        let p = self.jobs_dir.join("next_id");
+        let first: u64 = match std::fs::read_to_string(&p) {
+            Ok(s) => s.trim().parse().map_err(|_| {
+                TransportError::Other(format!(
+                    "{}: `{}` is not a job id counter; job ids would be reused (set it above the \
+                     highest job under {}, or remove it if that folder is empty)",
+                    p.display(),
+                    s.trim(),
+                    self.jobs_dir.display()
+                ))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 1000,
+            Err(e) => return Err(ferr(&p, e)),
+        };
+        crate::fsio::write_atomic(&p, (first + n).to_string().as_bytes())
+            .map_err(|e| TransportError::Other(e.to_string()))?;
         Ok(first)
     }
 
     fn job(&self, dir: &Path) -> Option<LocalJob> {
-        crate::state::read_json::<LocalJob>(&dir.join("job.json")).ok().flatten()
+        crate::fsio::read_json::<LocalJob>(&dir.join("job.json")).ok().flatten()
     }
 
     fn task_state(&self, dir: &Path, job: &LocalJob, task: u32) -> (SlurmState, Option<String>, Option<String>) {
@@ -194,6 +202,16 @@ impl Transport for LocalTransport {
         format!("local processes (at most {} at once)", self.max_parallel)
     }
 
+    fn files(&self) -> &dyn FileStore {
+        self
+    }
+
+    fn counters(&self) -> CounterSnapshot {
+        self.counters.snapshot()
+    }
+}
+
+impl FileStore for LocalTransport {
     fn remote_state_root(&self) -> Result<String, TransportError> {
         Ok(self.state_root.to_string_lossy().into_owned())
     }
@@ -237,12 +255,14 @@ impl Transport for LocalTransport {
             Err(e) => Err(ferr(Path::new(path), e)),
         }
     }
+}
 
+impl Scheduler for LocalTransport {
     fn max_array_size(&self) -> Result<u32, TransportError> {
         Ok(100_000)
     }
 
-    fn submit(&self, script_path: &str) -> Result<String, TransportError> {
+    fn submit(&self, script_path: &str) -> Result<JobId, TransportError> {
         self.counters.command();
         let script = std::fs::read_to_string(script_path).map_err(|e| ferr(Path::new(script_path), e))?;
         let d = directives(&script);
@@ -264,11 +284,11 @@ impl Transport for LocalTransport {
             comment: d.comment.clone().unwrap_or_default(),
             tasks: tasks.clone(),
             parallel,
-            submitted: crate::state::now(),
+            submitted: crate::fsio::now(),
         };
         std::fs::copy(script_path, dir.join("job.sbatch")).map_err(|e| ferr(&dir, e))?;
         std::fs::write(dir.join("runner.sh"), RUNNER).map_err(|e| ferr(&dir, e))?;
-        crate::state::write_json(&dir.join("job.json"), &job).map_err(|e| ferr(&dir, e))?;
+        crate::fsio::write_json(&dir.join("job.json"), &job).map_err(|e| ferr(&dir, e))?;
         let chdir = d.chdir.clone().unwrap_or_else(|| dir.to_string_lossy().into_owned());
         let output = d.output.clone().unwrap_or_else(|| format!("{}/%a.out", dir.display()));
         let ids: Vec<String> = tasks.iter().map(u32::to_string).collect();
@@ -303,7 +323,7 @@ impl Transport for LocalTransport {
         // Reap it when it ends, so a long-lived orchestrator keeps no zombie
         // (a zombie would still answer kill(pid, 0)).
         std::thread::spawn(move || child.wait());
-        Ok(id.to_string())
+        Ok(JobId::from(id.to_string()))
     }
 
     fn poll(&self, names: &[String], _since: f64) -> Result<Poll, TransportError> {
@@ -317,11 +337,11 @@ impl Transport for LocalTransport {
             for &t in &job.tasks {
                 let (state, job_id, detail) = self.task_state(&dir, &job, t);
                 tasks.insert(
-                    (job.id.to_string(), t),
+                    (JobId::from(job.id.to_string()), t),
                     TaskObservation {
-                        array_job_id: job.id.to_string(),
+                        array_job_id: JobId::from(job.id.to_string()),
                         task_id: t,
-                        job_id,
+                        job_id: job_id.map(JobId::from),
                         name: job.name.clone(),
                         state,
                         detail,
@@ -332,7 +352,7 @@ impl Transport for LocalTransport {
         Ok(Poll { tasks, live_ok: true, history_ok: true, errors: vec![], commands: 1 })
     }
 
-    fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError> {
+    fn cancel(&self, job_ids: &[JobId]) -> Result<(), TransportError> {
         self.counters.command();
         for id in job_ids {
             let array = id.split('_').next().unwrap_or(id);
@@ -354,10 +374,6 @@ impl Transport for LocalTransport {
         }
         Ok(())
     }
-
-    fn counters(&self) -> CounterSnapshot {
-        self.counters.snapshot()
-    }
 }
 
 #[cfg(test)]
@@ -365,7 +381,7 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    fn wait_all_ended(t: &LocalTransport, name: &str, n: usize) -> BTreeMap<(String, u32), TaskObservation> {
+    fn wait_all_ended(t: &LocalTransport, name: &str, n: usize) -> BTreeMap<(JobId, u32), TaskObservation> {
         let start = Instant::now();
         loop {
             let p = t.poll(&[name.to_string()], 0.0).expect("poll");
@@ -447,5 +463,16 @@ mod tests {
         assert_eq!(d.array.as_deref(), Some("0-3%2"));
         assert_eq!(d.job_name.as_deref(), Some("a b"));
         assert_eq!(d.output.as_deref(), Some("/x/%a.out"));
+    }
+
+    #[test]
+    fn job_ids_count_on_and_a_corrupt_counter_is_an_error_not_a_reset() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let t = LocalTransport::new(&ClusterConfig::local(), d.path()).expect("transport");
+        assert_eq!(t.reserve_ids(3).expect("first"), 1000);
+        assert_eq!(t.reserve_ids(1).expect("next"), 1003);
+        std::fs::write(t.jobs_dir.join("next_id"), "10x4").expect("corrupt it");
+        let e = t.reserve_ids(1).expect_err("corrupt");
+        assert!(e.to_string().contains("`10x4` is not a job id counter"), "{e}");
     }
 }

@@ -86,7 +86,7 @@ impl Shell for LocalShell {
 pub(crate) fn write_local(path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
     let p = Path::new(path);
     let mode = if executable { 0o755 } else { 0o644 };
-    crate::state::write_atomic_mode(p, data, mode).map_err(|e| file_err(path, e))
+    crate::fsio::write_atomic_mode(p, data, mode).map_err(|e| file_err(path, e))
 }
 
 /// A local file's bytes from `offset` on (`None`: no such file).

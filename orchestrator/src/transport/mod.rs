@@ -1,16 +1,18 @@
-//! How the orchestrator reaches a cluster. One trait, [`Transport`], four
-//! implementations:
+//! How the orchestrator reaches a cluster. A [`Transport`] is a
+//! [`Scheduler`] (submit, poll, cancel) and a [`FileStore`] (read, write,
+//! tail), in four implementations:
 //!
 //! - `ssh`: SLURM on a remote login node; commands over SSH exec channels, files over SFTP;
 //! - `local-slurm`: the SLURM commands of this machine;
 //! - `rest`: SLURM's REST API (slurmrestd), files over SFTP or on this machine ([`rest`]);
 //! - `local`: no SLURM at all; the rendered scripts run as local processes.
 //!
-//! Two planes: the control plane drives SLURM (commands through a [`Shell`],
-//! or HTTP requests), the data plane moves files ([`files::Files`] over a
-//! [`Shell`]: SFTP or this machine). [`SlurmTransport`] turns the job
-//! operations into `sbatch`/`squeue`/`sacct`/`scancel`/`scontrol` command lines
-//! and runs them through the same shell as its files.
+//! The scheduler drives SLURM (commands through a [`Shell`], or HTTP
+//! requests); the files of every SLURM transport are one [`files::Files`]
+//! over a [`Shell`] (SFTP or this machine), which `files()` hands out as is.
+//! [`SlurmTransport`] turns the job operations into
+//! `sbatch`/`squeue`/`sacct`/`scancel`/`scontrol` command lines and runs them
+//! through the same shell as its files.
 //!
 //! Every call blocks (ssh2 is a blocking library); async callers run them with
 //! `tokio::task::spawn_blocking` (see [`crate::submit`]).
@@ -26,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::cluster::{ClusterConfig, TransportKind};
-use crate::slurm::{self, ParseError, TaskObservation};
+use crate::slurm::{self, JobId, ParseError, TaskObservation};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -157,7 +159,7 @@ pub trait Shell: Send + Sync {
 /// One poll of the cluster: every task of the named jobs, and how sure we are.
 #[derive(Debug, Clone, Default)]
 pub struct Poll {
-    pub tasks: BTreeMap<(String, u32), TaskObservation>,
+    pub tasks: BTreeMap<(JobId, u32), TaskObservation>,
     /// The live view (squeue) answered; without it, "absent" proves nothing.
     pub live_ok: bool,
     /// The accounting view (sacct) answered.
@@ -175,9 +177,23 @@ impl Poll {
     }
 }
 
-/// A cluster as the orchestrator uses it.
-pub trait Transport: Send + Sync {
-    fn describe(&self) -> String;
+/// The scheduler side of a cluster: SLURM (its commands or its REST API), or
+/// the local runner.
+pub trait Scheduler: Send + Sync {
+    /// Array task ids must stay below this (`MaxArraySize`).
+    fn max_array_size(&self) -> Result<u32, TransportError>;
+    /// Submits a job array script; returns the array's job id. Never retried:
+    /// an error after the request left may mean it ran (see [`TransportError::Uncertain`]).
+    fn submit(&self, script: &str) -> Result<JobId, TransportError>;
+    /// Every task of the jobs with these names submitted since `since` (Unix seconds).
+    fn poll(&self, names: &[String], since: f64) -> Result<Poll, TransportError>;
+    /// Cancels whole arrays (or `ARRAY_TASK` ids).
+    fn cancel(&self, job_ids: &[JobId]) -> Result<(), TransportError>;
+}
+
+/// The file side of a cluster: where job files, the worker binary and the
+/// event streams live ([`files::Files`] over a [`Shell`], or this machine).
+pub trait FileStore: Send + Sync {
     /// Absolute path on the cluster of the state root (`<work_dir>/state`).
     fn remote_state_root(&self) -> Result<String, TransportError>;
     /// The worker binary's path on the cluster.
@@ -190,15 +206,12 @@ pub trait Transport: Send + Sync {
     /// `install` skips an upload of a binary that is already in place);
     /// `None` when there is no such file.
     fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError>;
-    /// Array task ids must stay below this (`MaxArraySize`).
-    fn max_array_size(&self) -> Result<u32, TransportError>;
-    /// Submits a job array script; returns the array's job id. Never retried:
-    /// an error after the request left may mean it ran (see [`TransportError::Uncertain`]).
-    fn submit(&self, script: &str) -> Result<String, TransportError>;
-    /// Every task of the jobs with these names submitted since `since` (Unix seconds).
-    fn poll(&self, names: &[String], since: f64) -> Result<Poll, TransportError>;
-    /// Cancels whole arrays (or `ARRAY_TASK` ids).
-    fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError>;
+}
+
+/// A cluster as the orchestrator uses it: a scheduler and its files.
+pub trait Transport: Scheduler {
+    fn describe(&self) -> String;
+    fn files(&self) -> &dyn FileStore;
     fn counters(&self) -> CounterSnapshot;
 }
 
@@ -270,36 +283,22 @@ impl Transport for SlurmTransport {
         self.shell.describe()
     }
 
-    fn remote_state_root(&self) -> Result<String, TransportError> {
-        self.files.remote_state_root()
+    fn files(&self) -> &dyn FileStore {
+        &self.files
     }
 
-    fn worker_path(&self) -> Result<String, TransportError> {
-        self.files.worker_path()
+    fn counters(&self) -> CounterSnapshot {
+        self.shell.counters().snapshot()
     }
+}
 
-    fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
-        self.files.put(path, data, executable)
-    }
-
-    fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
-        self.files.get(path)
-    }
-
-    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
-        self.files.read_from(path, offset)
-    }
-
-    fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
-        self.files.digest(path)
-    }
-
+impl Scheduler for SlurmTransport {
     fn max_array_size(&self) -> Result<u32, TransportError> {
         let out = self.checked(slurm::scontrol_config_argv(), true)?;
         Ok(slurm::parse_max_array_size(&out.stdout))
     }
 
-    fn submit(&self, script: &str) -> Result<String, TransportError> {
+    fn submit(&self, script: &str) -> Result<JobId, TransportError> {
         let out = self.checked(slurm::sbatch_argv(script), false)?;
         Ok(slurm::parse_sbatch(&out.stdout)?)
     }
@@ -313,21 +312,17 @@ impl Transport for SlurmTransport {
         }
         let live = self.checked(slurm::squeue_argv(names), true).and_then(|o| Ok(slurm::parse_squeue(&o.stdout)?));
         // A day of margin: sacct reads the time in the cluster's local zone.
-        let start = utc_timestamp(since - 86_400.0);
+        let start = crate::fsio::utc_timestamp(since - 86_400.0);
         let hist =
             self.checked(slurm::sacct_argv(names, &start), true).and_then(|o| Ok(slurm::parse_sacct(&o.stdout)?));
         combine(live, hist, ("squeue", "sacct"))
     }
 
-    fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError> {
+    fn cancel(&self, job_ids: &[JobId]) -> Result<(), TransportError> {
         if job_ids.is_empty() {
             return Ok(());
         }
         self.checked(slurm::scancel_argv(job_ids), true).map(|_| ())
-    }
-
-    fn counters(&self) -> CounterSnapshot {
-        self.shell.counters().snapshot()
     }
 }
 
@@ -357,23 +352,6 @@ pub(crate) fn combine(
     Ok(poll)
 }
 
-/// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds; SLURM's time syntax.
-pub fn utc_timestamp(secs: f64) -> String {
-    let secs = secs.max(0.0) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil-from-days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,12 +367,5 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("sbatch"), "{msg}");
         assert!(!msg.contains("hunter2-secret") && !msg.contains("SWEEP_SECRET_TOKEN"), "{msg}");
-    }
-
-    #[test]
-    fn utc_timestamps() {
-        assert_eq!(utc_timestamp(0.0), "1970-01-01T00:00:00");
-        assert_eq!(utc_timestamp(951_782_400.0), "2000-02-29T00:00:00");
-        assert_eq!(utc_timestamp(1_767_225_599.0), "2025-12-31T23:59:59");
     }
 }

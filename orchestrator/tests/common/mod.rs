@@ -1,7 +1,82 @@
-//! Shared by the cluster integration tests: where the test cluster is.
+//! The harness every cluster integration test shares: where the test
+//! cluster is, its variables and scripts, the async runtime, the worker binary.
+// Each test file uses part of it.
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// The tests of one file run one at a time (they share the one test cluster).
+pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The test cluster's variables (`scripts/test-cluster.sh up` writes them).
+pub struct Env(pub BTreeMap<String, String>);
+
+impl Env {
+    pub fn get(&self, k: &str) -> String {
+        self.0.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from the test cluster env file"))
+    }
+
+    pub fn port(&self, k: &str) -> u16 {
+        self.get(k).parse().expect("port")
+    }
+
+    /// `test-cluster.sh ARGS…` on this cluster (its dir and ports); its stdout.
+    pub fn script(&self, args: &[&str]) -> String {
+        let out = Command::new(self.get("SWEEP_TEST_SCRIPT"))
+            .args(args)
+            .env("SWEEP_TEST_CLUSTER_DIR", self.get("SWEEP_TEST_CLUSTER_DIR"))
+            .env("SWEEP_TEST_PORT_BASE", (self.port("SWEEP_TEST_SSH_PORT") - 2).to_string())
+            .env_remove("SLURM_JWT")
+            .output()
+            .expect("test-cluster.sh runs");
+        assert!(out.status.success(), "test-cluster.sh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A SLURM command on the cluster machine: the test's own view, not the orchestrator's.
+    pub fn slurm(&self, argv: &[&str]) -> String {
+        let out = Command::new(argv[0])
+            .args(&argv[1..])
+            .env("SLURM_CONF", self.get("SLURM_CONF"))
+            .output()
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// The running test cluster, or `None` when skipping was asked for.
+pub fn cluster() -> Option<Env> {
+    cluster_env().map(Env)
+}
+
+/// The runtime the async commands run on.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+/// A command's stdout and stderr, together.
+pub fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// The worker binary of this build: tests run from `target/<profile>/deps/`,
+/// binaries sit in `target/<profile>/`.
+pub fn worker_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
+    let w = profile_dir.join("worker");
+    assert!(
+        w.is_file(),
+        "no worker binary at {}: build the worker first: cargo build -p worker \
+         (scripts/test.sh builds the whole workspace before testing)",
+        w.display()
+    );
+    w
+}
 
 /// The variables `scripts/test-cluster.sh up` wrote to its `env` file, or
 /// `None` when the cluster is absent and skipping was asked for explicitly.
@@ -30,7 +105,6 @@ pub fn cluster_env() -> Option<BTreeMap<String, String>> {
 
 /// A light job template: each array task copies its manifest line to
 /// `task-N.json` (no worker), then sleeps `$SWEEP_TEST_SLEEP` seconds (0 when unset).
-#[allow(dead_code)] // not every cluster test file uses it
 pub const RECORD_TEMPLATE: &str = r#"#!/bin/bash
 #SBATCH --job-name={{sbatch job_name}}
 #SBATCH --comment={{sbatch comment}}

@@ -1,35 +1,35 @@
 //! Helpers of the stall test (`cluster_ssh.rs`): a stopped or paused
 //! slurmctld that is always brought back, and bounded waits.
 
-use super::ClusterEnv;
+use super::Env;
 use std::time::{Duration, Instant};
 
 /// Resumes slurmctld when dropped, so a failing stall test never leaves the
 /// shared test cluster's controller stopped.
 pub struct Stall<'a> {
-    env: &'a ClusterEnv,
+    env: &'a Env,
     paused: bool,
     stopped: bool,
 }
 
 impl<'a> Stall<'a> {
-    pub fn new(env: &'a ClusterEnv) -> Self {
+    pub fn new(env: &'a Env) -> Self {
         Stall { env, paused: false, stopped: false }
     }
     pub fn stop(&mut self) {
-        self.env.script("stop-slurmctld");
+        self.env.script(&["stop-slurmctld"]);
         self.stopped = true;
     }
     pub fn start(&mut self) {
-        self.env.script("start-slurmctld");
+        self.env.script(&["start-slurmctld"]);
         self.stopped = false;
     }
     pub fn pause(&mut self) {
-        self.env.script("pause-slurmctld");
+        self.env.script(&["pause-slurmctld"]);
         self.paused = true;
     }
     pub fn resume(&mut self) {
-        self.env.script("resume-slurmctld");
+        self.env.script(&["resume-slurmctld"]);
         self.paused = false;
     }
 }
@@ -37,10 +37,10 @@ impl<'a> Stall<'a> {
 impl Drop for Stall<'_> {
     fn drop(&mut self) {
         if self.paused {
-            self.env.script("resume-slurmctld");
+            self.env.script(&["resume-slurmctld"]);
         }
         if self.stopped {
-            self.env.script("start-slurmctld");
+            self.env.script(&["start-slurmctld"]);
         }
     }
 }

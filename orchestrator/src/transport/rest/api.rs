@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::directives::JobSpec;
-use crate::slurm::{self, SlurmState, TaskObservation};
+use crate::slurm::{self, JobId, ParseError, SlurmState, TaskObservation};
 
 /// The API versions this client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -314,13 +314,18 @@ pub struct DbSignal {
     pub id: Option<Num>,
 }
 
-/// Task ids of an array record: its own task, or the range not started yet.
-fn task_ids(task: Option<i64>, pending: Option<&str>) -> (Vec<u32>, bool) {
-    match (task, pending.filter(|s| !s.is_empty())) {
+/// Task ids of an array record: its own task, or the range not started yet
+/// (`range` names the view and job in the error when that does not parse).
+fn task_ids(
+    task: Option<i64>,
+    pending: Option<&str>,
+    range: impl FnOnce(String) -> ParseError,
+) -> Result<(Vec<u32>, bool), ParseError> {
+    Ok(match (task, pending.filter(|s| !s.is_empty())) {
         (Some(t), _) if t >= 0 => (u32::try_from(t).map(|t| vec![t]).unwrap_or_default(), true),
-        (_, Some(range)) => (slurm::expand_ranges(range.trim_matches(['[', ']'])).unwrap_or_default(), false),
+        (_, Some(r)) => (slurm::expand_ranges(r.trim_matches(['[', ']'])).ok_or_else(|| range(r.to_string()))?, false),
         _ => (vec![], false),
-    }
+    })
 }
 
 /// Whether a job is one of ours: one of the names, and the user's (squeue `--me`).
@@ -330,34 +335,36 @@ fn ours(names: &[String], user: &str, name: &str, owner: Option<&str>) -> bool {
 
 impl LiveJobs {
     /// squeue's view of the named arrays of `user`, one observation per task.
-    pub fn observations(&self, names: &[String], user: &str) -> Vec<TaskObservation> {
+    pub fn observations(&self, names: &[String], user: &str) -> Result<Vec<TaskObservation>, ParseError> {
         let mut out = Vec::new();
         for j in self.jobs.iter().filter(|j| ours(names, user, &j.name, j.user_name.as_deref())) {
             let Some(array) = num(&j.array_job_id).filter(|&a| a > 0) else { continue };
-            let (ids, single) = task_ids(num(&j.array_task_id), j.array_task_string.as_deref());
+            let range = |range| ParseError::TaskRange { view: "slurmrestd jobs", job: array.to_string(), range };
+            let (ids, single) = task_ids(num(&j.array_task_id), j.array_task_string.as_deref(), range)?;
             for task_id in ids {
                 out.push(TaskObservation {
-                    array_job_id: array.to_string(),
+                    array_job_id: JobId::from(array.to_string()),
                     task_id,
-                    job_id: single.then(|| j.job_id.get().map(|n| n.to_string())).flatten(),
+                    job_id: single.then(|| j.job_id.get().map(|n| JobId::from(n.to_string()))).flatten(),
                     name: j.name.clone(),
                     state: j.job_state.state(),
                     detail: j.state_reason.clone().filter(|r| !r.is_empty() && r != "None"),
                 });
             }
         }
-        out
+        Ok(out)
     }
 }
 
 impl DbJobs {
     /// sacct's view of the named arrays of `user`; `detail` is the exit code `N:S`.
-    pub fn observations(&self, names: &[String], user: &str) -> Vec<TaskObservation> {
+    pub fn observations(&self, names: &[String], user: &str) -> Result<Vec<TaskObservation>, ParseError> {
         let mut out = Vec::new();
         for j in self.jobs.iter().filter(|j| ours(names, user, &j.name, j.user.as_deref())) {
             let Some(a) = &j.array else { continue };
             let Some(array) = num(&a.job_id).filter(|&n| n > 0) else { continue };
-            let (ids, single) = task_ids(num(&a.task_id), a.task.as_deref());
+            let range = |range| ParseError::TaskRange { view: "slurmdbd jobs", job: array.to_string(), range };
+            let (ids, single) = task_ids(num(&a.task_id), a.task.as_deref(), range)?;
             let detail = j.exit_code.as_ref().and_then(|e| {
                 let rc = num(&e.return_code)?;
                 let sig = e.signal.as_ref().and_then(|s| num(&s.id)).unwrap_or(0);
@@ -365,16 +372,16 @@ impl DbJobs {
             });
             for task_id in ids {
                 out.push(TaskObservation {
-                    array_job_id: array.to_string(),
+                    array_job_id: JobId::from(array.to_string()),
                     task_id,
-                    job_id: single.then(|| j.job_id.get().map(|n| n.to_string())).flatten(),
+                    job_id: single.then(|| j.job_id.get().map(|n| JobId::from(n.to_string()))).flatten(),
                     name: j.name.clone(),
                     state: j.state.current.state(),
                     detail: detail.clone(),
                 });
             }
         }
-        out
+        Ok(out)
     }
 }
 

@@ -18,7 +18,7 @@ fn by_task(obs: &[TaskObservation]) -> Vec<(u32, Option<&str>, String, Option<&s
 #[test]
 fn v0038_live_jobs_recorded_expand_the_pending_range_and_skip_foreign_jobs() {
     let jobs: LiveJobs = serde_json::from_str(include_str!("testdata/v0.0.38-jobs.json")).expect("parses");
-    let obs = jobs.observations(&names(), "root");
+    let obs = jobs.observations(&names(), "root").expect("parses");
     assert!(obs.iter().all(|o| o.array_job_id == "803" && o.name == "rec-demo"));
     assert_eq!(
         by_task(&obs),
@@ -29,14 +29,17 @@ fn v0038_live_jobs_recorded_expand_the_pending_range_and_skip_foreign_jobs() {
             (3, None, "PENDING".into(), Some("JobArrayTaskLimit")),
         ]
     );
-    assert!(jobs.observations(&names(), "someone-else").is_empty(), "squeue --me: another user's jobs are not ours");
-    assert!(jobs.observations(&["sweep-x".to_string()], "root").is_empty());
+    assert!(
+        jobs.observations(&names(), "someone-else").expect("parses").is_empty(),
+        "squeue --me: another user's jobs are not ours"
+    );
+    assert!(jobs.observations(&["sweep-x".to_string()], "root").expect("parses").is_empty());
 }
 
 #[test]
 fn v0038_accounting_jobs_recorded_give_states_and_exit_codes() {
     let jobs: DbJobs = serde_json::from_str(include_str!("testdata/v0.0.38-db-jobs.json")).expect("parses");
-    let obs = jobs.observations(&names(), "root");
+    let obs = jobs.observations(&names(), "root").expect("parses");
     assert_eq!(
         by_task(&obs),
         (0..4)
@@ -76,7 +79,7 @@ const V0040_JOBS: &str = r#"{
 #[test]
 fn v0040_live_jobs_with_noval_numbers_and_state_arrays() {
     let jobs: LiveJobs = serde_json::from_str(V0040_JOBS).expect("parses");
-    let obs = jobs.observations(&names(), "root");
+    let obs = jobs.observations(&names(), "root").expect("parses");
     assert_eq!(
         by_task(&obs),
         vec![
@@ -88,6 +91,14 @@ fn v0040_live_jobs_with_noval_numbers_and_state_arrays() {
             (5, None, "PENDING".into(), Some("JobArrayTaskLimit")),
         ]
     );
+}
+
+#[test]
+fn a_pending_range_that_does_not_parse_is_an_error_not_an_empty_set() {
+    let bad = V0040_JOBS.replace("\"2-5%2\"", "\"2-x\"");
+    let jobs: LiveJobs = serde_json::from_str(&bad).expect("parses");
+    let e = jobs.observations(&names(), "root").expect_err("a range that does not parse");
+    assert!(e.to_string().contains("job 903") && e.to_string().contains("`2-x`"), "{e}");
 }
 
 /// `GET /slurmdb/v0.0.41/jobs` (v0.0.40 and v0.0.42 alike): a task killed by
@@ -115,7 +126,7 @@ const V0041_DB_JOBS: &str = r#"{
 #[test]
 fn v0041_accounting_jobs_with_signals_and_pending_ranges() {
     let jobs: DbJobs = serde_json::from_str(V0041_DB_JOBS).expect("parses");
-    let obs = jobs.observations(&names(), "root");
+    let obs = jobs.observations(&names(), "root").expect("parses");
     assert_eq!(
         by_task(&obs),
         vec![

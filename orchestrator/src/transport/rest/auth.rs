@@ -121,7 +121,7 @@ impl Token {
         match self.expires {
             Some(exp) if (exp as f64) <= now => Err(TokenError::Expired {
                 source_: self.source.clone(),
-                expired: crate::transport::utc_timestamp(exp as f64).replace('T', " "),
+                expired: crate::fsio::utc_timestamp(exp as f64).replace('T', " "),
             }),
             _ => Ok(()),
         }

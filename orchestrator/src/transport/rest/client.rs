@@ -150,7 +150,7 @@ impl Client {
         let errors = serde_json::from_str::<Envelope>(&text).map(|e| e.errors).unwrap_or_default();
         if refused(status.is_success(), &errors) {
             let hint = token
-                .check_fresh(crate::state::now())
+                .check_fresh(crate::fsio::now())
                 .err()
                 .map(|e| e.to_string())
                 .or_else(|| auth_hint(status.as_u16(), &errors).map(|h| format!("{h} (check the {})", self.token)));

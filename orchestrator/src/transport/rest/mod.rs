@@ -18,8 +18,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::files::Files;
-use super::{local_slurm, ssh, CounterSnapshot, Poll, Transport, TransportError};
+use super::{local_slurm, ssh, CounterSnapshot, FileStore, Poll, Scheduler, Transport, TransportError};
 use crate::cluster::{ClusterConfig, FilesKind};
+use crate::slurm::JobId;
 use api::{DbJobs, LiveJobs, SubmitAnswer};
 use auth::{TokenError, TokenSource};
 use client::{Client, Method};
@@ -104,7 +105,7 @@ impl RestTransport {
     fn live(&self, names: &[String]) -> Result<Vec<crate::slurm::TaskObservation>, TransportError> {
         let v = self.client.version()?;
         let jobs: LiveJobs = self.client.request(Method::Get, &v.jobs_path(), &[], None)?;
-        Ok(jobs.observations(names, &self.user))
+        Ok(jobs.observations(names, &self.user)?)
     }
 
     /// Jobs accounting holds (sacct's view), by name, since `start`.
@@ -112,7 +113,7 @@ impl RestTransport {
         let v = self.client.version()?;
         let query = [("job_name", names.join(",")), ("start_time", start.to_string())];
         let jobs: DbJobs = self.client.request(Method::Get, &v.db_jobs_path(), &query, None)?;
-        Ok(jobs.observations(names, &self.user))
+        Ok(jobs.observations(names, &self.user)?)
     }
 }
 
@@ -125,30 +126,17 @@ impl Transport for RestTransport {
         format!("slurmrestd at {} as {}, {files}", self.client.base(), self.user)
     }
 
-    fn remote_state_root(&self) -> Result<String, TransportError> {
-        self.files.remote_state_root()
+    fn files(&self) -> &dyn FileStore {
+        &self.files
     }
 
-    fn worker_path(&self) -> Result<String, TransportError> {
-        self.files.worker_path()
+    fn counters(&self) -> CounterSnapshot {
+        let http = CounterSnapshot { commands: self.client.requests.load(Ordering::Relaxed), ..Default::default() };
+        http + self.files.shell().counters().snapshot()
     }
+}
 
-    fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
-        self.files.put(path, data, executable)
-    }
-
-    fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
-        self.files.get(path)
-    }
-
-    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
-        self.files.read_from(path, offset)
-    }
-
-    fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
-        self.files.digest(path)
-    }
-
+impl Scheduler for RestTransport {
     fn max_array_size(&self) -> Result<u32, TransportError> {
         Ok(self.max_array_size)
     }
@@ -157,9 +145,9 @@ impl Transport for RestTransport {
     /// in the request's body; its `#SBATCH` lines become the job's options.
     /// Only the POST can create a job: whatever fails before it is
     /// [`TransportError::NotSent`], so the intent is released at once.
-    fn submit(&self, script: &str) -> Result<String, TransportError> {
+    fn submit(&self, script: &str) -> Result<JobId, TransportError> {
         let not_sent = |e: TransportError| TransportError::NotSent(Box::new(e));
-        let bytes = self.files.get(script).map_err(not_sent)?.ok_or_else(|| {
+        let bytes = self.files.get_file(script).map_err(not_sent)?.ok_or_else(|| {
             not_sent(TransportError::File {
                 target: self.describe(),
                 path: script.into(),
@@ -173,7 +161,9 @@ impl Transport for RestTransport {
         let body = v.submit_body(&text, &spec, &self.env);
         let path = v.submit_path();
         let answer: SubmitAnswer = self.client.request(Method::Post, &path, &[], Some(&body))?;
-        Ok(answer.job_id().ok_or_else(|| RestError::NoJobId { endpoint: format!("{}{path}", self.client.base()) })?)
+        let id =
+            answer.job_id().ok_or_else(|| RestError::NoJobId { endpoint: format!("{}{path}", self.client.base()) })?;
+        Ok(JobId::from(id))
     }
 
     fn poll(&self, names: &[String], since: f64) -> Result<Poll, TransportError> {
@@ -182,13 +172,13 @@ impl Transport for RestTransport {
         }
         let live = self.live(names);
         // A day of margin, as for sacct.
-        let hist = self.history(names, &super::utc_timestamp(since - 86_400.0));
+        let hist = self.history(names, &crate::fsio::utc_timestamp(since - 86_400.0));
         super::combine(live, hist, ("jobs", "accounting jobs"))
     }
 
     /// One DELETE per array; an array SLURM no longer knows (or already
     /// finished) counts as cancelled, as for scancel.
-    fn cancel(&self, job_ids: &[String]) -> Result<(), TransportError> {
+    fn cancel(&self, job_ids: &[JobId]) -> Result<(), TransportError> {
         let v = self.client.version()?;
         for id in job_ids {
             if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
@@ -202,10 +192,5 @@ impl Transport for RestTransport {
             }
         }
         Ok(())
-    }
-
-    fn counters(&self) -> CounterSnapshot {
-        let http = CounterSnapshot { commands: self.client.requests.load(Ordering::Relaxed), ..Default::default() };
-        http + self.files.shell().counters().snapshot()
     }
 }

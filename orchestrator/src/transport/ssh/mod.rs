@@ -26,7 +26,7 @@ pub use target::{resolve_target, Hop, SshTarget, Via};
 
 use super::{Counters, ExecOutput, Shell, TransportError};
 use crate::cluster::ClusterConfig;
-use crate::render::sh_quote;
+use crate::util::shell::sh_quote;
 use session::Connection;
 
 fn home_dir() -> Option<PathBuf> {

@@ -1,4 +1,4 @@
-//! Collecting what the workers wrote, tolerant of a lagging shared filesystem.
+//! Pulling what the workers wrote into the state, tolerant of a lagging shared filesystem.
 //!
 //! Each poll reads, for the latest attempt of each config that runs, just
 //! changed state, or ended without a visible result, only the bytes of its
@@ -14,14 +14,15 @@
 //! or Lustre the worker's last line may reach the login node seconds after
 //! SLURM says the job ended, and a measured `oom` must never be retried.
 
-use spec::event::{Event, Phase};
+use spec::event::RunResult;
 use std::collections::BTreeMap;
 use std::io::Write;
 
 use super::{blocking, same_file, Target};
-use crate::collect::{complete_lines, parse_events, to_record};
-use crate::slurm::{Activity, SlurmState, WorkerOutcome};
-use crate::state::{self, Attempt, ConfigRecord, Live, StateDir};
+use crate::collect::{complete_lines, parse_events, to_record, WorkerOutcome};
+use crate::fsio;
+use crate::slurm::{Activity, JobId, SlurmState};
+use crate::state::{self, Attempt, ConfigRecord, StateDir};
 use crate::sweep::Sweep;
 
 /// What one collection pass read.
@@ -41,7 +42,7 @@ fn ended_at(a: &Attempt) -> Option<f64> {
 pub(crate) fn awaiting_result(a: &Attempt, grace_s: f64, now: f64) -> bool {
     let Some(state) = &a.state else { return false };
     matches!(state, SlurmState::Failed | SlurmState::OutOfMemory | SlurmState::Completed)
-        && !matches!(a.worker_outcome(), WorkerOutcome::Result(_))
+        && !matches!(a.worker, WorkerOutcome::Result(_))
         && ended_at(a).is_some_and(|t| now - t < grace_s)
 }
 
@@ -53,59 +54,11 @@ fn wants_read(a: &Attempt, changed: bool, settle: bool, grace_s: f64, now: f64) 
     if matches!(activity, None | Some(Activity::Queued)) {
         return false;
     }
-    let no_result = !matches!(a.worker_outcome(), WorkerOutcome::Result(_));
+    let no_result = !matches!(a.worker, WorkerOutcome::Result(_));
     activity == Some(Activity::Running)
         || changed
         || awaiting_result(a, grace_s, now)
         || (settle && activity == Some(Activity::Ended) && a.job_id.is_some() && no_result)
-}
-
-/// Folds newly read events into the latest attempt and the record. `events`
-/// carry the byte offset where each line ends. Returns where folding stopped
-/// early (a `start` of a job the poll has not named yet is left for a later
-/// read), `None` when every event was used; and whether the result changed.
-pub(crate) fn fold(r: &mut ConfigRecord, events: Vec<(Event, usize)>) -> (Option<usize>, bool) {
-    let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) else { return (None, false) };
-    let before = r.result.clone();
-    let (mut last_end, mut stopped) = (0, None);
-    for (event, end) in events {
-        match event {
-            Event::Start { t, env, .. } => {
-                let mine = match (env.slurm_job_id.as_deref(), a.job_id.as_deref()) {
-                    (None, _) => true, // a worker run by hand: the latest attempt's
-                    (Some(_), None) => {
-                        stopped = Some(last_end); // not decidable yet: keep it for the next read
-                        break;
-                    }
-                    (Some(j), Some(ours)) => j == ours,
-                };
-                a.events_mine = mine;
-                if mine {
-                    a.worker = Some("started".into());
-                    a.live = Some(Live { phase: Phase::Model, peak_bytes: 0, started_t: Some(t), t });
-                    r.result = None;
-                }
-            }
-            Event::Heartbeat { t, phase, peak_bytes, .. } | Event::PhaseEnd { t, phase, peak_bytes, .. }
-                if a.events_mine =>
-            {
-                let l = a.live.get_or_insert(Live { phase, peak_bytes: 0, started_t: None, t });
-                l.phase = phase;
-                l.peak_bytes = l.peak_bytes.max(peak_bytes);
-                l.t = t;
-            }
-            Event::Result { .. } if a.events_mine => {
-                if let Ok(v) = serde_json::to_value(&event) {
-                    a.worker = v.get("status").and_then(|s| s.as_str()).map(str::to_string);
-                    r.result = Some(v);
-                }
-            }
-            _ => {}
-        }
-        last_end = end;
-    }
-    let changed = r.result != before;
-    (stopped, changed)
 }
 
 /// Reads the new events of the configs that need it (see the module doc).
@@ -120,10 +73,10 @@ pub(crate) async fn pull_events(
     grace_s: f64,
 ) -> Collected {
     let mut got = Collected::default();
-    let Ok(remote_state) = blocking(&target.transport, |t| t.remote_state_root()).await else { return got };
+    let Ok(remote_state) = blocking(&target.transport, |t| t.files().remote_state_root()).await else { return got };
     let configs: BTreeMap<&str, &spec::RunConfig> =
         sweep.configs.iter().map(|c| (c.hash.0.as_str(), &c.config)).collect();
-    let now = state::now();
+    let now = fsio::now();
     for r in records.values_mut() {
         let Some(latest) = r.latest() else { continue };
         if latest.array_job_id.is_none() || !wants_read(latest, changed.contains(&r.hash), settle, grace_s, now) {
@@ -139,7 +92,7 @@ pub(crate) async fn pull_events(
         let remote = format!("{remote_state}/{}/runs/{}/events.jsonl", sweep.experiment.name, cfg.name);
         let data = match blocking(&target.transport, {
             let remote = remote.clone();
-            move |t| t.read_from(&remote, offset)
+            move |t| t.files().read_from(&remote, offset)
         })
         .await
         {
@@ -153,7 +106,7 @@ pub(crate) async fn pull_events(
         got.files += 1;
         got.bytes += data.len() as u64;
         let (events, consumed, _) = complete_lines(&data);
-        let (stopped, result_changed) = fold(r, events);
+        let (stopped, result_changed) = r.fold_events(events);
         let used = stopped.unwrap_or(consumed);
         if let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) {
             a.events_offset = offset + used as u64;
@@ -196,25 +149,16 @@ fn append_local(local: &std::path::Path, offset: u64, bytes: &[u8]) -> std::io::
 
 /// Appends the measurement of a finished run to `measurements.jsonl` (read
 /// from this one config's local events: O(one file) per new result).
-fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::Path) -> Result<(), state::StateError> {
-    let io = |source| state::StateError::Io { path: local.to_path_buf(), source };
-    let bytes = std::fs::read(local).map_err(io)?;
+fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::Path) -> Result<(), fsio::FsError> {
+    let bytes = std::fs::read(local).map_err(fsio::io(local))?;
     let Some(rec) = to_record(cfg, &parse_events(&bytes)) else { return Ok(()) };
-    let path = st.path("measurements.jsonl");
-    let mut line = serde_json::to_vec(&rec).map_err(|source| state::StateError::Json { path: path.clone(), source })?;
-    line.push(b'\n');
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|source| state::StateError::Io { path: path.clone(), source })?;
-    f.write_all(&line).map_err(|source| state::StateError::Io { path, source })
+    fsio::append_jsonl(&st.path("measurements.jsonl"), &rec)
 }
 
 /// What an events file says about the attempt that ran as SLURM job
 /// `job_id`: whether its worker wrote `start`, and its `result` event (the
 /// same fold a poll uses).
-pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<serde_json::Value>) {
+pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<RunResult>) {
     let mut r = ConfigRecord {
         hash: String::new(),
         name: String::new(),
@@ -223,25 +167,26 @@ pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<serde_j
         attempts: vec![],
         result: None,
     };
-    r.attempts.push(Attempt { job_id: job_id.map(str::to_string), ..Attempt::intended(String::new(), 0, 0.0) });
+    r.attempts.push(Attempt { job_id: job_id.map(JobId::from), ..Attempt::intended(String::new(), 0, 0.0) });
     let (events, _, _) = complete_lines(text.as_bytes());
-    fold(&mut r, events);
-    (r.attempts[0].worker.is_some(), r.result)
+    r.fold_events(events);
+    (!r.attempts[0].worker.is_not_started(), r.result)
 }
 
 /// The `result` event of the last attempt in an events file, whichever job ran it.
-pub fn last_result(text: &str) -> Option<serde_json::Value> {
+pub fn last_result(text: &str) -> Option<RunResult> {
     crate::collect::last_result(text)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spec::event::Phase;
 
     fn attempt(job: Option<&str>, state: Option<SlurmState>) -> Attempt {
         Attempt {
             array_job_id: Some("1".into()),
-            job_id: job.map(str::to_string),
+            job_id: job.map(JobId::from),
             state,
             ..Attempt::intended("s", 0, 0.0)
         }
@@ -270,7 +215,7 @@ mod tests {
         for &cut in cuts.iter().chain([bytes.len()].iter()) {
             let off = r.attempts[0].events_offset as usize;
             let (events, consumed, _) = complete_lines(&bytes[off..cut]);
-            let (stopped, _) = fold(r, events);
+            let (stopped, _) = r.fold_events(events);
             r.attempts[0].events_offset = (off + stopped.unwrap_or(consumed)) as u64;
         }
     }
@@ -282,8 +227,8 @@ mod tests {
         {
             let mut r = record(attempt(Some("11"), Some(SlurmState::Running)));
             read_in_pieces(&mut r, &text, &cuts);
-            assert_eq!(r.attempts[0].worker.as_deref(), Some("oom"), "{cuts:?}");
-            assert_eq!(r.result.as_ref().and_then(|v| v["peak_bytes"].as_u64()), Some(4096));
+            assert_eq!(r.attempts[0].worker.word(), Some("oom"), "{cuts:?}");
+            assert_eq!(r.result.as_ref().map(|v| v.peak_bytes), Some(4096));
             assert_eq!(r.attempts[0].events_offset as usize, text.len(), "everything consumed once");
         }
     }
@@ -302,7 +247,7 @@ mod tests {
         // A retry (job 12) reads on after the first attempt (job 11)'s lines.
         let mut r = record(attempt(Some("12"), Some(SlurmState::Running)));
         read_in_pieces(&mut r, &format!("{START_11}{OOM}{START_12}{BEAT}"), &[]);
-        assert_eq!(r.attempts[0].worker.as_deref(), Some("started"));
+        assert_eq!(r.attempts[0].worker.word(), Some("started"));
         assert!(r.result.is_none(), "job 11's oom is not job 12's");
     }
 
@@ -313,7 +258,7 @@ mod tests {
         assert_eq!(r.attempts[0].events_offset, 0, "nothing consumed");
         r.attempts[0].job_id = Some("11".into());
         read_in_pieces(&mut r, &format!("{START_11}{OOM}"), &[]);
-        assert_eq!(r.attempts[0].worker.as_deref(), Some("oom"));
+        assert_eq!(r.attempts[0].worker.word(), Some("oom"));
     }
 
     #[test]
@@ -328,10 +273,10 @@ mod tests {
     fn an_ended_job_without_a_result_is_awaited_for_the_grace_only() {
         let mut a = attempt(Some("11"), Some(SlurmState::Failed));
         a.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Failed, detail: None });
-        a.worker = Some("started".into());
+        a.worker = WorkerOutcome::from_word(Some("started"));
         assert!(awaiting_result(&a, 120.0, 150.0));
         assert!(!awaiting_result(&a, 120.0, 221.0), "grace over: classified (killed)");
-        a.worker = Some("oom".into());
+        a.worker = WorkerOutcome::from_word(Some("oom"));
         assert!(!awaiting_result(&a, 120.0, 150.0), "a result is final");
         let mut c = attempt(Some("11"), Some(SlurmState::Cancelled));
         c.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Cancelled, detail: None });
@@ -343,7 +288,7 @@ mod tests {
         let text = format!("{START_11}{OOM}{START_12}{BEAT}{{\"event\":\"resu");
         let (started, result) = attempt_events(&text, Some("11"));
         assert!(started);
-        assert_eq!(result.and_then(|v| v["status"].as_str().map(str::to_string)).as_deref(), Some("oom"));
+        assert_eq!(result.map(|v| v.status.name()), Some("oom"));
         assert_eq!(attempt_events(&text, Some("12")), (true, None), "killed: started, no result");
         assert_eq!(attempt_events(&text, Some("13")), (false, None), "never started");
     }

@@ -13,8 +13,8 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::{CommandError, Options};
 use crate::cluster::TransportKind;
-use crate::submit::{CommandError, Options};
 use crate::target::blocking;
 
 /// What `install` did.
@@ -54,19 +54,19 @@ pub async fn install(opts: &Options, cluster: &str, worker: &Path) -> Result<Ins
     })?;
     let sha256 = hex::encode(Sha256::digest(&data));
     let bytes = data.len() as u64;
-    let path = blocking(&target.transport, |t| t.worker_path()).await?;
+    let path = blocking(&target.transport, |t| t.files().worker_path()).await?;
     let present = blocking(&target.transport, {
         let path = path.clone();
-        move |t| t.file_digest(&path)
+        move |t| t.files().file_digest(&path)
     })
     .await?;
     let uploaded = present.as_ref() != Some(&(bytes, sha256.clone()));
     if uploaded {
         let p = path.clone();
-        blocking(&target.transport, move |t| t.put_file(&p, &data, true)).await?;
+        blocking(&target.transport, move |t| t.files().put_file(&p, &data, true)).await?;
         // Read back what the cluster has: a short write must not pass as installed.
         let p = path.clone();
-        let now = blocking(&target.transport, move |t| t.file_digest(&p)).await?;
+        let now = blocking(&target.transport, move |t| t.files().file_digest(&p)).await?;
         if now.as_ref() != Some(&(bytes, sha256.clone())) {
             return Err(CommandError::Refused(format!(
                 "{path} on `{}` does not match the uploaded worker after the upload ({now:?}, expected {bytes} bytes, sha256 {sha256})",

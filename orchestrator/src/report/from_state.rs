@@ -1,0 +1,208 @@
+//! A report from a state directory: a row for every config of the stored
+//! sweep, from its record and the worker's events, read without the lock.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use spec::event::{RunResult, RunStatus};
+use spec::RunConfig;
+
+use super::{base_row, gib, Environment, Report, ReportError, Row, Status, GIB};
+use crate::collect;
+use crate::precheck::{Predictor, VerdictKind};
+use crate::slurm::{Activity, SlurmState};
+use crate::state::{self, ConfigRecord, StoredSweep};
+use crate::sweep::SweepConfig;
+
+/// The report of experiment `experiment` under `state_root`.
+/// `predictor` overrides the experiment's own runtime (`runtime:` in its file).
+pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predictor>) -> Result<Report, ReportError> {
+    let view = state::View::new(state_root, experiment)?;
+    let dir = view.root().to_path_buf();
+    let stored: StoredSweep = view
+        .sweep()?
+        .ok_or_else(|| ReportError::NoState { experiment: experiment.to_string(), root: state_root.to_path_buf() })?;
+    let records = view.records()?;
+    let sweep = &stored.sweep;
+    let own;
+    let predictor = match predictor {
+        Some(p) => p,
+        None => {
+            own = sweep.predictor().unwrap_or_else(|e| {
+                tracing::warn!("{e}; predicting with the pytorch calibration");
+                Predictor::pytorch()
+            });
+            &own
+        }
+    };
+    let budget = sweep.experiment.budget_gb.unwrap_or(collect::BUDGET_GIB);
+    let shapes: BTreeSet<String> = sweep.configs.iter().map(|c| input_label(&c.config)).collect();
+    let mut env = Environment::default();
+    let mut rows = Vec::new();
+    let mut seen = BTreeSet::new();
+    let bar = crate::progress::bar(sweep.configs.len() as u64, "reading runs");
+    for c in &sweep.configs {
+        bar.inc(1);
+        if !seen.insert(c.hash.0.clone()) {
+            continue; // the same computation twice in a sweep runs once
+        }
+        let section = if shapes.len() > 1 { input_label(&c.config) } else { String::new() };
+        let record = records.get(&c.hash.0);
+        let reader = Reader { dir: &dir, predictor, budget, budget_gb: sweep.experiment.budget_gb };
+        let mut row = reader.row(c, record, section, &mut env)?;
+        if let Some(limit) = sweep.experiment.worker.memory_limit {
+            row.limit_gib = row.limit_gib.min(limit as f64 / GIB);
+        }
+        rows.push(row);
+    }
+    bar.finish_and_clear();
+    Ok(Report {
+        title: format!("{}: memory profiling report", sweep.experiment.name),
+        description: sweep.experiment.description.clone(),
+        source: dir.display().to_string(),
+        gpus: [sweep.experiment.gpu.to_string()].into(),
+        capacity_gib: sweep.experiment.gpu.capacity_gib(),
+        budget_gib: budget,
+        budget_set: sweep.experiment.budget_gb.is_some(),
+        precisions: sweep.configs.iter().map(|c| c.config.precision.to_string()).collect(),
+        predictor: predictor.runtime().to_string(),
+        env,
+        rows,
+    })
+}
+
+/// `64x64x40 x8`: the input as a section heading.
+fn input_label(cfg: &RunConfig) -> String {
+    format!("input {} x{}", cfg.input.spatial, cfg.input.channels)
+}
+
+/// What a state row is read against: the state directory, the predictor and
+/// the budget (`budget_gb` as the experiment sets it, if it does).
+struct Reader<'a> {
+    dir: &'a Path,
+    predictor: &'a Predictor,
+    budget: f64,
+    budget_gb: Option<f64>,
+}
+
+impl Reader<'_> {
+    /// The row of config `c` from its record and its events; the run's
+    /// environment goes into `env`.
+    fn row(
+        &self,
+        c: &SweepConfig,
+        record: Option<&ConfigRecord>,
+        section: String,
+        env: &mut Environment,
+    ) -> Result<Row, ReportError> {
+        if !c.is_valid() {
+            let mut row = base_row(&c.config, c.hash.0.clone(), section, VerdictKind::Invalid);
+            row.status = Status::Invalid;
+            row.detail = Some(c.invalid.iter().map(|i| i.to_string()).collect::<Vec<_>>().join("; "));
+            row.params = None;
+            return Ok(row);
+        }
+        // What submit decided on, when it did; otherwise the prediction now.
+        let verdict = match record.and_then(|r| r.verdict) {
+            Some(v) => v,
+            None => self.predictor.verdict(&c.config, self.budget_gb).kind(),
+        };
+        let mut row = base_row(&c.config, c.hash.0.clone(), section, verdict);
+        row.predicted_gib = record
+            .and_then(|r| r.predicted_gib)
+            .or_else(|| self.predictor.predict_peak(&c.config).ok().map(|p| p.peak_gib()));
+        // The worker's events are the authority (the latest attempt only); the
+        // record's copy of the result covers state dirs whose events were not pulled.
+        let events = self.dir.join("runs").join(&c.name).join("events.jsonl");
+        let progress = match std::fs::read(&events) {
+            Ok(bytes) => Some(collect::parse_events(&bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(ReportError::Io { path: events, source }),
+        };
+        if let Some(e) = progress.as_ref().and_then(|p| p.env.as_ref()) {
+            env.devices.insert(e.device.clone());
+            if let Some(d) = &e.driver {
+                env.drivers.insert(d.clone());
+            }
+            env.backends.insert(e.backend.clone());
+            env.dtypes.insert(e.dtype.clone());
+            env.hosts.insert(e.host.clone());
+            env.grad_ckpt.insert(e.grad_ckpt);
+            if let Some(m) = e.meter {
+                env.meters.insert(m.describe().to_string());
+            }
+        }
+        let result = match &progress {
+            Some(p) if p.attempts > 0 => p.result.clone(),
+            _ => record.and_then(|r| r.result.clone()),
+        };
+        match result {
+            Some(res) => apply_result(&mut row, &res, self.budget),
+            None => {
+                let (status, detail) = unfinished_status(record, row.verdict);
+                row.status = status;
+                row.detail = detail;
+                if status == Status::Running {
+                    if let Some(p) = progress.as_ref().filter(|p| p.attempts > 0) {
+                        let phase = p.phase.map(|ph| ph.name()).unwrap_or("start");
+                        row.detail = Some(format!("in {phase}, peak so far {:.2} GiB", gib(p.peak_bytes)));
+                    }
+                }
+            }
+        }
+        Ok(row)
+    }
+}
+
+/// Fills a row's measured columns and status from a worker result.
+fn apply_result(row: &mut Row, res: &RunResult, budget_gib: f64) {
+    row.params = Some(res.params);
+    row.model_gib = res.peaks.model.map(gib);
+    row.fwd_gib = res.peaks.fwd.map(gib);
+    row.bwd_gib = res.peaks.bwd.map(gib);
+    row.wall_s = Some(res.wall_s);
+    let peak = gib(res.peak_bytes);
+    row.status = match res.status {
+        RunStatus::Ok if peak > budget_gib => Status::OverBudget,
+        RunStatus::Ok => Status::Ok,
+        RunStatus::Oom => Status::Oom,
+        RunStatus::Failed => Status::Failed,
+        RunStatus::Cancelled => Status::Cancelled,
+    };
+    match res.status {
+        RunStatus::Ok => row.peak_gib = Some(peak),
+        RunStatus::Oom => {
+            row.oom_at_gib = Some(peak);
+            row.detail = res.phase.map(|p| format!("in {}", p.name()));
+        }
+        RunStatus::Failed | RunStatus::Cancelled => {
+            row.detail = match (res.phase, &res.message) {
+                (Some(p), Some(m)) => Some(format!("in {}: {m}", p.name())),
+                (None, Some(m)) => Some(m.clone()),
+                (Some(p), None) => Some(format!("in {}", p.name())),
+                (None, None) => None,
+            };
+        }
+    }
+}
+
+/// Status of a config that has no result yet, from its verdict and latest attempt.
+fn unfinished_status(record: Option<&ConfigRecord>, verdict: VerdictKind) -> (Status, Option<String>) {
+    let Some(a) = record.and_then(ConfigRecord::latest) else {
+        return match verdict {
+            VerdictKind::Oom => (Status::SkippedOom, None),
+            VerdictKind::Risky => (Status::SkippedRisky, Some("submit with --include-risky to run it".into())),
+            _ => (Status::NotSubmitted, None),
+        };
+    };
+    match &a.state {
+        None => (Status::Pending, Some("submitted, not yet seen by SLURM".into())),
+        Some(s) => match s.activity() {
+            // The state only where it says more than the status (REQUEUED, SUSPENDED).
+            Activity::Queued => (Status::Pending, (*s != SlurmState::Pending).then(|| s.to_string())),
+            Activity::Running => (Status::Running, (*s != SlurmState::Running).then(|| s.to_string())),
+            Activity::Ended if *s == SlurmState::Cancelled => (Status::Cancelled, Some(s.to_string())),
+            Activity::Ended => (Status::Failed, Some(format!("SLURM {s}, no result from the worker"))),
+        },
+    }
+}

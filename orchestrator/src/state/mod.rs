@@ -1,0 +1,408 @@
+//! The state directory `state/<experiment>/`: everything the orchestrator knows
+//! about a sweep, as plain JSON readable with `jq`, written so that a crash at
+//! any instant leaves it consistent.
+//!
+//! ```text
+//! state/<experiment>/
+//!   lock                      held (flock) by the one orchestrator working on it
+//!   sweep.json                the resolved sweep: experiment settings and every config
+//!   configs/<hash>.json       one record per config: verdict, attempts, SLURM state history, result
+//!   submissions/<sid>/        one per job array: submission.json, job.sbatch, manifest.json(l)
+//!   journal.jsonl             typed, versioned log of every change (state/journal.rs; replays to the submissions)
+//!   runs/<config>/events.jsonl  the worker's event stream (pulled from the cluster)
+//!   render/                   scripts printed by `orchestrator render`
+//! ```
+//!
+//! Crash safety rests on one rule: a submission's intent (`submission.json`
+//! with no job id) is on disk, fsynced, *before* `sbatch` runs. A crash after
+//! sbatch returns but before the job id is recorded leaves an intent that
+//! `resume` settles by asking SLURM for the submission's unique job name.
+
+use fs2::FileExt;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::fsio::{self, now, read_json, write_json, FsError};
+
+pub mod intent;
+pub mod journal;
+mod record;
+mod submission;
+
+pub use journal::Change;
+pub use record::{Attempt, ConfigRecord, Live, StateChange, MISSING_GRACE_S};
+pub use submission::Submission;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    #[error("experiment `{experiment}` is locked by another orchestrator ({holder}); wait for it or stop it (lock file {})", path.display())]
+    Locked { experiment: String, holder: String, path: PathBuf },
+    #[error("experiment name `{0}` cannot name a state directory (use letters, digits, `_`, `-`, `.`)")]
+    BadName(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
+    move |source| StateError::Fs(FsError::Io { path: path.to_path_buf(), source })
+}
+
+/// What the state directory stores about the sweep (`sweep.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredSweep {
+    pub cluster: String,
+    pub sweep: crate::sweep::Sweep,
+}
+
+/// A state directory read without its lock: what `report`, progress and
+/// `status` of another orchestrator's sweep see. Every file in it is replaced
+/// atomically, so each read sees a config whole.
+#[derive(Debug, Clone)]
+pub struct View {
+    root: PathBuf,
+}
+
+impl View {
+    /// `<state_root>/<experiment>` (which need not exist).
+    pub fn new(state_root: &Path, experiment: &str) -> Result<View, StateError> {
+        if !valid_experiment_name(experiment) {
+            return Err(StateError::BadName(experiment.to_string()));
+        }
+        Ok(View { root: state_root.join(experiment) })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// `sweep.json`; `None` before the first submission.
+    pub fn sweep(&self) -> Result<Option<StoredSweep>, StateError> {
+        Ok(read_json(&self.path("sweep.json"))?)
+    }
+
+    /// Every `configs/*.json`, by hash.
+    pub fn records(&self) -> Result<BTreeMap<String, ConfigRecord>, StateError> {
+        let dir = self.root.join("configs");
+        let mut out = BTreeMap::new();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(io(&dir)(e)),
+        };
+        for entry in entries {
+            let path = entry.map_err(io(&dir))?.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                if let Some(r) = read_json::<ConfigRecord>(&path)? {
+                    out.insert(r.hash.clone(), r);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every `submissions/*/submission.json`, by id.
+    pub fn submissions(&self) -> Result<Vec<Submission>, StateError> {
+        let dir = self.root.join("submissions");
+        let mut out = Vec::new();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(io(&dir)(e)),
+        };
+        for entry in entries {
+            let p = entry.map_err(io(&dir))?.path().join("submission.json");
+            if let Some(s) = read_json::<Submission>(&p)? {
+                out.push(s);
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    /// The typed lines of `journal.jsonl` (empty when there is none).
+    pub fn journal(&self) -> Result<Vec<journal::Line>, StateError> {
+        Ok(journal::read(&self.path("journal.jsonl"))?.unwrap_or_default())
+    }
+}
+
+/// An open state directory, locked for the lifetime of this value: the one
+/// writer. Submissions change only through [`StateDir::apply`].
+pub struct StateDir {
+    view: View,
+    experiment: String,
+    _lock: File,
+}
+
+/// Whether `name` is usable as one path component (and in SLURM job names).
+pub fn valid_experiment_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 100
+        && name != "."
+        && name != ".."
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+impl StateDir {
+    /// Opens (creating) `<state_root>/<experiment>` and takes its lock, waiting
+    /// up to `wait` for another orchestrator to let go.
+    pub fn open(state_root: &Path, experiment: &str, wait: Duration) -> Result<StateDir, StateError> {
+        let view = View::new(state_root, experiment)?;
+        let root = view.root();
+        fs::create_dir_all(root.join("configs")).map_err(io(root))?;
+        let lock_path = root.join("lock");
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
+        let start = Instant::now();
+        loop {
+            match lock.try_lock_exclusive() {
+                Ok(()) => break,
+                Err(_) if start.elapsed() < wait => std::thread::sleep(Duration::from_millis(100)),
+                Err(_) => {
+                    let holder = fs::read_to_string(&lock_path).unwrap_or_default().trim().to_string();
+                    return Err(StateError::Locked {
+                        experiment: experiment.to_string(),
+                        holder: if holder.is_empty() { "unknown process".into() } else { holder },
+                        path: lock_path,
+                    });
+                }
+            }
+        }
+        // Who holds it, for the message another orchestrator prints (not a lock itself).
+        let _ = lock.set_len(0);
+        let _ = writeln!(lock, "pid {} since {:.0}", std::process::id(), now());
+        Ok(StateDir { view, experiment: experiment.to_string(), _lock: lock })
+    }
+
+    /// The directory read as anyone may read it.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    pub fn root(&self) -> &Path {
+        self.view.root()
+    }
+
+    pub fn experiment(&self) -> &str {
+        &self.experiment
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.view.path(rel)
+    }
+
+    pub fn record_path(&self, hash: &str) -> PathBuf {
+        self.root().join("configs").join(format!("{hash}.json"))
+    }
+
+    pub fn submission_dir(&self, id: &str) -> PathBuf {
+        self.root().join("submissions").join(id)
+    }
+
+    pub fn load_records(&self) -> Result<BTreeMap<String, ConfigRecord>, StateError> {
+        self.view.records()
+    }
+
+    /// Records are rebuilt from the submissions by [`StateDir::repair`] and
+    /// re-polled from SLURM, so they are replaced atomically but not fsynced.
+    pub fn save_record(&self, r: &ConfigRecord) -> Result<(), StateError> {
+        Ok(fsio::replace_json(&self.record_path(&r.hash), r)?)
+    }
+
+    pub fn load_submissions(&self) -> Result<Vec<Submission>, StateError> {
+        self.view.submissions()
+    }
+
+    /// Applies one change: the submission it names saved (fsynced: the
+    /// protocol's record), the journal line appended, and the configs'
+    /// attempts brought in line (created for an intent, the job id adopted,
+    /// abandoned with their submission) and saved.
+    pub fn apply(&self, records: &mut BTreeMap<String, ConfigRecord>, change: Change) -> Result<(), StateError> {
+        let submission = match &change {
+            Change::Intent { submission } | Change::Move { submission, .. } => Some(submission.clone()),
+            Change::NotSent { .. } | Change::SbatchError { .. } | Change::Cancel { .. } => None,
+        };
+        if let Some(s) = &submission {
+            write_json(&self.submission_dir(&s.id).join("submission.json"), s)?;
+        }
+        // For humans, audits and replay; `submission.json` is the record, so no fsync here.
+        let line = journal::Line { v: journal::VERSION, t: now(), change };
+        fsio::append_jsonl(&self.path("journal.jsonl"), &line)?;
+        if let Some(s) = submission {
+            self.settle(records, &s)?;
+        }
+        Ok(())
+    }
+
+    /// The attempts of submission `s` in `records`, brought in line with it and saved.
+    fn settle(&self, records: &mut BTreeMap<String, ConfigRecord>, s: &Submission) -> Result<(), StateError> {
+        for (task, hash) in s.tasks.iter().enumerate() {
+            let Some(r) = records.get_mut(hash) else { continue };
+            if s.settle(r, task as u32) {
+                self.save_record(r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings the per-config records in line with the submissions (the intent
+    /// and job id live in `submission.json` first; a crash may have stopped
+    /// before the records were updated). Returns the records, saved.
+    pub fn repair(&self) -> Result<BTreeMap<String, ConfigRecord>, StateError> {
+        let mut records = self.load_records()?;
+        for s in self.load_submissions()? {
+            self.settle(&mut records, &s)?;
+        }
+        Ok(records)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::intent::IntentState;
+    use super::*;
+
+    #[test]
+    fn second_orchestrator_is_refused() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let first = StateDir::open(d.path(), "exp9", Duration::ZERO).expect("first");
+        // flock is per open file description, so a second open in one process conflicts too.
+        let second = StateDir::open(d.path(), "exp9", Duration::from_millis(200));
+        match second {
+            Err(StateError::Locked { experiment, holder, .. }) => {
+                assert_eq!(experiment, "exp9");
+                assert!(holder.contains(&std::process::id().to_string()), "{holder}");
+            }
+            other => panic!("expected Locked, got {:?}", other.map(|s| s.root().to_path_buf())),
+        }
+        drop(first);
+        // Another test's fork may still hold the file description for a moment
+        // (until its exec closes it): wait briefly, as a second orchestrator would.
+        StateDir::open(d.path(), "exp9", Duration::from_secs(5)).expect("free after drop");
+    }
+
+    #[test]
+    fn names_that_escape_the_state_dir_are_refused() {
+        let d = tempfile::tempdir().expect("tempdir");
+        for bad in ["..", "a/b", "$(x)", "", "a b"] {
+            assert!(matches!(StateDir::open(d.path(), bad, Duration::ZERO), Err(StateError::BadName(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn repair_fills_records_from_submissions() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let st = StateDir::open(d.path(), "e", Duration::ZERO).expect("open");
+        let rec = ConfigRecord {
+            hash: "aaa".into(),
+            name: "c".into(),
+            verdict: None,
+            predicted_gib: None,
+            attempts: vec![],
+            result: None,
+        };
+        st.save_record(&rec).expect("save");
+        let mut sub = Submission {
+            id: "s001-x".into(),
+            job_name: "n".into(),
+            comment: "c".into(),
+            array: "0".into(),
+            tasks: vec!["aaa".into()],
+            intended_at: 1.0,
+            array_job_id: None,
+            submitted_at: None,
+            abandoned: false,
+            remote_script: "/x".into(),
+            intent: IntentState::Intended,
+        };
+        // A crash after the intent was saved, before the records were.
+        let sub_path = st.submission_dir(&sub.id).join("submission.json");
+        write_json(&sub_path, &sub).expect("sub");
+        let r = st.repair().expect("repair");
+        assert_eq!(r["aaa"].attempts.len(), 1);
+        assert!(r["aaa"].occupied(), "an unsettled intent occupies the config");
+        sub.array_job_id = Some("42".into());
+        write_json(&sub_path, &sub).expect("sub");
+        let r = st.repair().expect("repair");
+        assert_eq!(r["aaa"].attempts.len(), 1, "no second attempt");
+        assert_eq!(r["aaa"].attempts[0].array_job_id.as_deref(), Some("42"));
+    }
+
+    fn submission(id: &str, tasks: &[&str]) -> Submission {
+        Submission {
+            id: id.into(),
+            job_name: format!("job-{id}"),
+            comment: "c".into(),
+            array: format!("0-{}", tasks.len() - 1),
+            tasks: tasks.iter().map(|t| t.to_string()).collect(),
+            intended_at: 1.0,
+            array_job_id: None,
+            submitted_at: None,
+            abandoned: false,
+            remote_script: "/x".into(),
+            intent: IntentState::Intended,
+        }
+    }
+
+    fn record(hash: &str) -> ConfigRecord {
+        ConfigRecord {
+            hash: hash.into(),
+            name: hash.into(),
+            verdict: None,
+            predicted_gib: None,
+            attempts: vec![],
+            result: None,
+        }
+    }
+
+    #[test]
+    fn the_journal_replays_to_the_submissions_on_disk() {
+        use crate::slurm::JobId;
+        let d = tempfile::tempdir().expect("tempdir");
+        let st = StateDir::open(d.path(), "e", Duration::ZERO).expect("open");
+        let mut records: BTreeMap<String, ConfigRecord> =
+            ["a", "b", "c"].into_iter().map(|h| (h.to_string(), record(h))).collect();
+        // Old lines (before the journal was typed) are kept but not replayed.
+        fsio::append_jsonl(&st.path("journal.jsonl"), &serde_json::json!({"t": 0.5, "op": "intent"})).expect("old");
+        let mut s1 = submission("s001", &["a", "b"]);
+        st.apply(&mut records, Change::Intent { submission: s1.clone() }).expect("intent");
+        let from = s1.state();
+        s1.set_state(IntentState::Submitted { job_id: JobId::from("41") });
+        s1.submitted_at = Some(2.5); // exact in JSON (serde_json may round a clock reading's last bit)
+        st.apply(&mut records, Change::Move { from, submission: s1.clone() }).expect("submitted");
+        let mut s2 = submission("s002", &["c"]);
+        st.apply(&mut records, Change::Intent { submission: s2.clone() }).expect("intent");
+        st.apply(&mut records, Change::SbatchError { submission: s2.id.clone(), error: "timeout".into() })
+            .expect("error");
+        for next in [IntentState::Unresolved, IntentState::Absent { since: 3.0 }, IntentState::Abandoned] {
+            let from = s2.state();
+            s2.set_state(next);
+            st.apply(&mut records, Change::Move { from, submission: s2.clone() }).expect("move");
+        }
+        st.apply(&mut records, Change::Cancel { jobs: vec![JobId::from("41")] }).expect("cancel");
+
+        let lines = st.view().journal().expect("journal");
+        assert_eq!(lines.len(), 8, "every change a line, the old one left out");
+        assert!(lines.iter().all(|l| l.v == journal::VERSION));
+        let on_disk: BTreeMap<String, Submission> =
+            st.load_submissions().expect("submissions").into_iter().map(|s| (s.id.clone(), s)).collect();
+        assert_eq!(journal::replay(&lines), on_disk);
+        // The records followed every change, as a repair from the submissions would make them.
+        assert_eq!(records["a"].attempts[0].array_job_id.as_deref(), Some("41"));
+        assert!(records["c"].attempts[0].abandoned && !records["c"].occupied());
+        assert_eq!(st.load_records().expect("records"), records);
+        assert_eq!(st.repair().expect("repair"), records);
+    }
+}

@@ -1,0 +1,301 @@
+//! The state directory's record of one config (`configs/<hash>.json`) and of
+//! each of its attempts.
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsio::now;
+use crate::precheck::VerdictKind;
+use spec::event::{Event, Phase, RunResult, RunStatus};
+
+use crate::collect::WorkerOutcome;
+use crate::slurm::{Activity, JobId, SlurmState};
+
+/// A state change as observed by a poll.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateChange {
+    pub t: f64,
+    pub state: SlurmState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// One submission of one config: an array task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub submission: String,
+    pub task_id: u32,
+    /// The array's job id; `None` while only the intent is recorded.
+    #[serde(default)]
+    pub array_job_id: Option<JobId>,
+    /// The task's own job id (SLURM gives each array task one when it starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<JobId>,
+    pub intended_at: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_at: Option<f64>,
+    /// The latest state seen; `None` before the first poll.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<SlurmState>,
+    #[serde(default)]
+    pub history: Vec<StateChange>,
+    /// The sbatch never happened (settled by `resume`: SLURM has no such job).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abandoned: bool,
+    /// What this attempt's worker wrote in its events (matched by SLURM job
+    /// id): `started` once its `start` line is seen, then its result status
+    /// (`ok`, `oom`, `failed`, `cancelled`). Absent: not seen (yet).
+    #[serde(default, skip_serializing_if = "WorkerOutcome::is_not_started")]
+    pub worker: WorkerOutcome,
+    /// Bytes of `events.jsonl` read while this attempt was the latest (the
+    /// next read starts here: one poll reads only what is new).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub events_offset: u64,
+    /// The last `start` line read was this attempt's own (its lines follow).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub events_mine: bool,
+    /// The worker's last reported phase and peak, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Live>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Live progress of a running attempt, from its heartbeats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Live {
+    pub phase: spec::event::Phase,
+    pub peak_bytes: u64,
+    /// When the worker started (its `start` line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_t: Option<f64>,
+    /// Time of the last event.
+    pub t: f64,
+}
+
+/// How long a submitted task may be absent from both squeue and sacct before
+/// it counts as gone (slurmdbd may lag a few seconds behind the controller).
+pub const MISSING_GRACE_S: f64 = 10.0;
+
+impl Attempt {
+    /// The intent to submit `task_id` of `submission`, before any sbatch:
+    /// what every attempt starts as (the protocol fills in the rest).
+    pub fn intended(submission: impl Into<String>, task_id: u32, intended_at: f64) -> Attempt {
+        Attempt {
+            submission: submission.into(),
+            task_id,
+            array_job_id: None,
+            job_id: None,
+            intended_at,
+            submitted_at: None,
+            state: None,
+            history: vec![],
+            abandoned: false,
+            worker: WorkerOutcome::NotStarted,
+            events_offset: 0,
+            events_mine: false,
+            live: None,
+        }
+    }
+
+    /// Whether this attempt still occupies the config (queued, running, or an
+    /// unsettled intent): then nothing may submit it again.
+    pub fn is_live(&self) -> bool {
+        if self.abandoned {
+            return false;
+        }
+        match &self.state {
+            None => true,
+            Some(s) => s.activity() != Activity::Ended,
+        }
+    }
+
+    /// A complete poll (squeue and sacct both answered) did not list this task.
+    /// A pending array task cancelled before it ever started leaves the queue
+    /// without any accounting record (SLURM 22.05), so once the absence
+    /// outlasts [`MISSING_GRACE_S`] the task is recorded as CANCELLED. Returns
+    /// whether the state changed.
+    /// `since` is when the absence was first seen (kept in `missing.json`).
+    pub fn missing(&mut self, since: f64, now: f64) -> bool {
+        if !self.is_live() || self.array_job_id.is_none() || now - since < MISSING_GRACE_S {
+            return false;
+        }
+        self.observe(
+            SlurmState::Cancelled,
+            Some("left the queue without running; SLURM keeps no record of it".into()),
+            None,
+        )
+    }
+
+    /// The key of this attempt in `missing.json`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.submission, self.task_id)
+    }
+
+    /// Records `state` if it differs from the latest; returns whether it changed.
+    pub fn observe(&mut self, state: SlurmState, detail: Option<String>, job_id: Option<JobId>) -> bool {
+        if job_id.is_some() && self.job_id != job_id {
+            self.job_id = job_id;
+        }
+        if self.state.as_ref() == Some(&state) {
+            return false;
+        }
+        self.history.push(StateChange { t: now(), state: state.clone(), detail });
+        self.state = Some(state);
+        true
+    }
+}
+
+/// The state directory's record of one config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigRecord {
+    pub hash: String,
+    pub name: String,
+    /// The precheck's verdict (`fits`, `risky`, `oom`, `invalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<VerdictKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_gib: Option<f64>,
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+    /// The worker's final `result` event of the latest attempt (its line's JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<RunResult>,
+}
+
+impl ConfigRecord {
+    pub fn latest(&self) -> Option<&Attempt> {
+        self.attempts.iter().rev().find(|a| !a.abandoned)
+    }
+    /// Some attempt still occupies the config (queued, running, or an
+    /// unsettled intent): nothing may submit it again.
+    pub fn occupied(&self) -> bool {
+        self.attempts.iter().any(Attempt::is_live)
+    }
+    /// `oom` when the worker measured an out-of-memory.
+    pub fn result_status(&self) -> Option<RunStatus> {
+        self.result.as_ref().map(|r| r.status)
+    }
+
+    /// Folds newly read events into the latest attempt and the record. `events`
+    /// carry the byte offset where each line ends. Returns where folding stopped
+    /// early (a `start` of a job the poll has not named yet is left for a later
+    /// read), `None` when every event was used; and whether the result changed.
+    pub fn fold_events(&mut self, events: Vec<(Event, usize)>) -> (Option<usize>, bool) {
+        let r = self;
+        let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) else { return (None, false) };
+        let before = r.result.clone();
+        let (mut last_end, mut stopped) = (0, None);
+        for (event, end) in events {
+            match event {
+                Event::Start { t, env, .. } => {
+                    let mine = match (env.slurm_job_id.as_deref(), a.job_id.as_deref()) {
+                        (None, _) => true, // a worker run by hand: the latest attempt's
+                        (Some(_), None) => {
+                            stopped = Some(last_end); // not decidable yet: keep it for the next read
+                            break;
+                        }
+                        (Some(j), Some(ours)) => j == ours,
+                    };
+                    a.events_mine = mine;
+                    if mine {
+                        a.worker = WorkerOutcome::NoResult;
+                        a.live = Some(Live { phase: Phase::Model, peak_bytes: 0, started_t: Some(t), t });
+                        r.result = None;
+                    }
+                }
+                Event::Heartbeat { t, phase, peak_bytes, .. } | Event::PhaseEnd { t, phase, peak_bytes, .. }
+                    if a.events_mine =>
+                {
+                    let l = a.live.get_or_insert(Live { phase, peak_bytes: 0, started_t: None, t });
+                    l.phase = phase;
+                    l.peak_bytes = l.peak_bytes.max(peak_bytes);
+                    l.t = t;
+                }
+                e @ Event::Result { .. } if a.events_mine => {
+                    if let Ok(res) = RunResult::try_from(e) {
+                        a.worker = WorkerOutcome::Result(res.status);
+                        r.result = Some(res);
+                    }
+                }
+                _ => {}
+            }
+            last_end = end;
+        }
+        let changed = r.result != before;
+        (stopped, changed)
+    }
+
+    /// The config as the sweep names it now, and the precheck's verdict on it
+    /// (`None`: no verdict). Returns whether anything changed.
+    pub fn refresh(&mut self, name: &str, verdict: Option<&crate::precheck::Verdict>) -> bool {
+        let before = (self.name.clone(), self.verdict, self.predicted_gib);
+        self.name = name.to_string();
+        self.verdict = verdict.map(crate::precheck::Verdict::kind);
+        self.predicted_gib = verdict.and_then(crate::precheck::Verdict::predicted_gib);
+        (self.name.clone(), self.verdict, self.predicted_gib) != before
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_gone_from_squeue_and_sacct_counts_as_cancelled_after_the_grace() {
+        let mut a = Attempt {
+            array_job_id: Some("34".into()),
+            submitted_at: Some(0.0),
+            state: Some(SlurmState::Pending),
+            ..Attempt::intended("s", 2, 0.0)
+        };
+        assert!(!a.missing(100.0, 105.0), "within the grace");
+        assert!(a.is_live());
+        assert!(a.missing(100.0, 100.0 + MISSING_GRACE_S), "gone");
+        assert_eq!(a.state, Some(SlurmState::Cancelled));
+        assert!(!a.is_live());
+        assert!(!a.missing(100.0, 1000.0), "an ended attempt stays as it is");
+    }
+
+    /// A record as the version before typed records wrote it (its result a
+    /// JSON value, keys sorted) reads and writes back as the same JSON.
+    #[test]
+    fn records_written_before_the_types_read_the_same() {
+        let text = r#"{
+  "hash": "0123456789ab",
+  "name": "4L_tiny_lat4x",
+  "verdict": "risky",
+  "predicted_gib": 1.5,
+  "attempts": [
+    {
+      "submission": "s001-x",
+      "task_id": 0,
+      "array_job_id": "41",
+      "job_id": "42",
+      "intended_at": 1.0,
+      "submitted_at": 2.0,
+      "state": "FAILED",
+      "history": [{"t": 3.0, "state": "FAILED"}],
+      "worker": "oom",
+      "events_offset": 512,
+      "events_mine": true
+    },
+    {"submission": "s002-y", "task_id": 3, "array_job_id": null, "intended_at": 4.0, "history": [], "worker": "started"}
+  ],
+  "result": {"event": "result", "message": "allocation refused", "params": 1, "peak_bytes": 4096,
+             "peaks": {"bwd": 7, "fwd": 5}, "phase": "bwd", "status": "oom", "t": 3.0, "wall_s": 2.0}
+}"#;
+        let r: ConfigRecord = serde_json::from_str(text).expect("reads");
+        assert_eq!(r.verdict, Some(VerdictKind::Risky));
+        assert_eq!(r.attempts[0].worker, WorkerOutcome::Result(RunStatus::Oom));
+        assert_eq!(r.attempts[1].worker, WorkerOutcome::NoResult);
+        assert_eq!(r.result_status(), Some(RunStatus::Oom));
+        let before: serde_json::Value = serde_json::from_str(text).expect("json");
+        assert_eq!(serde_json::to_value(&r).expect("writes"), before);
+        let not_started: Attempt = serde_json::from_str(r#"{"submission": "s", "task_id": 0, "intended_at": 0.0}"#)
+            .expect("an attempt without a worker");
+        assert_eq!(not_started.worker, WorkerOutcome::NotStarted);
+        assert!(serde_json::to_value(&not_started).expect("writes").get("worker").is_none());
+    }
+}

@@ -1,0 +1,213 @@
+//! Expansion proper: every combination of the axes becomes a typed, named,
+//! validated config; identical ones are planned once.
+//!
+//! Per config only what varies is built (the document with the combination's
+//! values, its typed run config, hash and name); where a value came from is
+//! worked out only for an error.
+
+use serde_yaml::Value;
+use spec::run::ConfigHash;
+use spec::RunConfig;
+use std::collections::{HashMap, HashSet};
+
+use super::axes::{self, Axes, Choice};
+use super::{Sweep, SweepConfig};
+use crate::experiment::locate::{KeyPath, Seg};
+use crate::experiment::{
+    model_from_value, overrides_set, typed, typed_ref, Experiment, LoadError, Origin, Override, RawConfig,
+    RawExperiment, Source, PER_CONFIG_KEYS,
+};
+
+pub(super) fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadError> {
+    let cli: Vec<Override> = overrides.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
+    let mut base = src.doc.clone();
+    for o in &cli {
+        overrides_set(&mut base, &o.key, o.value.clone())
+            .map_err(|message| LoadError::Override { arg: o.arg.clone(), message })?;
+    }
+    let cli_origins: Vec<(KeyPath, Origin)> = cli.iter().map(|o| (o.key.clone(), Origin::Cli(o.arg.clone()))).collect();
+    let (experiment, sweep) = experiment(&src, &base, &cli_origins)?;
+    let sweep_path = KeyPath::default().key("sweep");
+    let axes = match &sweep {
+        Some(v) => Axes::parse(&src, v, &sweep_path)?,
+        None => Axes::default(),
+    };
+    if let Value::Mapping(m) = &mut base {
+        m.remove("sweep");
+    }
+    // Command-line overrides of per-config keys win over sweep values.
+    let per_config: Vec<&Override> = cli
+        .iter()
+        .filter(|o| PER_CONFIG_KEYS.iter().any(|k| o.key.0.first() == Some(&Seg::Key(k.to_string()))))
+        .collect();
+    let x =
+        Expander { src: &src, base: &base, cli: &cli, per_config, cli_origins, axes: &axes, experiment: &experiment };
+    let mut out = Configs::default();
+    out.configs.reserve(axes.count());
+    // Each combination on its own (on every core), then in order: the first
+    // error in the file's order, twins and names decided as they come.
+    let combos: Vec<Vec<&Choice>> = axes.combinations().collect();
+    for (combo, one) in combos.iter().zip(crate::util::par::map(&combos, |c| x.config(c))) {
+        if let Some(one) = one? {
+            out.add(&x, combo, one);
+        }
+    }
+    if !out.collapsed.is_empty() {
+        tracing::warn!("{}", super::collapse_summary(out.configs.len() + out.collapsed.len(), &out.collapsed, &cli));
+    }
+    Ok(Sweep { experiment, source: src.file.clone(), configs: out.configs, collapsed: out.collapsed })
+}
+
+/// The experiment-level settings, checked once for the whole file, and its `sweep:` block.
+fn experiment(
+    src: &Source,
+    base: &Value,
+    cli_origins: &[(KeyPath, Origin)],
+) -> Result<(Experiment, Option<Value>), LoadError> {
+    let raw: RawExperiment = typed(base.clone()).map_err(|(p, m)| {
+        let origin = cli_origins.iter().find(|(k, _)| p.starts_with(k));
+        src.error_at(&p, origin, m)
+    })?;
+    let experiment = raw.experiment();
+    if let Some(b) = experiment.budget_gb.filter(|b| !(*b > 0.0 && b.is_finite())) {
+        let p = KeyPath::default().key("budget_gb");
+        let origin = cli_origins.iter().find(|(k, _)| p.starts_with(k));
+        return Err(src.error_at(&p, origin, format!("{b} GiB: a budget must be a positive number of GiB (e.g. 60)")));
+    }
+    // Any precision will do: a shipped runtime has coefficients for at least one.
+    if let Err(e) = crate::precheck::Predictor::builtin(&experiment.runtime, spec::Precision::Bf16Amp) {
+        return Err(src.error_in_file(&KeyPath::default().key("runtime"), e.to_string()));
+    }
+    Ok((experiment, raw.sweep))
+}
+
+/// What every combination is expanded against.
+struct Expander<'a> {
+    src: &'a Source,
+    /// The file's document with the command-line overrides, without `sweep`.
+    base: &'a Value,
+    cli: &'a [Override],
+    /// The command-line overrides of per-config keys (applied after the sweep's values).
+    per_config: Vec<&'a Override>,
+    cli_origins: Vec<(KeyPath, Origin)>,
+    axes: &'a Axes,
+    experiment: &'a Experiment,
+}
+
+/// One combination, typed: its run config, hash and name as it comes.
+struct Expanded {
+    config: RunConfig,
+    hash: ConfigHash,
+    name: String,
+}
+
+impl Expander<'_> {
+    /// The config of one combination; `None` when an exclusion drops it.
+    fn config(&self, combo: &[&Choice]) -> Result<Option<Expanded>, LoadError> {
+        let src = self.src;
+        let mut doc = self.base.clone();
+        for choice in combo {
+            for (key, value, origin) in &choice.sets {
+                overrides_set(&mut doc, key, value.clone())
+                    .map_err(|m| src.error_at(key, Some(&(key.clone(), origin.clone())), m))?;
+            }
+        }
+        for o in &self.per_config {
+            overrides_set(&mut doc, &o.key, o.value.clone())
+                .map_err(|message| LoadError::Override { arg: o.arg.clone(), message })?;
+        }
+        if self.axes.excluded(&doc) {
+            return Ok(None);
+        }
+        let blame = |p: &KeyPath, m: String| src.error_at(p, self.origin(combo, p).as_ref(), m);
+        let filled = self.axes.name_template.as_ref().map(|t| t.fill(&doc));
+        let raw: RawConfig = typed_ref(&doc).map_err(|(p, m)| blame(&p, m))?;
+        let model = model_from_value(&doc["model"]).map_err(|(p, m)| {
+            let mut full = KeyPath::default().key("model");
+            full.0.extend(p.0);
+            blame(&full, m)
+        })?;
+        let config = RunConfig {
+            experiment: self.experiment.name.clone(),
+            name: String::new(),
+            model,
+            input: raw.input,
+            out_channels: raw.output_channels,
+            batch: raw.batch,
+            precision: raw.precision,
+            grad_ckpt: raw.grad_ckpt,
+            mode: raw.mode,
+            steps: raw.steps,
+            gpu: raw.gpu,
+        };
+        let name = match filled {
+            None => axes::from_labels(combo, self.cli, &self.experiment.name),
+            Some(Ok(name)) => name,
+            Some(Err(key)) => {
+                let family = config.model.family();
+                return Err(src.error_in_file(
+                    &KeyPath::default().key("sweep").key("name"),
+                    format!(
+                        "the name template uses `{{{key}}}`, which config {} (a {family}) does not set; use keys every config sets",
+                        axes::from_labels(combo, &[], &self.experiment.name)
+                    ),
+                ));
+            }
+        };
+        Ok(Some(Expanded { hash: config.hash(), config, name }))
+    }
+
+    /// Where the value at `path` of `combo`'s document came from: the most
+    /// recent override covering it (the command line's, then the sweep's).
+    fn origin(&self, combo: &[&Choice], path: &KeyPath) -> Option<(KeyPath, Origin)> {
+        let sets = combo.iter().flat_map(|c| c.sets.iter().map(|(k, _, o)| (k, o)));
+        let cli = self.cli_origins.iter().map(|(k, o)| (k, o));
+        let all: Vec<(&KeyPath, &Origin)> = sets.chain(cli).collect();
+        all.into_iter().rev().find(|(k, _)| path.starts_with(k)).map(|(k, o)| (k.clone(), o.clone()))
+    }
+
+    /// The name the file gives a combination (before the command line's overrides).
+    fn as_written(&self, combo: &[&Choice], name: &str) -> String {
+        match &self.axes.name_template {
+            // The template on the file's own values, before the overrides.
+            Some(t) => {
+                let mut file_doc = self.src.doc.clone();
+                for (key, value, _) in combo.iter().flat_map(|c| &c.sets) {
+                    let _ = overrides_set(&mut file_doc, key, value.clone());
+                }
+                t.fill(&file_doc).unwrap_or_else(|_| name.to_string())
+            }
+            None => axes::from_labels(combo, &[], &self.experiment.name),
+        }
+    }
+}
+
+/// The configs so far: each computation once, names unique.
+#[derive(Default)]
+struct Configs {
+    configs: Vec<SweepConfig>,
+    /// (name as written, name of the kept twin) of each config planned already.
+    collapsed: Vec<(String, String)>,
+    /// Hash → index into `configs`.
+    by_hash: HashMap<ConfigHash, usize>,
+    names: HashSet<String>,
+}
+
+impl Configs {
+    fn add(&mut self, x: &Expander, combo: &[&Choice], one: Expanded) {
+        let Expanded { mut config, hash, mut name } = one;
+        if let Some(&kept) = self.by_hash.get(&hash) {
+            // The name the file gives it, so the reader recognises it.
+            self.collapsed.push((x.as_written(combo, &name), self.configs[kept].name.clone()));
+            return;
+        }
+        self.by_hash.insert(hash.clone(), self.configs.len());
+        if !self.names.insert(name.clone()) {
+            name = format!("{name}-{}", &hash.0[..6]);
+            self.names.insert(name.clone());
+        }
+        config.name = name.clone();
+        let invalid = spec::validate::validate(&config);
+        self.configs.push(SweepConfig { name, hash, config, invalid });
+    }
+}
