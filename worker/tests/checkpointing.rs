@@ -77,11 +77,8 @@ fn uvit(depth: u32) -> ModelSpec {
 #[test]
 fn checkpointed_transformer_blocks_keep_only_their_inputs() {
     let dir = tempfile::tempdir().unwrap();
-    let families = [
-        ("dit", dit(2), dit(6)),
-        ("hdit", hdit(vec![1, 1, 1]), hdit(vec![3, 1, 3])),
-        ("uvit", uvit(3), uvit(7)),
-    ];
+    let families =
+        [("dit", dit(2), dit(6)), ("hdit", hdit(vec![1, 1, 1]), hdit(vec![3, 1, 3])), ("uvit", uvit(3), uvit(7))];
     for (family, shallow, deep) in families {
         let mut growth = Vec::new();
         for grad_ckpt in [false, true] {

@@ -27,7 +27,9 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::AdamWConfig;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use spec::event::{AttentionKernel, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, PhasePeaks, RunEnvironment, RunStatus};
+use spec::event::{
+    AttentionKernel, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, PhasePeaks, RunEnvironment, RunStatus,
+};
 use spec::{Mode, RunConfig};
 
 use crate::alloc;
@@ -280,7 +282,11 @@ fn run_with_setup(
     let beating = Arc::new(AtomicBool::new(true));
     let heartbeat = spawn_heartbeat(log.clone(), meter.clone(), beating.clone(), opts.heartbeat);
 
-    let kernels = Kernels { attention: attention_of(cfg, opts), autocast, block_checkpoints: checkpointing == Checkpointing::Block };
+    let kernels = Kernels {
+        attention: attention_of(cfg, opts),
+        autocast,
+        block_checkpoints: checkpointing == Checkpointing::Block,
+    };
     let result = catch_unwind(AssertUnwindSafe(|| phases(cfg, kernels, &device, &meter, &log)));
     alloc::set_limit(None);
     beating.store(false, Ordering::Relaxed);
