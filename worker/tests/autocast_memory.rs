@@ -4,7 +4,9 @@
 //! parameter) and saves half-precision activations (the forward holds less).
 
 use std::path::Path;
-use std::process::Command;
+
+mod common;
+use common::run_worker;
 
 use spec::event::{Event, Phase, RunStatus};
 use spec::{DitSpec, Gpu, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
@@ -27,20 +29,11 @@ fn config(name: &str, model: ModelSpec, precision: Precision) -> RunConfig {
 
 /// Each phase's peak, and the run's parameter count.
 fn run(dir: &Path, cfg: &RunConfig) -> ([u64; 4], u64) {
-    let path = dir.join(format!("{}.json", cfg.name));
-    std::fs::write(&path, serde_json::to_string(cfg).unwrap()).unwrap();
-    let status = Command::new(env!("CARGO_BIN_EXE_worker"))
-        .args(["run", "--config"])
-        .arg(&path)
-        .arg("--state-dir")
-        .arg(dir)
-        .status()
-        .unwrap();
+    let (status, events) = run_worker(dir, cfg);
     assert!(status.success(), "{}", cfg.name);
-    let text = std::fs::read_to_string(dir.join("amp/runs").join(&cfg.name).join("events.jsonl")).unwrap();
     let mut peaks = [0; 4];
     let mut params = 0;
-    for e in text.lines().map(|l| serde_json::from_str::<Event>(l).unwrap()) {
+    for e in events {
         match e {
             Event::PhaseEnd { phase, peak_bytes, .. } => {
                 peaks[Phase::ALL.iter().position(|p| *p == phase).unwrap()] = peak_bytes;

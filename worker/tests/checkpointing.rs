@@ -4,7 +4,9 @@
 //! (which runs every block again) still yields every gradient.
 
 use std::path::Path;
-use std::process::Command;
+
+mod common;
+use common::run_worker;
 
 use spec::event::{Checkpointing, Event, Phase, RunStatus};
 use spec::{DitSpec, Gpu, HditSpec, Input, Mode, ModelSpec, Precision, RunConfig, Spatial, UvitSpec};
@@ -28,17 +30,7 @@ fn config(name: &str, model: ModelSpec, grad_ckpt: bool) -> RunConfig {
 /// Runs `cfg`; returns how the start event says it checkpointed, each phase's
 /// peak and read-back value, and the result's status.
 fn run(dir: &Path, cfg: &RunConfig) -> (Option<Checkpointing>, Vec<(Phase, u64, f64)>, RunStatus) {
-    let path = dir.join(format!("{}.json", cfg.name));
-    std::fs::write(&path, serde_json::to_string(cfg).unwrap()).unwrap();
-    let status = Command::new(env!("CARGO_BIN_EXE_worker"))
-        .args(["run", "--config"])
-        .arg(&path)
-        .arg("--state-dir")
-        .arg(dir)
-        .status()
-        .unwrap();
-    let text = std::fs::read_to_string(dir.join("ckpt/runs").join(&cfg.name).join("events.jsonl")).unwrap();
-    let events: Vec<Event> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (status, events) = run_worker(dir, cfg);
     let ckpt = match &events[0] {
         Event::Start { env, .. } => env.checkpointing,
         other => panic!("{other:?}"),
