@@ -124,6 +124,16 @@ pub fn append_jsonl<T: Serialize>(path: &Path, value: &T) -> Result<(), FsError>
     f.write_all(&line).map_err(io(path))
 }
 
+/// Whether `name` is safe as one path component of the state directory:
+/// 1–100 ASCII letters, digits, `_`, `-`, `.`, and not `.` or `..`.
+pub fn safe_component(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 100
+        && name != "."
+        && name != ".."
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -246,7 +246,7 @@ fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
         );
         assert!(peak > params * 4, "{}: peak {peak} B must exceed the fp32 weights {} B", c.name, params * 4);
         // The event stream itself is in the local state.
-        let events = exp.opts.state_root.join(&exp.name).join("runs").join(&c.name).join("events.jsonl");
+        let events = exp.opts.state_root.join(&exp.name).join(c.config.events_rel());
         let text = std::fs::read_to_string(&events).unwrap_or_else(|e| panic!("{}: {e}", events.display()));
         assert!(text.lines().any(|l| l.contains("\"event\":\"start\"") && l.contains("\"backend\":\"flex\"")));
         let row = r.rows.iter().find(|x| x.name == c.name).expect("row");

@@ -10,10 +10,11 @@
 //! Each half is the tour with the other half's lines blanked, so a failure
 //! names the tour's own line numbers.
 //!
-//! The worker is the `worker` binary of this build (`cargo build -p worker`;
-//! scripts/test.sh builds the workspace before testing), found beside this
-//! build's `orchestrator` as the local cluster finds it.
+//! The worker is the `worker` binary of this build, found beside this build's
+//! `orchestrator` as the local cluster finds it (built first if a bare
+//! `cargo test` has not: tests/common).
 
+mod common;
 mod docs_common;
 
 use std::process::Command;
@@ -28,12 +29,10 @@ fn blank(lines: &[&str]) -> String {
 #[test]
 fn the_tour_runs_as_written() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_orchestrator"));
-    let worker = bin.with_file_name("worker");
-    assert!(
-        worker.is_file(),
-        "no worker binary at {}: build it first: cargo build -p worker \
-         (scripts/test.sh builds the whole workspace before testing)",
-        worker.display()
+    assert_eq!(
+        common::worker_binary(),
+        bin.with_file_name("worker"),
+        "the local cluster runs the worker beside the orchestrator"
     );
     let tour = std::fs::read_to_string(docs_common::repo_root().join("docs/tour.md")).expect("docs/tour.md");
     let lines: Vec<&str> = tour.lines().collect();

@@ -1,5 +1,5 @@
 //! The worker's event stream: one JSON object per line in
-//! `<state>/<experiment>/runs/<config>/events.jsonl`, flushed per line, so the
+//! `<state>/<experiment>/runs/<hash>/events.jsonl`, flushed per line, so the
 //! orchestrator can show live progress and nothing measured is lost if the job dies.
 
 use serde::{Deserialize, Serialize};

@@ -131,6 +131,21 @@ impl RunConfig {
     }
 }
 
+impl RunConfig {
+    /// Where this run's events go, relative to `<state>/<experiment>/`:
+    /// `runs/<hash>/events.jsonl`. Runs are kept by what ran, not by name: an
+    /// edited config never appends to its earlier version's run, and a
+    /// renamed one keeps its own.
+    pub fn events_rel(&self) -> String {
+        events_rel(&self.hash())
+    }
+}
+
+/// `runs/<hash>/events.jsonl`: see [`RunConfig::events_rel`].
+pub fn events_rel(hash: &ConfigHash) -> String {
+    format!("runs/{hash}/events.jsonl")
+}
+
 /// What the orchestrator hands a job array: the experiment's resolved configs.
 /// SLURM array task `i` runs `configs[i - task_offset]`, so an array that starts
 /// at a non-zero index (a resubmission of some configs) needs no renumbering.

@@ -1,5 +1,5 @@
 //! The event stream writer: `spec::event::Event` as JSON lines appended to
-//! `<state>/<experiment>/runs/<config>/events.jsonl`, each line one `write(2)`
+//! `<state>/<experiment>/runs/<hash>/events.jsonl`, each line one `write(2)`
 //! on an `O_APPEND` file, so a line is never interleaved with another writer's
 //! and a reader (the orchestrator, possibly over SFTP) sees whole lines or a
 //! torn last one, never a mix.
@@ -18,9 +18,10 @@ pub fn now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// Where a config's events go.
-pub fn events_path(state_dir: &Path, experiment: &str, config: &str) -> PathBuf {
-    state_dir.join(experiment).join("runs").join(config).join("events.jsonl")
+/// Where a config's events go: `<state>/<experiment>/runs/<hash>/events.jsonl`
+/// (kept by what ran: [`spec::RunConfig::events_rel`]).
+pub fn events_path(state_dir: &Path, cfg: &spec::RunConfig) -> PathBuf {
+    state_dir.join(&cfg.experiment).join(cfg.events_rel())
 }
 
 pub struct EventLog {

@@ -98,7 +98,7 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(format!("{}.json", cfg.name));
     std::fs::write(&path, serde_json::to_string(&cfg)?).with_context(|| format!("writing {}", path.display()))?;
-    let events = crate::events::events_path(&opts.state_dir, &cfg.experiment, &cfg.name);
+    let events = crate::events::events_path(&opts.state_dir, &cfg);
     let _ = std::fs::remove_file(&events);
     let status = Command::new(exe)
         .args(["run", "--backend", &opts.backend, "--config"])

@@ -61,7 +61,7 @@ struct RunArgs {
     /// A single RunConfig JSON file.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// State directory; events go to <state-dir>/<experiment>/runs/<config>/events.jsonl.
+    /// State directory; events go to <state-dir>/<experiment>/runs/<hash>/events.jsonl.
     #[arg(long)]
     state_dir: PathBuf,
     /// Refuse allocations above this many bytes and record the run as `oom`.

@@ -43,7 +43,7 @@ fn worker() -> Command {
 }
 
 fn events(state: &Path, cfg: &RunConfig) -> Vec<Event> {
-    let path = state.join(&cfg.experiment).join("runs").join(&cfg.name).join("events.jsonl");
+    let path = state.join(&cfg.experiment).join(cfg.events_rel());
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }

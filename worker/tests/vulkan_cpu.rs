@@ -45,7 +45,7 @@ fn run(dir: &Path, cfg: &RunConfig, extra: &[&str]) -> (std::process::ExitStatus
         .arg(dir)
         .status()
         .unwrap();
-    let events = dir.join(&cfg.experiment).join("runs").join(&cfg.name).join("events.jsonl");
+    let events = dir.join(&cfg.experiment).join(cfg.events_rel());
     let text = std::fs::read_to_string(events).unwrap_or_default();
     (status, text.lines().map(|l| serde_json::from_str(l).expect("an event")).collect())
 }

@@ -40,6 +40,7 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
     let mut env = Environment::default();
     let mut rows = Vec::new();
     let mut seen = BTreeSet::new();
+    let mut names = BTreeSet::new();
     let bar = crate::progress::bar(sweep.configs.len() as u64, "reading runs");
     for c in &sweep.configs {
         bar.inc(1);
@@ -50,6 +51,11 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         let record = records.get(&c.hash.0);
         let reader = Reader { dir: &dir, predictor, budget, budget_gb: sweep.experiment.budget_gb };
         let mut row = reader.row(c, record, section, &mut env)?;
+        if !names.insert(c.name.as_str()) {
+            // The stored sweep lists the file's configs first, then those the
+            // file no longer has (an edited config's earlier version).
+            row.name = format!("{} (earlier version)", c.name);
+        }
         if let Some(limit) = sweep.experiment.worker.memory_limit {
             row.limit_gib = row.limit_gib.min(limit as f64 / GIB);
         }
@@ -113,11 +119,12 @@ impl Reader<'_> {
             .or_else(|| self.predictor.predict_peak(&c.config).ok().map(|p| p.peak_gib()));
         // The worker's events are the authority (the latest attempt only); the
         // record's copy of the result covers state dirs whose events were not pulled.
-        let events = self.dir.join("runs").join(&c.name).join("events.jsonl");
-        let progress = match std::fs::read(&events) {
-            Ok(bytes) => Some(collect::parse_events(&bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(ReportError::Io { path: events, source }),
+        let events = record.and_then(|r| r.latest().and_then(|a| r.events_rel(a))).map(|rel| self.dir.join(rel));
+        let progress = match events.map(|path| (std::fs::read(&path), path)) {
+            None => None,
+            Some((Ok(bytes), _)) => Some(collect::parse_events(&bytes)),
+            Some((Err(e), _)) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Some((Err(source), path)) => return Err(ReportError::Io { path, source }),
         };
         if let Some(e) = progress.as_ref().and_then(|p| p.env.as_ref()) {
             env.devices.insert(e.device.clone());
@@ -141,7 +148,8 @@ impl Reader<'_> {
             None => {
                 let (status, detail) = unfinished_status(record, row.verdict);
                 row.status = status;
-                row.detail = detail;
+                // A job that failed before or outside the worker: its log says why.
+                row.detail = record.and_then(ConfigRecord::failure_cause).or(detail);
                 if status == Status::Running {
                     if let Some(p) = progress.as_ref().filter(|p| p.attempts > 0) {
                         let phase = p.phase.map(|ph| ph.name()).unwrap_or("start");

@@ -34,7 +34,7 @@ mod record;
 mod submission;
 
 pub use journal::Change;
-pub use record::{Attempt, ConfigRecord, Live, StateChange, MISSING_GRACE_S};
+pub use record::{Attempt, ConfigRecord, Live, RunDirKey, StateChange, MISSING_GRACE_S};
 pub use submission::Submission;
 
 #[derive(Debug, thiserror::Error)]
@@ -143,11 +143,7 @@ pub struct StateDir {
 
 /// Whether `name` is usable as one path component (and in SLURM job names).
 pub fn valid_experiment_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 100
-        && name != "."
-        && name != ".."
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    fsio::safe_component(name)
 }
 
 impl StateDir {

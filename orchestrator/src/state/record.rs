@@ -56,6 +56,34 @@ pub struct Attempt {
     /// The worker's last reported phase and peak, while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Live>,
+    /// How the run directory this attempt's worker writes is named (absent:
+    /// by name, as every attempt recorded before runs were kept by content).
+    #[serde(default, skip_serializing_if = "RunDirKey::is_name")]
+    pub run_dir: RunDirKey,
+    /// The last lines of the job's own log (`<task>.out`), read once when it
+    /// ended without a result from the worker: why it failed before or
+    /// outside the worker (`exec: worker: not found`, a module load error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_tail: Option<String>,
+}
+
+/// How a run directory under `runs/` is named. Runs are kept by what ran
+/// (`runs/<hash>/`); attempts recorded before that wrote `runs/<name>/`,
+/// and are still read there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunDirKey {
+    /// `runs/<config name>/` (state directories written before runs were kept by content).
+    #[default]
+    Name,
+    /// `runs/<config hash>/`.
+    Hash,
+}
+
+impl RunDirKey {
+    fn is_name(&self) -> bool {
+        *self == RunDirKey::Name
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -96,7 +124,23 @@ impl Attempt {
             events_offset: 0,
             events_mine: false,
             live: None,
+            run_dir: RunDirKey::Hash,
+            log_tail: None,
         }
+    }
+
+    /// The job's log, relative to the experiment's state directory (where
+    /// the built-in template writes it: `#SBATCH --output`).
+    pub fn log_rel(&self) -> String {
+        format!("submissions/{}/{}.out", self.submission, self.task_id)
+    }
+
+    /// The job's exit code says its script could not start the worker
+    /// (`exec` of a missing or non-executable file: 127, 126): no result can
+    /// come, however late the filesystem shows it.
+    pub fn exec_failed(&self) -> bool {
+        let code = self.history.iter().rev().find_map(|h| h.detail.as_deref());
+        code.and_then(|c| c.split(':').next()).is_some_and(|rc| rc == "127" || rc == "126")
     }
 
     /// Whether this attempt still occupies the config (queued, running, or an
@@ -167,6 +211,36 @@ pub struct ConfigRecord {
 impl ConfigRecord {
     pub fn latest(&self) -> Option<&Attempt> {
         self.attempts.iter().rev().find(|a| !a.abandoned)
+    }
+    /// Where `attempt`'s worker writes its events, relative to the state
+    /// directory of the experiment (`None`: a name that cannot be a path).
+    pub fn events_rel(&self, attempt: &Attempt) -> Option<String> {
+        match attempt.run_dir {
+            RunDirKey::Hash => Some(spec::run::events_rel(&spec::run::ConfigHash(self.hash.clone()))),
+            RunDirKey::Name => {
+                crate::fsio::safe_component(&self.name).then(|| format!("runs/{}/events.jsonl", self.name))
+            }
+        }
+    }
+    /// Why the latest attempt failed, when it did: the worker's message, or,
+    /// for a job that failed before or outside the worker, its exit code and
+    /// its log's last line, then (further lines) the log's last lines.
+    pub fn failure_cause(&self) -> Option<String> {
+        match &self.result {
+            Some(res) if res.status == RunStatus::Failed => return res.message.clone(),
+            Some(_) => return None,
+            None => {}
+        }
+        let a = self.latest()?;
+        let tail = a.log_tail.as_deref()?;
+        let code = a.history.iter().rev().find_map(|h| h.detail.as_deref()).unwrap_or("?");
+        // The first line says it all (reports show only it); then the log's end.
+        let log = a.log_rel();
+        Some(match tail.lines().last() {
+            None => format!("exit code {code} and no result from the worker; its log {log} is empty or missing"),
+            Some(last) if last == tail => format!("{last} (exit code {code}, no result from the worker)\nlog: {log}"),
+            Some(last) => format!("{last} (exit code {code}, no result from the worker)\nthe end of {log}:\n{tail}"),
+        })
     }
     /// Some attempt still occupies the config (queued, running, or an
     /// unsettled intent): nothing may submit it again.

@@ -234,6 +234,17 @@ pub(crate) fn cluster_name(opts: &Options, sweep: &Sweep, st: Option<&StoredSwee
         .unwrap_or_else(|| "local".into())
 }
 
+/// Seconds an ended job's missing result is awaited on `target`: the
+/// `--result-grace` for a cluster whose files reach this machine through a
+/// shared filesystem or SFTP, none for `local` processes writing this
+/// machine's disk (nothing can arrive late there).
+pub(crate) fn result_grace_s(opts: &Options, target: &Target) -> f64 {
+    match target.config.transport {
+        crate::cluster::TransportKind::Local => 0.0,
+        _ => opts.result_grace.as_secs_f64(),
+    }
+}
+
 pub(crate) fn same_file(local: &Path, remote: &str) -> bool {
     std::path::absolute(local).map(|p| p == Path::new(remote)).unwrap_or(false)
 }

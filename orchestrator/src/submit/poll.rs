@@ -4,7 +4,7 @@
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-use super::pull::pull_events;
+use super::pull::{pull_events, pull_logs};
 use super::{blocking, CommandError, Target};
 use crate::fsio;
 use crate::state::intent::IntentState;
@@ -73,6 +73,7 @@ pub(crate) async fn update(
     let poll = blocking(&target.transport, move |t| t.poll(&names, since)).await?;
     let changed = apply(st, records, &poll)?;
     let got = pull_events(st, target, records, sweep, &changed, settle, grace_s).await;
+    pull_logs(st, target, records, &sweep.experiment.name, grace_s).await;
     Ok(PollSummary {
         commands: poll.commands,
         errors: poll.errors,

@@ -22,7 +22,7 @@ use super::{blocking, same_file, Target};
 use crate::collect::{complete_lines, parse_events, to_record, WorkerOutcome};
 use crate::fsio;
 use crate::slurm::{Activity, JobId, SlurmState};
-use crate::state::{self, Attempt, ConfigRecord, StateDir};
+use crate::state::{Attempt, ConfigRecord, StateDir};
 use crate::sweep::Sweep;
 
 /// What one collection pass read.
@@ -43,6 +43,7 @@ pub(crate) fn awaiting_result(a: &Attempt, grace_s: f64, now: f64) -> bool {
     let Some(state) = &a.state else { return false };
     matches!(state, SlurmState::Failed | SlurmState::OutOfMemory | SlurmState::Completed)
         && !matches!(a.worker, WorkerOutcome::Result(_))
+        && !a.exec_failed()
         && ended_at(a).is_some_and(|t| now - t < grace_s)
 }
 
@@ -83,13 +84,14 @@ pub(crate) async fn pull_events(
             continue;
         }
         let Some(cfg) = configs.get(r.hash.as_str()) else { continue };
-        if !state::valid_experiment_name(&cfg.name) {
+        let Some(rel) = r.events_rel(latest) else {
             continue; // not a safe path component: the worker cannot have written it either
-        }
-        // A new attempt reads on from where the one before it stopped.
-        let prev_offset = r.attempts.iter().filter(|a| !a.abandoned).rev().nth(1).map_or(0, |a| a.events_offset);
+        };
+        // A new attempt reads on from where the one before it (in the same run directory) stopped.
+        let prev = r.attempts.iter().filter(|a| !a.abandoned).rev().nth(1);
+        let prev_offset = prev.filter(|a| a.run_dir == latest.run_dir).map_or(0, |a| a.events_offset);
         let offset = latest.events_offset.max(prev_offset);
-        let remote = format!("{remote_state}/{}/runs/{}/events.jsonl", sweep.experiment.name, cfg.name);
+        let remote = format!("{remote_state}/{}/{rel}", sweep.experiment.name);
         let data = match blocking(&target.transport, {
             let remote = remote.clone();
             move |t| t.files().read_from(&remote, offset)
@@ -111,7 +113,7 @@ pub(crate) async fn pull_events(
         if let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) {
             a.events_offset = offset + used as u64;
         }
-        let local = st.path(&format!("runs/{}/events.jsonl", cfg.name));
+        let local = st.path(&rel);
         if used > 0 && !same_file(&local, &remote) {
             if let Err(e) = append_local(&local, offset, &data[..used]) {
                 tracing::warn!("{}: {e}", local.display());
@@ -127,6 +129,54 @@ pub(crate) async fn pull_events(
         }
     }
     got
+}
+
+/// Lines of a job log kept as its cause of failure.
+const LOG_TAIL_LINES: usize = 5;
+
+/// Reads, once, the log tail of each latest attempt that ended without a
+/// result from the worker and can get none any more (its grace is over, or
+/// `exec` of the worker failed): what `status`, `--json` and the report show
+/// as its cause. Returns how many were read.
+pub(crate) async fn pull_logs(
+    st: &StateDir,
+    target: &Target,
+    records: &mut BTreeMap<String, ConfigRecord>,
+    experiment: &str,
+    grace_s: f64,
+) -> u32 {
+    let Ok(remote_state) = blocking(&target.transport, |t| t.files().remote_state_root()).await else { return 0 };
+    let now = fsio::now();
+    let mut read = 0;
+    for r in records.values_mut() {
+        let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) else { continue };
+        let ended_without_result = a.state.as_ref().is_some_and(|s| s.is_ended() && *s != SlurmState::Cancelled)
+            && !matches!(a.worker, WorkerOutcome::Result(_));
+        if !ended_without_result || a.log_tail.is_some() || awaiting_result(a, grace_s, now) {
+            continue;
+        }
+        let remote = format!("{remote_state}/{experiment}/{}", a.log_rel());
+        let bytes = match blocking(&target.transport, move |t| t.files().get_file(&remote)).await {
+            Ok(b) => b.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!("cannot read the log of {}: {e}", r.name);
+                continue;
+            }
+        };
+        read += 1;
+        a.log_tail = Some(log_tail(&bytes));
+        if let Err(e) = st.save_record(r) {
+            tracing::warn!("{e}");
+        }
+    }
+    read
+}
+
+/// The last [`LOG_TAIL_LINES`] non-empty lines of a log ("" when it has none).
+pub fn log_tail(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.lines().map(str::trim_end).filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
 /// Appends the bytes read from `offset` to the local copy (which then holds
@@ -281,6 +331,18 @@ mod tests {
         let mut c = attempt(Some("11"), Some(SlurmState::Cancelled));
         c.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Cancelled, detail: None });
         assert!(!awaiting_result(&c, 120.0, 150.0), "a cancelled task needs no result");
+        // `exec` of the worker failed (exit 127: not found): no result can come.
+        let mut e = attempt(Some("11"), Some(SlurmState::Failed));
+        e.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Failed, detail: Some("127:0".into()) });
+        assert!(e.exec_failed());
+        assert!(!awaiting_result(&e, 120.0, 150.0), "the worker never ran");
+    }
+
+    #[test]
+    fn a_log_tail_is_its_last_non_empty_lines() {
+        let log = b"line 1\nline 2\n\nline 3\nline 4\nline 5\n/w/job.sbatch: line 40: exec: worker: not found\n\n";
+        assert_eq!(log_tail(log), "line 2\nline 3\nline 4\nline 5\n/w/job.sbatch: line 40: exec: worker: not found");
+        assert_eq!(log_tail(b""), "");
     }
 
     #[test]

@@ -9,8 +9,8 @@ use super::arrays::{prepare_arrays, Placement, Prepared};
 use super::protocol;
 use super::pull::awaiting_result;
 use super::{
-    allowed, blocking, cluster_name, open_target, prepare, same_file, template_dirs, CommandError, Options,
-    StoredSweep, Target,
+    allowed, blocking, cluster_name, open_target, prepare, result_grace_s, same_file, template_dirs, CommandError,
+    Options, StoredSweep, Target,
 };
 use crate::collect::WorkerOutcome;
 use crate::fsio;
@@ -20,7 +20,7 @@ use crate::slurm::{JobId, SlurmState};
 use crate::state::intent::{IntentEvent, IntentState};
 use crate::state::{Attempt, Change, ConfigRecord, StateDir};
 use crate::sweep::{Sweep, SweepConfig};
-use crate::transport::{CounterSnapshot, TransportError};
+use crate::transport::{CounterSnapshot, TransportError, WorkerProbe};
 
 /// Summary of a submit/resume.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -147,11 +147,11 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
     }
     let tried: Vec<&Attempt> = r.attempts.iter().filter(|a| !a.abandoned).collect();
     let last = tried.last()?;
-    if awaiting_result(last, opts.result_grace.as_secs_f64(), fsio::now()) {
+    let grace_s = opts.result_grace.as_secs_f64();
+    if awaiting_result(last, grace_s, fsio::now()) {
         return Some(format!(
-            "ended {} without a visible result yet; read again for {:.0} s (shared filesystem lag)",
+            "ended {} without a visible result yet; read again for {grace_s:.0} s (shared filesystem lag)",
             last.state.as_ref().map(|s| s.to_string()).unwrap_or_default(),
-            opts.result_grace.as_secs_f64()
         ));
     }
     let state = last.state.clone().unwrap_or(SlurmState::Pending);
@@ -181,6 +181,41 @@ fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
     }
 }
 
+/// Refuses to submit jobs whose worker cannot start: each would fail with
+/// `exec: worker: not found` and say so only in its SLURM log.
+async fn check_worker(target: &Target, worker: &str) -> Result<(), CommandError> {
+    let probe = {
+        let worker = worker.to_string();
+        blocking(&target.transport, move |t| t.files().probe_worker(&worker)).await?
+    };
+    match probe {
+        WorkerProbe::Runs(version) => {
+            tracing::info!("worker on `{}`: {worker} ({version})", target.name);
+            Ok(())
+        }
+        WorkerProbe::Fails(why) => {
+            let fix = if target.name == "local" {
+                "build it beside the orchestrator (`cargo build --release -p worker`), put it on PATH \
+                 (`cargo install --path worker`), or name it with `worker:` for `local` in clusters.yaml"
+                    .to_string()
+            } else {
+                format!(
+                    "install it with `orchestrator install --cluster {}`, or set `worker:` in clusters.yaml",
+                    target.name
+                )
+            };
+            Err(CommandError::Refused(format!(
+                "the worker `{worker}` does not run on cluster `{}`: {why}; nothing was submitted. {fix}",
+                target.name
+            )))
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
 /// `submit` (never-submitted configs only) and `resume` (also retryable ended ones).
 pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<SubmitReport, CommandError> {
     let t0 = Instant::now();
@@ -188,6 +223,8 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     let cluster = cluster_name(opts, sweep, prev.as_ref());
     let target = open_target(opts, &cluster)?;
+    let grace_s = result_grace_s(opts, &target);
+    let opts = &Options { result_grace: std::time::Duration::from_secs_f64(grace_s), ..opts.clone() };
     let mut records = prepare(&st, sweep, &cluster)?;
     let before = target.transport.counters();
     let mut report = SubmitReport::default();
@@ -197,7 +234,7 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     let settled = protocol::reconcile(&st, &target, &mut records, true).await?;
     report.merge(settled);
     if resume {
-        let _ = super::poll::update(&st, &target, &mut records, sweep, true, opts.result_grace.as_secs_f64()).await?;
+        let _ = super::poll::update(&st, &target, &mut records, sweep, true, grace_s).await?;
     }
 
     let mut todo: Vec<&SweepConfig> = Vec::new();
@@ -220,6 +257,16 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
         let first_seq = st.load_submissions()?.len() + 1;
         let place = Placement { remote_state: &remote_state, worker: &worker, max_array, first_seq };
         let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| st.submission_dir(sid))?;
+        // A job script that runs no worker (a user's own template) needs none.
+        if prepared.iter().any(|p| p.files.iter().any(|(_, bytes)| contains(bytes, worker.as_bytes()))) {
+            if let Err(e) = check_worker(&target, &worker).await {
+                // Nothing was recorded: the rendered files go too.
+                for p in &prepared {
+                    let _ = std::fs::remove_dir_all(st.submission_dir(&p.sub.id));
+                }
+                return Err(e);
+            }
+        }
         send(&st, &target, &mut records, prepared, &mut report).await?;
     }
     let after = target.transport.counters();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::poll::{update, PollSummary};
 use super::pull::awaiting_result;
-use super::{open_target, protocol, stored_sweep, CommandError, Options};
+use super::{open_target, protocol, result_grace_s, stored_sweep, CommandError, Options};
 use crate::fsio;
 use crate::precheck::Verdict;
 use crate::slurm::Activity;
@@ -30,6 +30,9 @@ pub struct StatusRow {
     pub peak_gib: Option<f64>,
     /// The phase the worker reports (live while RUNNING, where it stopped after).
     pub phase: Option<String>,
+    /// Why the latest attempt failed: the worker's message, or, for a job
+    /// that failed before or outside the worker, its log's last lines.
+    pub cause: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -70,6 +73,7 @@ impl StatusReport {
                 }
             );
         }
+        s += &self.causes();
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for r in &self.rows {
             *counts.entry(r.state.as_str()).or_default() += 1;
@@ -85,6 +89,31 @@ impl StatusReport {
                 format!(" (warnings: {})", self.poll.errors.join("; "))
             }
         );
+        s
+    }
+}
+
+impl StatusReport {
+    /// Why configs failed, those failing alike (a missing library) under one heading.
+    fn causes(&self) -> String {
+        let mut causes: Vec<(&str, Vec<&str>)> = Vec::new();
+        for r in &self.rows {
+            let Some(cause) = r.cause.as_deref() else { continue };
+            match causes.iter_mut().find(|(c, _)| c.lines().next() == cause.lines().next()) {
+                Some((_, names)) => names.push(&r.name),
+                None => causes.push((cause, vec![&r.name])),
+            }
+        }
+        let mut s = String::new();
+        for (cause, names) in causes {
+            s += &match names.len() {
+                1 => format!("why {} failed:\n", names[0]),
+                n => format!("why {n} configs failed ({}), as {} did:\n", names.join(", "), names[0]),
+            };
+            for line in cause.lines() {
+                s += &format!("  {line}\n");
+            }
+        }
         s
     }
 }
@@ -127,6 +156,7 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
             result: r.result_status().map(|s| s.name().to_string()),
             peak_gib: peak,
             phase,
+            cause: r.failure_cause(),
         });
     }
     out
@@ -153,6 +183,7 @@ pub fn unsubmitted(sweep: &Sweep, state_root: &std::path::Path) -> StatusReport 
                 result: None,
                 peak_gib: None,
                 phase: None,
+                cause: None,
             }
         })
         .collect();
@@ -193,7 +224,7 @@ pub async fn status(
             let st = StateDir::open(&opts.state_root, experiment, opts.lock_wait)?;
             let mut records = st.repair()?;
             protocol::reconcile(&st, &target, &mut records, false).await?;
-            let grace = opts.result_grace.as_secs_f64();
+            let grace = result_grace_s(opts, &target);
             let poll = update(&st, &target, &mut records, &stored.sweep, false, grace).await?;
             let rows = rows(&stored.sweep, &records);
             // Settled: nothing queued, running or unresolved, and no ended job's result still in flight.

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{FileStore, Shell, TransportError};
+use super::{FileStore, Shell, TransportError, WorkerProbe};
 use crate::cluster::ClusterConfig;
 
 /// Files on the cluster through a [`Shell`], relative to the cluster's `work_dir`.
@@ -79,6 +79,11 @@ impl FileStore for Files {
         parse_digest(&out.stdout).map(Some).ok_or_else(|| {
             TransportError::Other(format!("unexpected `stat`/`sha256sum` output for {path}: {:?}", out.stdout))
         })
+    }
+
+    fn probe_worker(&self, path: &str) -> Result<WorkerProbe, TransportError> {
+        let out = self.shell.run(&[path.to_string(), "--version".to_string()], true)?;
+        Ok(WorkerProbe::from_exit(out.status, &out.stdout, &out.stderr))
     }
 }
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::{CounterSnapshot, Counters, FileStore, Poll, Scheduler, Transport, TransportError};
+use super::{CounterSnapshot, Counters, FileStore, Poll, Scheduler, Transport, TransportError, WorkerProbe};
 use crate::cluster::ClusterConfig;
 use crate::slurm::{expand_ranges, JobId, SlurmState, TaskObservation};
 
@@ -221,11 +221,8 @@ impl FileStore for LocalTransport {
             return Ok(w.clone());
         }
         // The worker built beside this binary (target/<profile>/worker), else PATH.
-        let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("worker")));
-        Ok(match beside {
-            Some(p) if p.exists() => p.to_string_lossy().into_owned(),
-            _ => "worker".into(),
-        })
+        let beside = beside_exe();
+        Ok(if beside.is_file() { beside.to_string_lossy().into_owned() } else { "worker".into() })
     }
 
     fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
@@ -255,6 +252,27 @@ impl FileStore for LocalTransport {
             Err(e) => Err(ferr(Path::new(path), e)),
         }
     }
+
+    fn probe_worker(&self, path: &str) -> Result<WorkerProbe, TransportError> {
+        match std::process::Command::new(path).arg("--version").output() {
+            Ok(out) => Ok(WorkerProbe::from_exit(
+                out.status.code().unwrap_or(-1),
+                &String::from_utf8_lossy(&out.stdout),
+                &String::from_utf8_lossy(&out.stderr),
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(WorkerProbe::Fails(if path.contains('/') {
+                format!("no such file: {path}")
+            } else {
+                format!("`{path}` is neither beside the orchestrator ({}) nor on PATH", beside_exe().display())
+            })),
+            Err(e) => Ok(WorkerProbe::Fails(e.to_string())),
+        }
+    }
+}
+
+/// Where the local cluster looks for the worker first: beside this binary.
+fn beside_exe() -> std::path::PathBuf {
+    std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("worker"))).unwrap_or_else(|| "worker".into())
 }
 
 impl Scheduler for LocalTransport {

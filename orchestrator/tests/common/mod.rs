@@ -64,17 +64,29 @@ pub fn text(out: &Output) -> String {
 }
 
 /// The worker binary of this build: tests run from `target/<profile>/deps/`,
-/// binaries sit in `target/<profile>/`.
+/// binaries sit in `target/<profile>/`. A fresh clone's `cargo test` has
+/// not built it (cargo builds only the tested package's binaries): then it
+/// is built here, once, with the cargo that runs the tests.
 pub fn worker_binary() -> PathBuf {
+    static BUILD: Mutex<()> = Mutex::new(());
     let exe = std::env::current_exe().expect("test executable path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
     let w = profile_dir.join("worker");
-    assert!(
-        w.is_file(),
-        "no worker binary at {}: build the worker first: cargo build -p worker \
-         (scripts/test.sh builds the whole workspace before testing)",
-        w.display()
-    );
+    let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    if !w.is_file() {
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        eprintln!(
+            "building the worker for this test (cargo build -p worker{})",
+            if release { " --release" } else { "" }
+        );
+        let mut build = Command::new(env!("CARGO"));
+        build.args(["build", "-p", "worker", "--locked"]).current_dir(env!("CARGO_MANIFEST_DIR"));
+        if release {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
+        assert!(status.success() && w.is_file(), "cargo build -p worker failed; no worker at {}", w.display());
+    }
     w
 }
 

@@ -205,7 +205,7 @@ fn run_with_setup(
     opts: &RunOptions,
     setup: impl FnOnce() -> Result<backend::Prepared, backend::BackendError>,
 ) -> Result<Outcome, RunError> {
-    let path = events_path(&opts.state_dir, &cfg.experiment, &cfg.name);
+    let path = events_path(&opts.state_dir, cfg);
     let log = Arc::new(EventLog::open(&path).map_err(|source| RunError::Events { path: path.clone(), source })?);
     let ev_err = |source| RunError::Events { path: path.clone(), source };
 

@@ -18,7 +18,7 @@ pub fn run_worker(dir: &Path, cfg: &RunConfig) -> (ExitStatus, Vec<Event>) {
         .arg(dir)
         .status()
         .unwrap();
-    let events = dir.join(&cfg.experiment).join("runs").join(&cfg.name).join("events.jsonl");
+    let events = dir.join(&cfg.experiment).join(cfg.events_rel());
     let text = std::fs::read_to_string(events).unwrap();
     (status, text.lines().map(|l| serde_json::from_str(l).unwrap()).collect())
 }

@@ -1,0 +1,159 @@
+//! What the tool tells a user about a sweep on the built-in `local` cluster is
+//! true (issue 19), through the real `orchestrator` and `worker` binaries:
+//! runs stay with the config that made them, and a job that cannot start says
+//! why.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const EXPERIMENT: &str = "\
+name: truths
+description: two tiny configs for the local cluster
+gpu: A100-40GB
+precision: fp32
+runtime: burn-flex
+batch: 1
+input: {channels: 1, spatial: [16, 16, 16]}
+output_channels: 1
+model: {family: unet, channels: [32, 64], attention_levels: [false, true], num_res_blocks: 1, num_head_channels: 32}
+sweep:
+  configs:
+    - {name: unet_2L, model: {family: unet, channels: [32, 64], attention_levels: [false, true], num_res_blocks: 1, num_head_channels: 32}}
+    - {name: dit_p4, model: {family: dit, hidden: 64, heads: 4, depth: 2, patch: 4}}
+";
+
+fn orchestrator(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(args)
+        .args(["--state-dir", "state"])
+        .current_dir(dir)
+        .output()
+        .expect("orchestrator runs")
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = orchestrator(dir, args);
+    assert!(out.status.success(), "orchestrator {args:?} failed:\n{}", common::text(&out));
+    common::text(&out)
+}
+
+/// Submits `file` and waits until every config has ended.
+fn run(dir: &Path, file: &str) {
+    ok(dir, &["submit", file]);
+    ok(dir, &["status", "truths", "--watch", "--interval", "0.2", "--max-interval", "1"]);
+}
+
+fn report_rows(dir: &Path) -> Vec<serde_json::Value> {
+    let json: serde_json::Value = serde_json::from_str(
+        &String::from_utf8(orchestrator(dir, &["report", "truths", "--json"]).stdout).expect("utf-8"),
+    )
+    .expect("report --json is JSON");
+    json["rows"].as_array().expect("rows").clone()
+}
+
+#[test]
+fn an_edited_config_gets_its_own_run_and_the_old_one_keeps_its_measurement() {
+    common::worker_binary();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    std::fs::write(dir.join("truths.yaml"), EXPERIMENT).expect("experiment");
+    run(dir, "truths.yaml");
+    let before = report_rows(dir);
+    let old = before.iter().find(|r| r["name"] == "unet_2L").expect("unet_2L row").clone();
+    assert_eq!(old["status"], "ok", "{old}");
+
+    // The same name, another computation.
+    let edited = EXPERIMENT.replacen(
+        "{name: unet_2L, model: {family: unet, channels: [32, 64]",
+        "{name: unet_2L, model: {family: unet, channels: [32, 128]",
+        1,
+    );
+    std::fs::write(dir.join("truths.yaml"), edited).expect("edited experiment");
+    run(dir, "truths.yaml");
+    let after = report_rows(dir);
+
+    let new = after.iter().find(|r| r["name"] == "unet_2L").expect("the edited unet_2L");
+    let earlier =
+        after.iter().find(|r| r["name"] == "unet_2L (earlier version)").expect("the earlier unet_2L, named so");
+    assert_ne!(new["id"], earlier["id"]);
+    assert_eq!(earlier["id"], old["id"]);
+    // The earlier version keeps what it measured; the new one has its own figures.
+    for key in ["params", "peak_gib", "wall_s"] {
+        assert_eq!(earlier[key], old[key], "{key} of the earlier version changed: {earlier}");
+    }
+    assert!(new["params"].as_u64() > old["params"].as_u64(), "wider channels, more parameters: {new}");
+    assert_ne!(new["peak_gib"], old["peak_gib"]);
+    // Each run in its own directory, by what ran.
+    for row in [new, earlier] {
+        let id = row["id"].as_str().expect("hash");
+        assert!(dir.join(format!("state/truths/runs/{id}/events.jsonl")).is_file(), "runs/{id}");
+    }
+}
+
+/// A `local` cluster named `laptop` whose worker is `worker` (a path).
+fn laptop(dir: &Path, worker: &Path) {
+    let clusters = format!("clusters:\n  laptop:\n    transport: local\n    worker: {}\n", worker.display());
+    std::fs::write(dir.join("clusters.yaml"), clusters).expect("clusters file");
+    std::fs::write(dir.join("truths.yaml"), format!("cluster: laptop\n{EXPERIMENT}")).expect("experiment");
+}
+
+#[test]
+fn a_worker_that_cannot_run_is_refused_before_anything_is_submitted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    laptop(dir, &dir.join("bin/worker"));
+    let out = orchestrator(dir, &["submit", "truths.yaml", "--clusters", "clusters.yaml"]);
+    let text = common::text(&out);
+    assert!(!out.status.success(), "submitted with no worker:\n{text}");
+    assert!(text.contains("does not run on cluster `laptop`"), "{text}");
+    assert!(text.contains("nothing was submitted"), "{text}");
+    assert!(text.contains(&format!("no such file: {}", dir.join("bin/worker").display())), "{text}");
+    assert!(
+        !dir.join("state/truths/submissions").exists()
+            || std::fs::read_dir(dir.join("state/truths/submissions")).expect("dir").next().is_none()
+    );
+}
+
+#[test]
+fn a_job_that_fails_before_the_worker_says_why_and_is_retried_at_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    // Starts for `--version` (as on a login node), but not on the "compute
+    // node": the dynamic loader's message and exit status when a library is missing.
+    let fake = dir.join("worker.sh");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'worker 0.1.0'; exit 0; }\n\
+         echo 'worker: error while loading shared libraries: libvulkan.so.1: cannot open shared object file' >&2\nexit 127\n",
+    )
+    .expect("fake worker");
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    laptop(dir, &fake);
+    ok(dir, &["submit", "truths.yaml", "--clusters", "clusters.yaml"]);
+    ok(
+        dir,
+        &["status", "truths", "--clusters", "clusters.yaml", "--watch", "--interval", "0.2", "--max-interval", "1"],
+    );
+
+    let status = ok(dir, &["status", "truths", "--clusters", "clusters.yaml"]);
+    let why = "why 2 configs failed (unet_2L, dit_p4), as unet_2L did:\n  worker: error while loading shared \
+               libraries: libvulkan.so.1: cannot open shared object file (exit code 127:0, no result from the \
+               worker)\n  log: submissions/";
+    assert!(status.contains(why), "{status}");
+    let json = ok(dir, &["status", "truths", "--clusters", "clusters.yaml", "--json"]);
+    let first: serde_json::Value = serde_json::from_str(json.lines().next().expect("a row")).expect("status --json");
+    let cause = first["cause"].as_str().expect("a cause in --json");
+    assert!(cause.contains("libvulkan.so.1"), "{cause}");
+    let report = report_rows(dir);
+    let detail = report[0]["detail"].as_str().expect("a detail in the report");
+    assert!(detail.contains("libvulkan.so.1"), "{detail}");
+
+    // The worker never ran: no result can arrive late, so no lag grace (a
+    // local disk has none anyway) and no refusal.
+    let retried = ok(dir, &["resume", "truths", "--clusters", "clusters.yaml", "--retry-failed"]);
+    assert!(!retried.contains("shared filesystem lag"), "{retried}");
+    assert!(retried.contains("submitted 2 configs"), "{retried}");
+}
