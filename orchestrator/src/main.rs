@@ -183,6 +183,15 @@ fn run(command: Command) -> Result<()> {
             } else {
                 print!("{}", plan::table(&sweep, &rows));
                 println!("calibration: {source}");
+                let cluster = submit::ClusterChoice::of(None, &sweep, None);
+                println!("cluster: {cluster}");
+                if cluster.check(&sweep).is_err() {
+                    println!(
+                        "note: planned for {}, so `submit` will not run it on this CPU: name its cluster \
+                         (`cluster:` or --cluster NAME), or pass --cluster local",
+                        sweep.experiment.gpu
+                    );
+                }
             }
         }
         Command::Predict { records, calibration, budget_gb } => {

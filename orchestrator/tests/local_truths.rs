@@ -157,3 +157,24 @@ fn a_job_that_fails_before_the_worker_says_why_and_is_retried_at_once() {
     assert!(!retried.contains("shared filesystem lag"), "{retried}");
     assert!(retried.contains("submitted 2 configs"), "{retried}");
 }
+
+#[test]
+fn an_experiment_for_a_gpu_does_not_run_on_this_cpu_unless_asked() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let exp9 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/exp9.yaml");
+    let exp9 = exp9.to_str().expect("utf-8 path");
+    let plan = ok(dir, &["plan", exp9]);
+    assert!(plan.contains("cluster: local (none named: the built-in cluster, this machine's CPU)"), "{plan}");
+    assert!(plan.contains("note: planned for A100-SXM4-80GB, so `submit` will not run it on this CPU"), "{plan}");
+    let out = orchestrator(dir, &["submit", exp9]);
+    let text = common::text(&out);
+    assert!(!out.status.success(), "exp9 (an A100 experiment) was submitted to this CPU:\n{text}");
+    assert!(text.contains("names no cluster and is planned for A100-SXM4-80GB"), "{text}");
+    assert!(text.contains("--cluster local to run it here anyway"), "{text}");
+    assert!(!dir.join("state/exp9").exists(), "a refused submit leaves no state");
+    // An experiment for the CPU runtime runs where it is, and says where.
+    std::fs::write(dir.join("truths.yaml"), EXPERIMENT).expect("experiment");
+    let submitted = ok(dir, &["submit", "truths.yaml"]);
+    assert!(submitted.contains("cluster: local (none named: the built-in cluster, this machine's CPU)"), "{submitted}");
+}

@@ -45,6 +45,14 @@ impl fmt::Display for Spatial {
     }
 }
 
+/// `8x64x64x40 (C,H,W,D)`: the one way plans, advice and reports write an
+/// input (the spatial part as [`Spatial`] writes it, the group's order).
+impl fmt::Display for Input {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{} (C,H,W,D)", self.channels, self.spatial)
+    }
+}
+
 /// What the model sees: channels and spatial extent (batch lives on `RunConfig`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -69,8 +69,7 @@ pub fn params_of(cfg: &RunConfig) -> Option<u64> {
     spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).ok()
 }
 
-/// `8x40x64x64`-style label of an input shape (C x D x H x W), for grouping.
+/// `8x64x64x40 (C,H,W,D)`: an input shape, for grouping (as reports write it).
 pub fn input_label(cfg: &RunConfig) -> String {
-    let s = cfg.input.spatial;
-    format!("{}x{}x{}x{} (C,D,H,W)", cfg.input.channels, s.d, s.h, s.w)
+    cfg.input.to_string()
 }

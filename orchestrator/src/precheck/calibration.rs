@@ -165,6 +165,12 @@ impl Runtime {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Whether it predicts for a run on a CPU (`burn-flex`): an experiment
+    /// that says so may run on this machine without being told to.
+    pub fn is_cpu(&self) -> bool {
+        self.0 == "burn-flex"
+    }
 }
 
 impl Default for Runtime {

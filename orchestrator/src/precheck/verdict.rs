@@ -165,14 +165,18 @@ impl Verdict {
     }
 }
 
-/// Memory for people: `49.8G` with one decimal, `85M` (MiB) below one GiB so
-/// small configs do not all read `0.0G`.
+/// Memory for people, always in GiB (`G`, as the reports write it): `49.8G`
+/// with one decimal, two significant digits below one GiB (`0.070G`,
+/// `0.0035G`) so small configs do not all read `0.0G`. Never `M`: the
+/// parameter counts beside it are millions.
 pub fn memory(gib: f64) -> String {
-    if gib >= 1.0 {
-        format!("{gib:.1}G")
-    } else {
-        format!("{:.0}M", gib * 1024.0)
-    }
+    let decimals = match gib {
+        g if g >= 1.0 => 1,
+        g if g >= 0.1 => 2,
+        g if g >= 0.01 => 3,
+        _ => 4,
+    };
+    format!("{gib:.decimals$}G")
 }
 
 /// Where a measured peak is expected to lie for a prediction `p` with the

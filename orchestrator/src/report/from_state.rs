@@ -35,7 +35,8 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
             &own
         }
     };
-    let budget = sweep.experiment.budget_gb.unwrap_or(collect::BUDGET_GIB);
+    // The experiment's own budget, as plan and fit apply it; none: the GPU's capacity.
+    let budget = sweep.experiment.budget_gb.unwrap_or(sweep.experiment.gpu.capacity_gib());
     let shapes: BTreeSet<String> = sweep.configs.iter().map(|c| input_label(&c.config)).collect();
     let mut env = Environment::default();
     let mut rows = Vec::new();
@@ -77,9 +78,9 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
     })
 }
 
-/// `64x64x40 x8`: the input as a section heading.
+/// `input 8x64x64x40 (C,H,W,D)`: the input as a section heading.
 fn input_label(cfg: &RunConfig) -> String {
-    format!("input {} x{}", cfg.input.spatial, cfg.input.channels)
+    format!("input {}", cfg.input)
 }
 
 /// What a state row is read against: the state directory, the predictor and

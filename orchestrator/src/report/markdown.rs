@@ -179,8 +179,12 @@ fn header(out: &mut String, report: &Report) {
     let ckpt = joined(env.grad_ckpt.iter().map(|c| if *c { "on" } else { "off" }));
     let _ = writeln!(out, "| | |\n|---|---|");
     let _ = writeln!(out, "| Target GPU | {} ({:.1} GiB) |", joined(&report.gpus), report.capacity_gib);
-    let budget_note = if report.budget_set { "" } else { " (the group's policy; the experiment sets no `budget_gb`)" };
-    let _ = writeln!(out, "| Budget | {:.0} GB{budget_note} |", report.budget_gib);
+    if report.budget_set {
+        let _ = writeln!(out, "| Budget | {:.0} GB |", report.budget_gib);
+    } else {
+        let _ =
+            writeln!(out, "| Budget | none (the experiment sets no `budget_gb`: the limit is the GPU's capacity) |");
+    }
     let _ = writeln!(out, "| Measured on | {} |", joined(&env.devices));
     let _ = writeln!(out, "| Driver | {} |", joined(&env.drivers));
     let _ = writeln!(out, "| Backend | {} |", joined(&env.backends));

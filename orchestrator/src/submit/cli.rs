@@ -163,6 +163,9 @@ fn experiment_of(arg: &str, overrides: &[String], opts: &Options) -> Result<Swee
 }
 
 fn print_submit(r: &SubmitReport) {
+    if let Some(c) = &r.cluster {
+        println!("cluster: {c}");
+    }
     for (name, why) in &r.skipped {
         println!("skip   {name}: {why}");
     }

@@ -225,13 +225,68 @@ fn merged(prev: Option<StoredSweep>, sweep: &Sweep, records: &BTreeMap<String, C
     out
 }
 
-/// The cluster name for a sweep: command line, then the experiment file, then `local`.
+/// Where a sweep goes, and what said so.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterChoice {
+    pub name: String,
+    pub from: ClusterSource,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterSource {
+    /// `--cluster`.
+    CommandLine,
+    /// The cluster the experiment was first submitted to (its state says).
+    State,
+    /// The experiment file's `cluster:`.
+    Experiment,
+    /// None named: the built-in `local` (this machine's CPU).
+    Default,
+}
+
+impl ClusterChoice {
+    /// Command line, then the state, then the experiment file, then `local`.
+    pub fn of(cluster: Option<&str>, sweep: &Sweep, st: Option<&StoredSweep>) -> ClusterChoice {
+        let (name, from) = match (cluster, st, &sweep.experiment.cluster) {
+            (Some(c), _, _) => (c.to_string(), ClusterSource::CommandLine),
+            (None, Some(s), _) => (s.cluster.clone(), ClusterSource::State),
+            (None, None, Some(c)) => (c.clone(), ClusterSource::Experiment),
+            (None, None, None) => ("local".to_string(), ClusterSource::Default),
+        };
+        ClusterChoice { name, from }
+    }
+
+    /// Refuses the implicit `local` for an experiment that predicts for a GPU
+    /// runtime: its configs (tens of GiB) would run on this machine's CPU.
+    pub fn check(&self, sweep: &Sweep) -> Result<(), CommandError> {
+        if self.from != ClusterSource::Default || sweep.experiment.runtime.is_cpu() {
+            return Ok(());
+        }
+        Err(CommandError::Refused(format!(
+            "experiment `{}` names no cluster and is planned for {} (runtime `{}`): the default, the built-in \
+             `local` cluster, would run it on this machine's CPU. Name its cluster (`cluster:` in the file, or \
+             --cluster NAME), or pass --cluster local to run it here anyway",
+            sweep.experiment.name, sweep.experiment.gpu, sweep.experiment.runtime
+        )))
+    }
+}
+
+impl std::fmt::Display for ClusterChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let why = match self.from {
+            ClusterSource::CommandLine => "from --cluster",
+            ClusterSource::State => "where the experiment was first submitted",
+            ClusterSource::Experiment => "the experiment's `cluster:`",
+            ClusterSource::Default => "none named: the built-in cluster, this machine's CPU",
+        };
+        write!(f, "{} ({why})", self.name)
+    }
+}
+
+/// The cluster name for a sweep: command line, then the state, then the experiment file, then `local`.
 pub(crate) fn cluster_name(opts: &Options, sweep: &Sweep, st: Option<&StoredSweep>) -> String {
-    opts.cluster
-        .clone()
-        .or_else(|| st.map(|s| s.cluster.clone()))
-        .or_else(|| sweep.experiment.cluster.clone())
-        .unwrap_or_else(|| "local".into())
+    ClusterChoice::of(opts.cluster.as_deref(), sweep, st).name
 }
 
 /// Seconds an ended job's missing result is awaited on `target`: the

@@ -9,7 +9,7 @@ use super::arrays::{prepare_arrays, Placement, Prepared};
 use super::protocol;
 use super::pull::awaiting_result;
 use super::{
-    allowed, blocking, cluster_name, open_target, prepare, result_grace_s, same_file, template_dirs, CommandError,
+    allowed, blocking, open_target, prepare, result_grace_s, same_file, template_dirs, ClusterChoice, CommandError,
     Options, StoredSweep, Target,
 };
 use crate::collect::WorkerOutcome;
@@ -37,6 +37,8 @@ pub struct SubmitReport {
     /// Transport commands and file transfers this command used.
     pub counters: CounterSnapshot,
     pub wall_s: f64,
+    /// Where the sweep went, and what said so.
+    pub cluster: Option<ClusterChoice>,
 }
 
 /// Test-only: dies by SIGKILL right after sbatch returned, before anything is
@@ -219,15 +221,20 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// `submit` (never-submitted configs only) and `resume` (also retryable ended ones).
 pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<SubmitReport, CommandError> {
     let t0 = Instant::now();
+    if !opts.state_root.join(&sweep.experiment.name).join("sweep.json").exists() {
+        // Refused before the state directory is made: nothing to clean up.
+        ClusterChoice::of(opts.cluster.as_deref(), sweep, None).check(sweep)?;
+    }
     let st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
     let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
-    let cluster = cluster_name(opts, sweep, prev.as_ref());
+    let choice = ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
+    let cluster = choice.name.clone();
     let target = open_target(opts, &cluster)?;
     let grace_s = result_grace_s(opts, &target);
     let opts = &Options { result_grace: std::time::Duration::from_secs_f64(grace_s), ..opts.clone() };
     let mut records = prepare(&st, sweep, &cluster)?;
     let before = target.transport.counters();
-    let mut report = SubmitReport::default();
+    let mut report = SubmitReport { cluster: Some(choice), ..SubmitReport::default() };
 
     // Settle what a crash left, then learn the current states, before deciding anything.
     // An open intent's configs stay reserved (`ConfigRecord::live`) until SLURM answers by name.
