@@ -273,6 +273,7 @@ mod tests {
             name: hash.into(),
             verdict: Some(crate::precheck::VerdictKind::Fits),
             predicted_gib: Some(1.0),
+            calibration: None,
             attempts: vec![Attempt {
                 array_job_id: Some("7".into()),
                 submitted_at: Some(0.0),

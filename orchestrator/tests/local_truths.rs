@@ -80,9 +80,15 @@ fn an_edited_config_gets_its_own_run_and_the_old_one_keeps_its_measurement() {
     assert_ne!(new["id"], earlier["id"]);
     assert_eq!(earlier["id"], old["id"]);
     // The earlier version keeps what it measured; the new one has its own figures.
-    for key in ["params", "peak_gib", "wall_s"] {
+    for key in ["params", "peak_gib", "wall_s", "predicted_gib"] {
         assert_eq!(earlier[key], old[key], "{key} of the earlier version changed: {earlier}");
     }
+    // A measured run keeps the prediction made before it ran (a refit on
+    // the runs themselves must not make the report look in-sample).
+    let dit = |rows: &[serde_json::Value]| rows.iter().find(|r| r["name"] == "dit_p4").expect("dit_p4").clone();
+    assert_eq!(dit(&after)["predicted_gib"], dit(&before)["predicted_gib"]);
+    let md = std::fs::read_to_string(dir.join("state/truths/report/report.md")).expect("report.md");
+    assert!(md.contains("| Prediction | precheck at submission, before each run: `shipped burn-flex/fp32` |"), "{md}");
     assert!(new["params"].as_u64() > old["params"].as_u64(), "wider channels, more parameters: {new}");
     assert_ne!(new["peak_gib"], old["peak_gib"]);
     // Each run in its own directory, by what ran.

@@ -223,17 +223,26 @@ pub fn run_check(state_root: &Path) -> Result<()> {
     }
     writeln!(out, "calibration overlay {} (from {} measurement files)", path.display(), overlay.sources.len())?;
     let pct = |(m, p): (f64, f64)| format!("{:.1}% / {:.1}%", 100.0 * m, 100.0 * p);
-    let mut cells =
-        vec![["runtime on device", "runs", "oom", "shipped med/p90", "overlay med/p90 (held out)", "experiments"]
-            .map(String::from)
-            .to_vec()];
+    let mut cells = vec![[
+        "runtime on device",
+        "runs",
+        "oom",
+        "shipped med/p90",
+        "overlay med/p90 (held out)",
+        "overlay used for",
+        "experiments",
+    ]
+    .map(String::from)
+    .to_vec()];
     for e in overlay.entries.values() {
+        let used: Vec<&str> = e.families.iter().filter(|(_, f)| f.used).map(|(f, _)| f.name()).collect();
         cells.push(vec![
             format!("{} on {}", e.runtime, e.device),
             e.measured.to_string(),
             e.oom.to_string(),
             pct(e.shipped_error),
             pct(e.overlay_error),
+            if used.is_empty() { "none (not better held out)".into() } else { used.join(", ") },
             e.experiments.join(", "),
         ]);
     }

@@ -35,8 +35,10 @@ mod unet;
 mod uvit;
 mod verdict;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use spec::model::Family;
 use spec::{ModelSpec, Precision, RunConfig};
 
 pub use calibration::{runtime_key, Calibration, Coefficients, Runtime};
@@ -248,12 +250,24 @@ fn moment_terms(segs: &[Seg], moment: Moment, cache_bpp: f64, grad_bpp: f64, ter
     add("skip gradients waiting for the encoder", None, TermKind::Workspace, held);
 }
 
-/// Predicts peak memory for configs of every family with one runtime's coefficients.
+/// Predicts peak memory for configs of every family with one runtime's
+/// coefficients, or, for the families a local fit predicts better (held
+/// out), with that fit's.
 #[derive(Debug, Clone)]
 pub struct Predictor {
     runtime: String,
     coeffs: Coefficients,
     uncertainty: Option<Arc<Uncertainty>>,
+    local: Option<Arc<LocalFit>>,
+}
+
+/// Coefficients fitted on this site's runs ([`overlay`]) and the families
+/// they answer for.
+#[derive(Debug, Clone)]
+struct LocalFit {
+    coeffs: Coefficients,
+    uncertainty: Arc<Uncertainty>,
+    families: BTreeSet<Family>,
 }
 
 impl Predictor {
@@ -270,11 +284,25 @@ impl Predictor {
     pub fn from_calibration(cal: &Calibration, framework: &str, precision: Precision) -> Result<Self, PrecheckError> {
         let (key, coeffs) = cal.entry(framework, precision)?;
         let uncertainty = cal.uncertainty.get(&key).cloned().map(Arc::new);
-        Ok(Predictor { runtime: runtime_key(framework, precision), coeffs, uncertainty })
+        Ok(Predictor { runtime: runtime_key(framework, precision), coeffs, uncertainty, local: None })
     }
     /// Coefficients alone: the band is their single `rel_uncertainty`.
     pub fn new(runtime: impl Into<String>, coeffs: Coefficients) -> Self {
-        Predictor { runtime: runtime.into(), coeffs, uncertainty: None }
+        Predictor { runtime: runtime.into(), coeffs, uncertainty: None, local: None }
+    }
+    /// Predicts configs of `families` with `coeffs` and `uncertainty` (a
+    /// local fit), every other config as before.
+    pub fn with_local(mut self, coeffs: Coefficients, uncertainty: Uncertainty, families: BTreeSet<Family>) -> Self {
+        self.local =
+            (!families.is_empty()).then(|| Arc::new(LocalFit { coeffs, uncertainty: Arc::new(uncertainty), families }));
+        self
+    }
+    /// The coefficients and bands that answer for `cfg`.
+    fn fit_for(&self, cfg: &RunConfig) -> (&Coefficients, Option<&Uncertainty>) {
+        match &self.local {
+            Some(l) if l.families.contains(&cfg.model.family()) => (&l.coeffs, Some(&l.uncertainty)),
+            _ => (&self.coeffs, self.uncertainty.as_deref()),
+        }
     }
     pub fn with_uncertainty(mut self, u: Uncertainty) -> Self {
         self.uncertainty = Some(Arc::new(u));
@@ -308,9 +336,10 @@ impl Predictor {
         }
         let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels)?;
         let mut segs = Vec::with_capacity(64);
+        let (coeffs, _) = self.fit_for(cfg);
         let mut w = Walk {
-            c: &self.coeffs,
-            dt: self.coeffs.dtypes(cfg.precision),
+            c: coeffs,
+            dt: coeffs.dtypes(cfg.precision),
             batch: cfg.batch.max(1) as f64,
             ckpt: cfg.grad_ckpt,
             segs: &mut segs,
@@ -337,7 +366,7 @@ impl Predictor {
     }
 
     fn assemble(&self, params: u64, trainable: f64, cfg: &RunConfig, segs: &[Seg], with_terms: bool) -> Prediction {
-        let c = &self.coeffs;
+        let (c, uncertainty) = self.fit_for(cfg);
         let dt = c.dtypes(cfg.precision);
         let p = params as f64;
         let cache_bpp = if dt.autocast { 2.0 } else { 0.0 };
@@ -375,7 +404,7 @@ impl Predictor {
         let ema = 4.0 * trainable;
         let moments = 2.0 * dt.weight * trainable;
         let train = (fwd + moments + ema).max(stp + ema);
-        let (rel_uncertainty, distance) = match &self.uncertainty {
+        let (rel_uncertainty, distance) = match uncertainty {
             Some(u) => {
                 let a = u.assess(cfg, peak_phase);
                 (a.rel, a.distance)

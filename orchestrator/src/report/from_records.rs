@@ -82,6 +82,7 @@ pub fn from_records(records: &[MeasurementRecord], source: String, predictor: &P
         budget_set: true,
         precisions,
         predictor: predictor.runtime().to_string(),
+        predicted_by: BTreeSet::new(),
         env,
         rows,
     }

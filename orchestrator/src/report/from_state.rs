@@ -73,6 +73,11 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         budget_set: sweep.experiment.budget_gb.is_some(),
         precisions: sweep.configs.iter().map(|c| c.config.precision.to_string()).collect(),
         predictor: predictor.runtime().to_string(),
+        predicted_by: records
+            .values()
+            .filter(|r| r.predicted_gib.is_some())
+            .filter_map(|r| r.calibration.clone())
+            .collect(),
         env,
         rows,
     })

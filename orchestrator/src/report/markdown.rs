@@ -197,7 +197,12 @@ fn header(out: &mut String, report: &Report) {
     if !env.hosts.is_empty() {
         let _ = writeln!(out, "| Hosts | {} |", joined(&env.hosts));
     }
-    let _ = writeln!(out, "| Prediction | precheck, `{}` calibration |", report.predictor);
+    if report.predicted_by.is_empty() {
+        let _ = writeln!(out, "| Prediction | precheck, `{}` calibration |", report.predictor);
+    } else {
+        let by: Vec<String> = report.predicted_by.iter().map(|c| format!("`{c}`")).collect();
+        let _ = writeln!(out, "| Prediction | precheck at submission, before each run: {} |", by.join(", "));
+    }
     let _ = writeln!(out, "| Source | `{}` |", report.source);
     let runtime = report.predictor.split('/').next().unwrap_or("");
     if !env.backends.is_empty() && !env.backends.iter().any(|b| b == runtime || format!("burn-{b}") == runtime) {
@@ -222,11 +227,13 @@ fn counts(out: &mut String, report: &Report, summary: &Summary) {
         report.rows.len(),
         summary.counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ")
     );
+    let when =
+        if report.predicted_by.is_empty() { "as the precheck predicts it now" } else { "as predicted before the run" };
     let _ = writeln!(
         out,
         "GB = GiB. Model = after building the model, Fwd / Bwd = peak in forward / backward, \
          Total (Peak) = overall peak including the optimizer step. Predicted = the precheck's \
-         peak; Error = (predicted - measured) / measured.\n"
+         peak, {when}; Error = (predicted - measured) / measured.\n"
     );
 }
 

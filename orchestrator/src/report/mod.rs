@@ -181,6 +181,9 @@ pub struct Report {
     pub precisions: BTreeSet<String>,
     /// The predictor's runtime (`pytorch/bf16-amp`).
     pub predictor: String,
+    /// The calibrations that made the predictions submit stored, before
+    /// each run (empty: every prediction is made now, by `predictor`).
+    pub predicted_by: BTreeSet<String>,
     pub env: Environment,
     pub rows: Vec<Row>,
 }
@@ -327,6 +330,7 @@ pub fn json(report: &Report) -> serde_json::Value {
         "budget_set": report.budget_set,
         "precisions": report.precisions,
         "predictor": report.predictor,
+        "predicted_by": report.predicted_by,
         "env": report.env,
         "rows": rows,
         "summary": report.summary(),

@@ -8,6 +8,7 @@ use crate::precheck::Predictor;
 use crate::slurm::SlurmState;
 use crate::state::{Attempt, ConfigRecord, StateChange, StateDir, StoredSweep};
 use spec::record::MeasuredStatus;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 const GIB_U: u64 = 1 << 30;
@@ -79,6 +80,7 @@ fn fixture() -> Fixture {
             name: c.name.clone(),
             verdict: Some(v.kind()),
             predicted_gib: v.predicted_gib(),
+            calibration: None,
             attempts: vec![],
             result: None,
         };
@@ -378,6 +380,7 @@ pub(super) fn report_of(rows: Vec<Row>) -> Report {
         budget_set: false,
         precisions: BTreeSet::new(),
         predictor: "burn-flex/fp32".into(),
+        predicted_by: BTreeSet::new(),
         env: Environment::default(),
         rows,
     }
@@ -403,6 +406,7 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
         name: c.name.clone(),
         verdict: Some(crate::precheck::VerdictKind::Fits),
         predicted_gib: Some(1.5),
+        calibration: None,
         attempts: vec![attempt(0, Some(SlurmState::Completed))],
         result: Some(result),
     };

@@ -306,6 +306,7 @@ mod tests {
             name: "c".into(),
             verdict: None,
             predicted_gib: None,
+            calibration: None,
             attempts: vec![],
             result: None,
         };
@@ -358,6 +359,7 @@ mod tests {
             name: hash.into(),
             verdict: None,
             predicted_gib: None,
+            calibration: None,
             attempts: vec![],
             result: None,
         }

@@ -199,8 +199,14 @@ pub struct ConfigRecord {
     /// The precheck's verdict (`fits`, `risky`, `oom`, `invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<VerdictKind>,
+    /// The predicted peak: made before the config first ran, and kept after
+    /// (a run is judged by the prediction made without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_gib: Option<f64>,
+    /// The calibration that made `predicted_gib` (`shipped burn-flex/fp32`,
+    /// `local burn-flex/fp32 on cpu, 6 runs`); absent in records written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
     #[serde(default)]
     pub attempts: Vec<Attempt>,
     /// The worker's final `result` event of the latest attempt (its line's JSON).
@@ -303,18 +309,54 @@ impl ConfigRecord {
 
     /// The config as the sweep names it now, and the precheck's verdict on it
     /// (`None`: no verdict). Returns whether anything changed.
-    pub fn refresh(&mut self, name: &str, verdict: Option<&crate::precheck::Verdict>) -> bool {
-        let before = (self.name.clone(), self.verdict, self.predicted_gib);
+    /// The record as the current file and precheck see it: its name, and,
+    /// until it is first submitted, its verdict, prediction and the
+    /// calibration that made them. Once submitted, the prediction stays the
+    /// one made before the run (a later fit may include the run itself).
+    /// Returns whether anything changed.
+    pub fn refresh(
+        &mut self,
+        name: &str,
+        verdict: Option<&crate::precheck::Verdict>,
+        calibration: Option<&str>,
+    ) -> bool {
+        let before = (self.name.clone(), self.verdict, self.predicted_gib, self.calibration.clone());
         self.name = name.to_string();
-        self.verdict = verdict.map(crate::precheck::Verdict::kind);
-        self.predicted_gib = verdict.and_then(crate::precheck::Verdict::predicted_gib);
-        (self.name.clone(), self.verdict, self.predicted_gib) != before
+        if !self.attempts.iter().any(|a| !a.abandoned) {
+            self.verdict = verdict.map(crate::precheck::Verdict::kind);
+            self.predicted_gib = verdict.and_then(crate::precheck::Verdict::predicted_gib);
+            self.calibration = calibration.map(str::to_string);
+        }
+        (self.name.clone(), self.verdict, self.predicted_gib, self.calibration.clone()) != before
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prediction_is_the_one_made_before_the_run() {
+        use crate::precheck::Verdict;
+        let fits = |gib: f64| Verdict::Fits { predicted_gib: gib, available_gib: 80.0 };
+        let mut r = ConfigRecord {
+            hash: "0123456789ab".into(),
+            name: "a".into(),
+            verdict: None,
+            predicted_gib: None,
+            calibration: None,
+            attempts: vec![],
+            result: None,
+        };
+        assert!(r.refresh("a", Some(&fits(2.0)), Some("shipped burn-flex/fp32")));
+        assert!(r.refresh("a", Some(&fits(2.1)), Some("shipped burn-flex/fp32")), "not run yet: the latest word");
+        r.attempts.push(Attempt::intended("s001-abcd", 0, 1.0));
+        // A refit that includes the run itself predicts it better: the record keeps the prediction it was judged by.
+        assert!(!r.refresh("a", Some(&fits(2.5)), Some("local burn-flex/fp32 on cpu, 6 runs")));
+        assert_eq!((r.predicted_gib, r.calibration.as_deref()), (Some(2.1), Some("shipped burn-flex/fp32")));
+        assert!(r.refresh("b", Some(&fits(2.5)), None), "a rename is taken");
+        assert_eq!(r.name, "b");
+    }
 
     #[test]
     fn a_task_gone_from_squeue_and_sacct_counts_as_cancelled_after_the_grace() {

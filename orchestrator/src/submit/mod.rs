@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use crate::cluster::ClusterError;
 use crate::fsio;
+use crate::precheck::overlay::CalibrationSource;
 use crate::precheck::{Predictor, Verdict, VerdictKind};
 use crate::render::RenderFailure;
 use crate::slurm::RetryPolicy;
@@ -126,16 +127,22 @@ impl From<crate::target::TargetError> for CommandError {
 
 /// The precheck's verdict on each config, by hash.
 pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, Verdict> {
+    judged(sweep, state_root).into_iter().map(|(h, (v, _))| (h, v)).collect()
+}
+
+/// The precheck's verdict on each config, by hash, with the identity of the
+/// calibration that made it (see [`CalibrationSource::for_family`]).
+pub(crate) fn judged(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, (Verdict, String)> {
     // The runtime was checked when the file was loaded; a sweep stored by an
     // older version may name one no longer shipped.
-    let p = match sweep.predictor_in(Some(state_root)) {
+    let (p, source) = match sweep.predictor_in(Some(state_root)) {
         Ok((p, source)) => {
             tracing::info!("precheck calibration: {source}");
-            p
+            (p, source)
         }
         Err(e) => {
             tracing::warn!("{e}; predicting with the pytorch calibration");
-            Predictor::pytorch()
+            (Predictor::pytorch(), CalibrationSource::Shipped { runtime: "pytorch/bf16-amp".into(), records: None })
         }
     };
     sweep
@@ -147,7 +154,7 @@ pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, Ver
             } else {
                 Verdict::Invalid { reasons: c.invalid.iter().map(|i| i.to_string()).collect() }
             };
-            (c.hash.0.clone(), v)
+            (c.hash.0.clone(), (v, source.for_family(c.config.model.family())))
         })
         .collect()
 }
@@ -186,23 +193,27 @@ pub(crate) fn prepare(
         &st.path("sweep.json"),
         &StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, &records) },
     )?;
-    let v = verdicts(sweep, st.root().parent().unwrap_or(Path::new(".")));
+    let v = judged(sweep, st.root().parent().unwrap_or(Path::new(".")));
     let mut seen = BTreeSet::new();
     for c in &sweep.configs {
         if !seen.insert(c.hash.0.clone()) {
             tracing::warn!("config `{}` computes the same as an earlier one (hash {}): run once", c.name, c.hash);
             continue;
         }
-        let verdict = v.get(&c.hash.0);
+        let (verdict, calibration) = match v.get(&c.hash.0) {
+            Some((verdict, calibration)) => (Some(verdict), Some(calibration.as_str())),
+            None => (None, None),
+        };
         let r = records.entry(c.hash.0.clone()).or_insert_with(|| ConfigRecord {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
             verdict: None,
             predicted_gib: None,
+            calibration: None,
             attempts: vec![],
             result: None,
         });
-        if r.refresh(&c.name, verdict) || !st.record_path(&r.hash).exists() {
+        if r.refresh(&c.name, verdict, calibration) || !st.record_path(&r.hash).exists() {
             st.save_record(r)?;
         }
     }
@@ -345,6 +356,7 @@ mod tests {
             name: removed_submitted.name.clone(),
             verdict: None,
             predicted_gib: None,
+            calibration: None,
             attempts: vec![attempt],
             result: None,
         };

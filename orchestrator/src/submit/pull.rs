@@ -214,6 +214,7 @@ pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<RunResu
         name: String::new(),
         verdict: None,
         predicted_gib: None,
+        calibration: None,
         attempts: vec![],
         result: None,
     };
@@ -248,6 +249,7 @@ mod tests {
             name: "n".into(),
             verdict: None,
             predicted_gib: None,
+            calibration: None,
             attempts: vec![a],
             result: None,
         }

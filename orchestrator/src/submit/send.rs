@@ -297,6 +297,7 @@ mod tests {
             name: "n".into(),
             verdict: Some(serde_json::from_value(verdict.into()).expect("a verdict name")),
             predicted_gib: None,
+            calibration: None,
             attempts,
             result: result.map(|s| spec::event::RunResult {
                 t: 0.0,

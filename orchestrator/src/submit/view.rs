@@ -296,6 +296,7 @@ mod tests {
             name: c.name.clone(),
             verdict: Some(crate::precheck::VerdictKind::Fits),
             predicted_gib: Some(4.0),
+            calibration: None,
             attempts: vec![attempt(SlurmState::Running, Some(live))],
             result: None,
         };
@@ -321,6 +322,7 @@ mod tests {
             name: c.name.clone(),
             verdict: Some(crate::precheck::VerdictKind::Fits),
             predicted_gib: None,
+            calibration: None,
             attempts: vec![attempt(SlurmState::Completed, Some(live))],
             result: Some(
                 serde_json::from_value(serde_json::json!({
