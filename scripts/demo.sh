@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 source scripts/prereqs.sh
 
 exp=${1:-experiments/demo.yaml}
-echo "== building the orchestrator and the worker (release; the worker's Burn build takes a few minutes the first time)"
+echo "== building the orchestrator and the worker (release; the first build compiles Burn: about 12 minutes on 2 cores)"
 cargo build --release -p orchestrator -p worker
 # The local cluster runs the `worker` next to the orchestrator binary.
 orch=target/release/orchestrator
@@ -24,3 +24,4 @@ echo "== status (until every config has ended)"
 "$orch" status "$exp" --watch
 echo "== report"
 "$orch" report "$exp"
+echo "== done: open the report.md named above (its plots are beside it)"

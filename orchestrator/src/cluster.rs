@@ -148,7 +148,7 @@ pub enum ClusterError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
-    #[error("unknown cluster `{name}` (declared: {known}); clusters come from {file}")]
+    #[error("unknown cluster `{name}` ({known}); clusters come from {file}")]
     Unknown { name: String, known: String, file: String },
     #[error("{}{}: cluster `{name}`: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
     Invalid { path: PathBuf, line: Option<usize>, name: String, message: String },
@@ -203,9 +203,13 @@ impl ClustersFile {
         if name == "local" {
             return Ok(("local".into(), ClusterConfig::local()));
         }
-        let mut known: Vec<&str> = self.clusters.keys().map(String::as_str).collect();
-        known.push("local");
-        Err(ClusterError::Unknown { name: name.into(), known: known.join(", "), file: file.into() })
+        let declared: Vec<&str> = self.clusters.keys().map(String::as_str).collect();
+        let known = match declared.is_empty() {
+            true => "none declared; `local` is built in".to_string(),
+            false if declared.contains(&"local") => format!("declared: {}", declared.join(", ")),
+            false => format!("declared: {}; `local` is built in", declared.join(", ")),
+        };
+        Err(ClusterError::Unknown { name: name.into(), known, file: file.into() })
     }
 }
 
@@ -331,7 +335,14 @@ mod tests {
     fn unknown_cluster_lists_the_known_ones() {
         let f = ClustersFile::default();
         let e = f.get("idun", "x.yaml").expect_err("unknown");
-        assert!(e.to_string().contains("declared: local"), "{e}");
+        assert!(e.to_string().contains("(none declared; `local` is built in)"), "{e}");
+        let f = ClustersFile::parse(
+            Path::new("c.yaml"),
+            "clusters:\n  local: {transport: local}\n  idun: {transport: ssh, host: h, work_dir: /w}\n",
+        )
+        .expect("parses");
+        let e = f.get("idun2", "c.yaml").expect_err("unknown");
+        assert!(e.to_string().contains("(declared: idun, local)"), "`local` once: {e}");
     }
 
     #[test]

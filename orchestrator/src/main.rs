@@ -113,8 +113,11 @@ enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff; e.g. `orchestrator man > orchestrator.1 && man ./orchestrator.1`).
-    Man,
+    /// Write the manual pages, one per command (roff): `orchestrator man DIR && man -l DIR/orchestrator.1`.
+    Man {
+        /// Directory for `orchestrator.1` and the `orchestrator-<command>.1` pages it refers to.
+        dir: PathBuf,
+    },
 }
 
 impl Command {
@@ -133,9 +136,22 @@ fn main() {
     }
     init_logging(cli.verbose);
     if let Err(e) = run(cli.command) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", chain(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes, `: `-joined, each said once (many messages
+/// already end with their cause's text).
+fn chain(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !out.contains(&c) {
+            out = format!("{out}: {c}");
+        }
+    }
+    out
 }
 
 fn init_logging(verbose: u8) {
@@ -214,8 +230,12 @@ fn run(command: Command) -> Result<()> {
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "orchestrator", &mut std::io::stdout());
         }
-        Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).context("writing the manual page")?;
+        Command::Man { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(Cli::command(), &dir)
+                .with_context(|| format!("writing the manual pages into {}", dir.display()))?;
+            let pages = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+            println!("{pages} pages in {}; read them with `man -l {}/orchestrator.1`", dir.display(), dir.display());
         }
     }
     Ok(())

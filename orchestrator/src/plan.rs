@@ -31,17 +31,17 @@ pub struct PlanRow {
 
 /// Rows for every config in sweep order.
 pub fn rows(sweep: &Sweep, predictor: &Predictor) -> Vec<PlanRow> {
-    crate::util::par::map(&sweep.configs, |c| row(c, sweep.experiment.budget_gb, predictor))
+    crate::util::par::map(&sweep.configs, |c| row(sweep, c, predictor))
 }
 
-fn row(c: &SweepConfig, budget_gb: Option<f64>, predictor: &Predictor) -> PlanRow {
+fn row(sweep: &Sweep, c: &SweepConfig, predictor: &Predictor) -> PlanRow {
     let cfg = &c.config;
     let per_level = params::level_grids(&cfg.model, &cfg.input).iter().map(|g| g.voxels()).collect();
     // One prediction (without the term breakdown) gives the sizes and the verdict.
     let prediction = if c.is_valid() { Some(predictor.predict_peak(cfg)) } else { None };
     let verdict = match &prediction {
         None => Verdict::Invalid { reasons: c.invalid.iter().map(|i| i.to_string()).collect() },
-        Some(Ok(p)) => predictor.verdict_of(cfg, p, budget_gb),
+        Some(Ok(p)) => sweep.verdict_of(predictor, c, p),
         Some(Err(e)) => Verdict::Invalid { reasons: vec![e.to_string()] },
     };
     let prediction = prediction.and_then(Result::ok);

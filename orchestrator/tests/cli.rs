@@ -44,7 +44,7 @@ fn a_closed_pipe_ends_the_output_quietly() {
         &["plan", "experiments/exp9.yaml"][..],
         &["explain", "experiments/exp9.yaml", "--config", "4L_large_lat4x"][..],
         &["fit", "experiments/exp9.yaml"][..],
-        &["man"][..],
+        &["completions", "bash"][..],
     ] {
         let out = orchestrator().args(args).stdout(closed_pipe()).stderr(Stdio::piped()).output().expect("runs");
         let err = text(&out.stderr);
@@ -86,10 +86,20 @@ fn completions_and_the_manual_page() {
     assert!(zsh.starts_with("#compdef orchestrator"), "{zsh}");
     let bad = run(&["completions", "tcsh"]);
     assert_eq!(bad.status.code(), Some(2), "clap's usage error");
-    let man = run(&["man"]);
-    assert!(man.status.success());
-    let page = text(&man.stdout);
+    // `--gpu` completes GPU names, not file names.
+    assert!(script.contains("compgen -W \"A100-40GB A100-SXM4-80GB"), "{script}");
+    // Every page the manual refers to exists.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let man = run(&["man", dir.path().to_str().expect("utf-8")]);
+    assert!(man.status.success(), "{}", text(&man.stderr));
+    let page = std::fs::read_to_string(dir.path().join("orchestrator.1")).expect("orchestrator.1");
     assert!(page.contains(".TH orchestrator") && page.contains("plan") && page.contains("GPU memory"), "{page}");
+    let refs: Vec<&str> = page.lines().filter_map(|l| l.strip_suffix("(1)")).collect();
+    assert!(refs.len() > 10, "{page}");
+    for r in refs {
+        let file = format!("{}.1", r.replace("\\-", "-"));
+        assert!(dir.path().join(&file).is_file(), "orchestrator.1 refers to {file}, which was not written");
+    }
 }
 
 #[test]

@@ -184,3 +184,17 @@ fn an_experiment_for_a_gpu_does_not_run_on_this_cpu_unless_asked() {
     let submitted = ok(dir, &["submit", "truths.yaml"]);
     assert!(submitted.contains("cluster: local (none named: the built-in cluster, this machine's CPU)"), "{submitted}");
 }
+
+#[test]
+fn a_backend_the_worker_was_built_without_is_named_with_how_to_build_it() {
+    common::worker_binary();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    std::fs::write(dir.join("truths.yaml"), format!("{EXPERIMENT}worker: {{backend: cuda}}\n")).expect("experiment");
+    let out = orchestrator(dir, &["submit", "truths.yaml"]);
+    let text = common::text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("was built without the `cuda` backend the experiment asks for (it has: flex)"), "{text}");
+    assert!(text.contains("cargo build --release -p worker --features cuda"), "{text}");
+    assert!(text.contains("nothing was submitted"), "{text}");
+}

@@ -43,5 +43,5 @@ fn status_of_a_submitted_file_uses_its_state() {
     let (ok, out, err) = status(tmp.path(), &file);
     assert!(ok, "status FILE with state: {err}");
     assert!(!out.contains("has not been submitted"), "{out}");
-    assert!(out.contains("SLURM commands this poll"), "the state was polled: {out}");
+    assert!(out.contains("local processes, no SLURM"), "the state was polled: {out}");
 }

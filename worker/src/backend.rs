@@ -33,7 +33,10 @@ pub enum Backend {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("unknown backend `{0}` (this build has: {1})")]
+    #[error(
+        "this worker was built without the `{0}` backend (it has: {1}); build one with it: \
+         cargo build -p worker --release --features {0} (worker/README.md lists the backends)"
+    )]
     Unknown(String, String),
     #[error("cannot configure the device's float dtype: {0}")]
     Configure(String),

@@ -40,9 +40,9 @@ pub struct ExplainArgs {
 /// Options of `orchestrator fit`.
 #[derive(Args, Debug, Clone)]
 pub struct FitArgs {
-    /// The GPU to fit on (A100-SXM4-80GB, H100-80GB-HBM3, H200-141GB, B200-180GB, ...; default: the experiment's `gpu`).
-    #[arg(long)]
-    pub gpu: Option<String>,
+    /// The GPU to fit on (default: the experiment's `gpu`).
+    #[arg(long, value_parser = gpu_names())]
+    pub gpu: Option<Gpu>,
     /// Policy budget in GiB (default: the experiment's budget_gb, else the GPU's capacity).
     #[arg(long, value_name = "GB")]
     pub budget: Option<f64>,
@@ -152,10 +152,7 @@ pub fn run_explain(sweep: &Sweep, args: &ExplainArgs, predictor: &Predictor) -> 
 
 /// `orchestrator fit`.
 pub fn run_fit(sweep: &Sweep, args: &FitArgs, predictor: &Predictor) -> Result<()> {
-    let gpu: Gpu = match &args.gpu {
-        Some(name) => name.parse()?,
-        None => sweep.experiment.gpu,
-    };
+    let gpu: Gpu = args.gpu.unwrap_or(sweep.experiment.gpu);
     if let Some(b) = args.budget {
         anyhow::ensure!(b > 0.0 && b.is_finite(), "--budget {b}: expected a positive number of GiB");
     }
@@ -180,6 +177,13 @@ pub fn run_fit(sweep: &Sweep, args: &FitArgs, predictor: &Predictor) -> Result<(
         print!("{}", fit::render(&report, args.top));
     }
     Ok(())
+}
+
+/// `--gpu`: a catalog name, offered by completion (never a file name).
+fn gpu_names() -> impl clap::builder::TypedValueParser<Value = Gpu> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Gpu::ALL.map(|g| g.name()))
+        .try_map(|name| name.parse::<Gpu>().map_err(|e| e.to_string()))
 }
 
 /// `--scale-input`: a whole factor, said in words when it is not one (not

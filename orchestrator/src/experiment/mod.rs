@@ -71,6 +71,7 @@ pub enum WorkerBackend {
     Flex,
     Wgpu,
     Vulkan,
+    Cuda,
 }
 
 impl WorkerBackend {
@@ -79,6 +80,7 @@ impl WorkerBackend {
             WorkerBackend::Flex => "flex",
             WorkerBackend::Wgpu => "wgpu",
             WorkerBackend::Vulkan => "vulkan",
+            WorkerBackend::Cuda => "cuda",
         }
     }
 }

@@ -438,11 +438,24 @@ impl Predictor {
 
     /// The verdict for `cfg`, valid, from its prediction `pred`.
     pub fn verdict_of(&self, cfg: &RunConfig, pred: &Prediction, budget_gb: Option<f64>) -> Verdict {
+        self.verdict_within(cfg, pred, budget_gb, None)
+    }
+
+    /// [`Predictor::verdict_of`] on a run held to `memory_limit_gib` (the
+    /// worker's `memory_limit`) when that is below its GPU's capacity.
+    pub fn verdict_within(
+        &self,
+        cfg: &RunConfig,
+        pred: &Prediction,
+        budget_gb: Option<f64>,
+        memory_limit_gib: Option<f64>,
+    ) -> Verdict {
         let gib = match cfg.mode {
             spec::Mode::Profile => pred.peak_gib(),
             spec::Mode::Train => pred.train_peak_gib(),
         };
-        judge(gib, cfg.gpu.capacity_gib(), budget_gb, pred.rel_uncertainty, pred.distance.as_ref())
+        let available = memory_limit_gib.map_or(cfg.gpu.capacity_gib(), |l| l.min(cfg.gpu.capacity_gib()));
+        judge(gib, available, budget_gb, pred.rel_uncertainty, pred.distance.as_ref())
     }
 }
 

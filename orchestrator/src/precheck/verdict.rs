@@ -179,6 +179,11 @@ pub fn memory(gib: f64) -> String {
     format!("{gib:.decimals$}G")
 }
 
+/// `79.2 GiB`, `0.062 GiB`: [`memory`]'s digits, the unit spelt out.
+fn gib(x: f64) -> String {
+    format!("{} GiB", memory(x).trim_end_matches('G'))
+}
+
 /// Where a measured peak is expected to lie for a prediction `p` with the
 /// relative band `u`: `[p/(1+u), p/(1-u)]`, said as that interval, not as
 /// `±u` (asymmetric, and without an upper end once `u` reaches 100%).
@@ -196,7 +201,7 @@ impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Verdict::Fits { predicted_gib, available_gib } => {
-                write!(f, "fits ({} of {available_gib:.1} GiB)", memory(*predicted_gib))
+                write!(f, "fits ({} of {})", memory(*predicted_gib), gib(*available_gib))
             }
             Verdict::Risky { predicted_gib, limit_gib, reason, band, why } => {
                 let what = match reason {
@@ -207,9 +212,10 @@ impl fmt::Display for Verdict {
                 };
                 write!(
                     f,
-                    "risky ({}, {}, {what} {limit_gib:.1} GiB",
+                    "risky ({}, {}, {what} {}",
                     memory(*predicted_gib),
-                    interval(*predicted_gib, *band)
+                    interval(*predicted_gib, *band),
+                    gib(*limit_gib)
                 )?;
                 match why {
                     Some(w) => write!(f, "; {w})"),
@@ -217,7 +223,7 @@ impl fmt::Display for Verdict {
                 }
             }
             Verdict::Oom { predicted_gib, available_gib } => {
-                write!(f, "oom (needs {predicted_gib:.1} GiB, {available_gib:.1} GiB available)")
+                write!(f, "oom (needs {}, {} available)", gib(*predicted_gib), gib(*available_gib))
             }
             Verdict::Invalid { reasons } => write!(f, "invalid ({})", reasons.join("; ")),
         }

@@ -56,9 +56,13 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&super::json(&report))?);
         eprintln!("wrote {}", md.display());
     } else {
-        println!("{}", md.display());
-        for p in plots {
-            println!("{}", p.display());
+        // What to open first, then where the rest is (not a list of every file).
+        println!("report: {} (open it; report.json beside it)", md.display());
+        let mut names: Vec<String> =
+            plots.iter().filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned())).collect();
+        names.dedup();
+        if !names.is_empty() {
+            println!("plots, SVG and PNG, in {}/: {}", out.display(), names.join(", "));
         }
     }
     Ok(())

@@ -50,7 +50,7 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         }
         let section = if shapes.len() > 1 { input_label(&c.config) } else { String::new() };
         let record = records.get(&c.hash.0);
-        let reader = Reader { dir: &dir, predictor, budget, budget_gb: sweep.experiment.budget_gb };
+        let reader = Reader { dir: &dir, sweep, predictor, budget };
         let mut row = reader.row(c, record, section, &mut env)?;
         if !names.insert(c.name.as_str()) {
             // The stored sweep lists the file's configs first, then those the
@@ -92,9 +92,9 @@ fn input_label(cfg: &RunConfig) -> String {
 /// the budget (`budget_gb` as the experiment sets it, if it does).
 struct Reader<'a> {
     dir: &'a Path,
+    sweep: &'a crate::sweep::Sweep,
     predictor: &'a Predictor,
     budget: f64,
-    budget_gb: Option<f64>,
 }
 
 impl Reader<'_> {
@@ -117,7 +117,7 @@ impl Reader<'_> {
         // What submit decided on, when it did; otherwise the prediction now.
         let verdict = match record.and_then(|r| r.verdict) {
             Some(v) => v,
-            None => self.predictor.verdict(&c.config, self.budget_gb).kind(),
+            None => self.sweep.verdict(self.predictor, c).kind(),
         };
         let mut row = base_row(&c.config, c.hash.0.clone(), section, verdict);
         row.predicted_gib = record

@@ -34,6 +34,7 @@ mod arrays;
 pub mod cancel;
 pub mod install;
 mod poll;
+mod probe;
 pub mod protocol;
 mod pull;
 mod send;
@@ -148,14 +149,7 @@ pub(crate) fn judged(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, (Verd
     sweep
         .configs
         .iter()
-        .map(|c| {
-            let v = if c.is_valid() {
-                p.verdict(&c.config, sweep.experiment.budget_gb)
-            } else {
-                Verdict::Invalid { reasons: c.invalid.iter().map(|i| i.to_string()).collect() }
-            };
-            (c.hash.0.clone(), (v, source.for_family(c.config.model.family())))
-        })
+        .map(|c| (c.hash.0.clone(), (sweep.verdict(&p, c), source.for_family(c.config.model.family()))))
         .collect()
 }
 

@@ -75,6 +75,7 @@ pub(crate) async fn update(
     let got = pull_events(st, target, records, sweep, &changed, settle, grace_s).await;
     pull_logs(st, target, records, &sweep.experiment.name, grace_s).await;
     Ok(PollSummary {
+        local: target.config.transport == crate::cluster::TransportKind::Local,
         commands: poll.commands,
         errors: poll.errors,
         changed: changed.len(),
@@ -85,6 +86,8 @@ pub(crate) async fn update(
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PollSummary {
+    /// The built-in `local` cluster (processes on this machine, no SLURM).
+    pub local: bool,
     /// Scheduler commands the poll ran (2 for SLURM: squeue + sacct).
     pub commands: u32,
     pub errors: Vec<String>,

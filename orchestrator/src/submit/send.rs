@@ -9,10 +9,12 @@ use super::arrays::{prepare_arrays, Placement, Prepared};
 use super::protocol;
 use super::pull::awaiting_result;
 use super::{
-    allowed, blocking, open_target, prepare, result_grace_s, same_file, template_dirs, ClusterChoice, CommandError,
-    Options, StoredSweep, Target,
+    allowed, blocking, open_target, prepare, result_grace_s, same_file, template_dirs, ClusterChoice, ClusterSource,
+    CommandError, Options, StoredSweep, Target,
 };
+use crate::cluster::ClusterError;
 use crate::collect::WorkerOutcome;
+use crate::experiment::locate::KeyPath;
 use crate::fsio;
 use crate::precheck::VerdictKind;
 use crate::render::Renderer;
@@ -20,7 +22,7 @@ use crate::slurm::{JobId, SlurmState};
 use crate::state::intent::{IntentEvent, IntentState};
 use crate::state::{Attempt, Change, ConfigRecord, StateDir};
 use crate::sweep::{Sweep, SweepConfig};
-use crate::transport::{CounterSnapshot, TransportError, WorkerProbe};
+use crate::transport::{CounterSnapshot, TransportError};
 
 /// Summary of a submit/resume.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -183,37 +185,6 @@ fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
     }
 }
 
-/// Refuses to submit jobs whose worker cannot start: each would fail with
-/// `exec: worker: not found` and say so only in its SLURM log.
-async fn check_worker(target: &Target, worker: &str) -> Result<(), CommandError> {
-    let probe = {
-        let worker = worker.to_string();
-        blocking(&target.transport, move |t| t.files().probe_worker(&worker)).await?
-    };
-    match probe {
-        WorkerProbe::Runs(version) => {
-            tracing::info!("worker on `{}`: {worker} ({version})", target.name);
-            Ok(())
-        }
-        WorkerProbe::Fails(why) => {
-            let fix = if target.name == "local" {
-                "build it beside the orchestrator (`cargo build --release -p worker`), put it on PATH \
-                 (`cargo install --path worker`), or name it with `worker:` for `local` in clusters.yaml"
-                    .to_string()
-            } else {
-                format!(
-                    "install it with `orchestrator install --cluster {}`, or set `worker:` in clusters.yaml",
-                    target.name
-                )
-            };
-            Err(CommandError::Refused(format!(
-                "the worker `{worker}` does not run on cluster `{}`: {why}; nothing was submitted. {fix}",
-                target.name
-            )))
-        }
-    }
-}
-
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -229,7 +200,16 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     let choice = ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
     let cluster = choice.name.clone();
-    let target = open_target(opts, &cluster)?;
+    let target = open_target(opts, &cluster).map_err(|e| match (e, choice.from) {
+        // The experiment file named it: say where.
+        (CommandError::Cluster(e @ ClusterError::Unknown { .. }), ClusterSource::Experiment) => {
+            CommandError::Refused(match crate::experiment::Source::read(&sweep.source) {
+                Ok(src) => src.error_in_file(&KeyPath::default().key("cluster"), e.to_string()).to_string(),
+                Err(_) => format!("{}: cluster: {e}", sweep.source.display()),
+            })
+        }
+        (e, _) => e,
+    })?;
     let grace_s = result_grace_s(opts, &target);
     let opts = &Options { result_grace: std::time::Duration::from_secs_f64(grace_s), ..opts.clone() };
     let mut records = prepare(&st, sweep, &cluster)?;
@@ -266,7 +246,7 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
         let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| st.submission_dir(sid))?;
         // A job script that runs no worker (a user's own template) needs none.
         if prepared.iter().any(|p| p.files.iter().any(|(_, bytes)| contains(bytes, worker.as_bytes()))) {
-            if let Err(e) = check_worker(&target, &worker).await {
+            if let Err(e) = super::probe::check_worker(&target, &worker, sweep.experiment.worker.backend).await {
                 // Nothing was recorded: the rendered files go too.
                 for p in &prepared {
                     let _ = std::fs::remove_dir_all(st.submission_dir(&p.sub.id));

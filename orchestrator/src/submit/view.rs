@@ -78,11 +78,14 @@ impl StatusReport {
         for r in &self.rows {
             *counts.entry(r.state.as_str()).or_default() += 1;
         }
+        let polled = match self.poll.local {
+            true => "local processes, no SLURM".to_string(),
+            false => format!("{} SLURM commands this poll", self.poll.commands),
+        };
         s += &format!(
-            "{} configs: {}; {} SLURM commands this poll{}\n",
+            "{} configs: {}; {polled}{}\n",
             self.rows.len(),
             counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", "),
-            self.poll.commands,
             if self.poll.errors.is_empty() {
                 String::new()
             } else {

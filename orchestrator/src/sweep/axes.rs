@@ -45,7 +45,15 @@ pub(crate) struct Axes {
     grid: Vec<Vec<Choice>>,
     /// Lockstep choices (already zipped).
     zip: Vec<Choice>,
-    exclude: Vec<Vec<(KeyPath, Value)>>,
+    exclude: Vec<Exclusion>,
+}
+
+/// One `exclude:` rule: (dotted key, value) pairs that drop every
+/// combination matching all of them; `at` is where the file has it.
+#[derive(Debug, Clone)]
+pub(crate) struct Exclusion {
+    pub at: KeyPath,
+    pub pairs: Vec<(KeyPath, Value)>,
 }
 
 impl Axes {
@@ -139,10 +147,15 @@ impl Axes {
         })
     }
 
-    pub fn excluded(&self, doc: &Value) -> bool {
-        self.exclude
-            .iter()
-            .any(|rule| rule.iter().all(|(k, v)| crate::experiment::overrides_get(doc, k).is_some_and(|x| x == v)))
+    /// The first `exclude:` rule that drops `doc`, by index.
+    pub fn excluded_by(&self, doc: &Value) -> Option<usize> {
+        self.exclude.iter().position(|rule| {
+            rule.pairs.iter().all(|(k, v)| crate::experiment::overrides_get(doc, k).is_some_and(|x| x == v))
+        })
+    }
+
+    pub fn exclusions(&self) -> &[Exclusion] {
+        &self.exclude
     }
 }
 
@@ -189,7 +202,7 @@ fn zip_rows(src: &Source, v: &Value, here: &KeyPath) -> Result<Vec<Choice>, Load
 
 /// The `exclude:` block: each rule a set of (dotted key, value) that drops
 /// the combinations matching all of it.
-fn exclusions(src: &Source, v: &Value, here: &KeyPath) -> Result<Vec<Vec<(KeyPath, Value)>>, LoadError> {
+fn exclusions(src: &Source, v: &Value, here: &KeyPath) -> Result<Vec<Exclusion>, LoadError> {
     let err = |p: &KeyPath, m: String| src.error_in_file(p, m);
     let mut rules = Vec::new();
     let list = v.as_sequence().ok_or_else(|| err(here, "expected a list of {dotted.key: value} mappings".into()))?;
@@ -197,12 +210,12 @@ fn exclusions(src: &Source, v: &Value, here: &KeyPath) -> Result<Vec<Vec<(KeyPat
         let m = item
             .as_mapping()
             .ok_or_else(|| err(&here.clone().index(i), "expected a mapping of dotted keys to values".into()))?;
-        let mut rule = Vec::new();
+        let mut pairs = Vec::new();
         for (k, v) in m {
             let (_, kp) = sweep_key(src, k, &here.clone().index(i))?;
-            rule.push((kp, v.clone()));
+            pairs.push((kp, v.clone()));
         }
-        rules.push(rule);
+        rules.push(Exclusion { at: here.clone().index(i), pairs });
     }
     Ok(rules)
 }

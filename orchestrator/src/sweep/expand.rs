@@ -47,10 +47,15 @@ pub(super) fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadErr
     // Each combination on its own (on every core), then in order: the first
     // error in the file's order, twins and names decided as they come.
     let combos: Vec<Vec<&Choice>> = axes.combinations().collect();
+    let mut rule_used = vec![false; axes.exclusions().len()];
     for (combo, one) in combos.iter().zip(crate::util::par::map(&combos, |c| x.config(c))) {
-        if let Some(one) = one? {
-            out.add(&x, combo, one);
+        match one? {
+            Combination::Config(one) => out.add(&x, combo, one)?,
+            Combination::Excluded { rule } => rule_used[rule] = true,
         }
+    }
+    if let Some(unused) = rule_used.iter().position(|used| !used) {
+        return Err(unused_exclusion(&src, &axes.exclusions()[unused], &base, &combos));
     }
     if !out.collapsed.is_empty() {
         tracing::warn!("{}", super::collapse_summary(out.configs.len() + out.collapsed.len(), &out.collapsed, &cli));
@@ -94,6 +99,29 @@ struct Expander<'a> {
     experiment: &'a Experiment,
 }
 
+/// What one combination of the sweep's axes gives.
+enum Combination {
+    Config(Expanded),
+    /// Dropped by `exclude:` rule `rule`.
+    Excluded {
+        rule: usize,
+    },
+}
+
+/// An `exclude:` rule that dropped nothing is a mistake (a misspelt key, a
+/// value no axis has): said with its place in the file, never ignored.
+fn unused_exclusion(src: &Source, rule: &super::axes::Exclusion, base: &Value, combos: &[Vec<&Choice>]) -> LoadError {
+    let set_somewhere = |k: &KeyPath| {
+        crate::experiment::overrides_get(base, k).is_some()
+            || combos.iter().flatten().any(|c| c.sets.iter().any(|(key, _, _)| key == k))
+    };
+    let message = match rule.pairs.iter().find(|(k, _)| !set_somewhere(k)) {
+        Some((k, _)) => format!("this exclude rule names `{k}`, which no config has: it matches nothing"),
+        None => "this exclude rule matches no config of the sweep (no combination has all of its values)".into(),
+    };
+    src.error_in_file(&rule.at, message)
+}
+
 /// One combination, typed: its run config, hash and name as it comes.
 struct Expanded {
     config: RunConfig,
@@ -103,7 +131,7 @@ struct Expanded {
 
 impl Expander<'_> {
     /// The config of one combination; `None` when an exclusion drops it.
-    fn config(&self, combo: &[&Choice]) -> Result<Option<Expanded>, LoadError> {
+    fn config(&self, combo: &[&Choice]) -> Result<Combination, LoadError> {
         let src = self.src;
         let mut doc = self.base.clone();
         for choice in combo {
@@ -116,8 +144,8 @@ impl Expander<'_> {
             overrides_set(&mut doc, &o.key, o.value.clone())
                 .map_err(|message| LoadError::Override { arg: o.arg.clone(), message })?;
         }
-        if self.axes.excluded(&doc) {
-            return Ok(None);
+        if let Some(rule) = self.axes.excluded_by(&doc) {
+            return Ok(Combination::Excluded { rule });
         }
         let blame = |p: &KeyPath, m: String| src.error_at(p, self.origin(combo, p).as_ref(), m);
         let filled = self.axes.name_template.as_ref().map(|t| t.fill(&doc));
@@ -154,7 +182,7 @@ impl Expander<'_> {
                 ));
             }
         };
-        Ok(Some(Expanded { hash: config.hash(), config, name }))
+        Ok(Combination::Config(Expanded { hash: config.hash(), config, name }))
     }
 
     /// Where the value at `path` of `combo`'s document came from: the most
@@ -194,20 +222,29 @@ struct Configs {
 }
 
 impl Configs {
-    fn add(&mut self, x: &Expander, combo: &[&Choice], one: Expanded) {
-        let Expanded { mut config, hash, mut name } = one;
+    /// Adds a config; two different computations under one name are refused
+    /// (a silent rename would leave the user guessing which is which).
+    fn add(&mut self, x: &Expander, combo: &[&Choice], one: Expanded) -> Result<(), LoadError> {
+        let Expanded { mut config, hash, name } = one;
         if let Some(&kept) = self.by_hash.get(&hash) {
             // The name the file gives it, so the reader recognises it.
             self.collapsed.push((x.as_written(combo, &name), self.configs[kept].name.clone()));
-            return;
+            return Ok(());
+        }
+        if !self.names.insert(name.clone()) {
+            let at = KeyPath::default().key("sweep");
+            return Err(x.src.error_in_file(
+                &at,
+                format!(
+                    "two different configs are both named `{name}`; name them apart (each `name:` under \
+                     `configs:`, or a `sweep.name` template with the keys that differ)"
+                ),
+            ));
         }
         self.by_hash.insert(hash.clone(), self.configs.len());
-        if !self.names.insert(name.clone()) {
-            name = format!("{name}-{}", &hash.0[..6]);
-            self.names.insert(name.clone());
-        }
         config.name = name.clone();
         let invalid = spec::validate::validate(&config);
         self.configs.push(SweepConfig { name, hash, config, invalid });
+        Ok(())
     }
 }

@@ -71,6 +71,30 @@ impl Sweep {
         self.configs.iter().find(|c| c.name == name)
     }
 
+    /// The verdict on config `c` under this experiment's limits: its
+    /// `budget_gb`, and the memory its worker is held to (`memory_limit`).
+    pub fn verdict(&self, predictor: &crate::precheck::Predictor, c: &SweepConfig) -> crate::precheck::Verdict {
+        use crate::precheck::Verdict;
+        if !c.is_valid() {
+            return Verdict::Invalid { reasons: c.invalid.iter().map(|i| i.to_string()).collect() };
+        }
+        match predictor.predict_peak(&c.config) {
+            Ok(p) => self.verdict_of(predictor, c, &p),
+            Err(e) => Verdict::Invalid { reasons: vec![e.to_string()] },
+        }
+    }
+
+    /// [`Sweep::verdict`] from a prediction already made.
+    pub fn verdict_of(
+        &self,
+        predictor: &crate::precheck::Predictor,
+        c: &SweepConfig,
+        p: &crate::precheck::Prediction,
+    ) -> crate::precheck::Verdict {
+        let limit = self.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
+        predictor.verdict_within(&c.config, p, self.experiment.budget_gb, limit)
+    }
+
     /// The precheck for this experiment's runtime, at its configs' precision
     /// (coefficients fall back across precisions: the walk counts element sizes).
     pub fn predictor(&self) -> Result<crate::precheck::Predictor, crate::precheck::PrecheckError> {

@@ -128,6 +128,17 @@ sweep:
     assert_eq!(s.configs[0].name, "S_patch2");
     assert!(s.get("XL_patch2").is_none());
 
+    // An exclude rule that drops nothing is a mistake, said with its line.
+    let e = plan(&text.replace("{model.variant: XL, model.patch: 2}", "{model.varient: XL, model.patch: 2}"), &[])
+        .unwrap_err();
+    assert!(
+        e.starts_with("exp.yaml:11:7: sweep.exclude[0]: this exclude rule names `model.varient`, which no config has"),
+        "{e}"
+    );
+    let e = plan(&text.replace("{model.variant: XL, model.patch: 2}", "{model.variant: XXL, model.patch: 2}"), &[])
+        .unwrap_err();
+    assert!(e.starts_with("exp.yaml:11:7: sweep.exclude[0]: this exclude rule matches no config of the sweep"), "{e}");
+
     let zipped = text.replace("  exclude:\n    - {model.variant: XL, model.patch: 2}\n", "")
         .replace("  grid:\n    model.variant: [S, B, L, XL]\n    model.patch: [2, 4, 8]\n",
                  "  name: \"{model.variant}-{input.spatial}-p{model.patch}\"\n  zip:\n    model.variant: [S, B]\n    model.patch: [2, 4]\n");
@@ -310,4 +321,28 @@ fn config_hashes_are_the_canonical_json_of_what_a_config_computes() {
         }
     }
     assert!(n > 100, "{n} configs");
+}
+
+#[test]
+fn two_different_configs_under_one_name_are_refused_not_renamed() {
+    let text = format!(
+        "{BASE}sweep:\n  configs:\n    - {{name: a, model.num_head_channels: 32}}\n    - {{name: a, model.num_head_channels: 64}}\n"
+    );
+    let e = plan(&text, &[]).unwrap_err();
+    assert!(e.contains("sweep: two different configs are both named `a`; name them apart"), "{e}");
+    // The same computation twice is one config, as before.
+    let twins = text.replace("num_head_channels: 64", "num_head_channels: 32");
+    assert_eq!(plan(&twins, &[]).unwrap().configs.len(), 1);
+}
+
+#[test]
+fn a_worker_memory_limit_below_the_prediction_is_not_a_fit() {
+    use crate::precheck::{Predictor, VerdictKind};
+    let s = plan(BASE, &[]).unwrap();
+    let p = Predictor::pytorch();
+    assert_eq!(s.verdict(&p, &s.configs[0]).kind(), VerdictKind::Fits);
+    let limited = plan(&format!("{BASE}worker: {{memory_limit: 64MiB}}\n"), &[]).unwrap();
+    let v = limited.verdict(&p, &limited.configs[0]);
+    assert_eq!(v.kind(), VerdictKind::Oom, "{v}");
+    assert!(v.to_string().contains("0.062 GiB available"), "judged against the 64 MiB limit: {v}");
 }

@@ -81,8 +81,8 @@ impl FileStore for Files {
         })
     }
 
-    fn probe_worker(&self, path: &str) -> Result<WorkerProbe, TransportError> {
-        let out = self.shell.run(&[path.to_string(), "--version".to_string()], true)?;
+    fn probe_worker(&self, path: &str, arg: &str) -> Result<WorkerProbe, TransportError> {
+        let out = self.shell.run(&[path.to_string(), arg.to_string()], true)?;
         Ok(WorkerProbe::from_exit(out.status, &out.stdout, &out.stderr))
     }
 }

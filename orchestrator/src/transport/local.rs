@@ -253,8 +253,8 @@ impl FileStore for LocalTransport {
         }
     }
 
-    fn probe_worker(&self, path: &str) -> Result<WorkerProbe, TransportError> {
-        match std::process::Command::new(path).arg("--version").output() {
+    fn probe_worker(&self, path: &str, arg: &str) -> Result<WorkerProbe, TransportError> {
+        match std::process::Command::new(path).arg(arg).output() {
             Ok(out) => Ok(WorkerProbe::from_exit(
                 out.status.code().unwrap_or(-1),
                 &String::from_utf8_lossy(&out.stdout),

@@ -206,16 +206,16 @@ pub trait FileStore: Send + Sync {
     /// `install` skips an upload of a binary that is already in place);
     /// `None` when there is no such file.
     fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError>;
-    /// Runs `<worker> --version` where jobs run from (the login node, which
-    /// shares their filesystem): whether the worker a job script names exists
-    /// and starts there.
-    fn probe_worker(&self, path: &str) -> Result<WorkerProbe, TransportError>;
+    /// Runs `<worker> <arg>` (`--version`, `backends`) where jobs run from
+    /// (the login node, which shares their filesystem): whether the worker a
+    /// job script names exists and starts there, and what it says.
+    fn probe_worker(&self, path: &str, arg: &str) -> Result<WorkerProbe, TransportError>;
 }
 
-/// What `<worker> --version` said on the cluster.
+/// What `<worker> <arg>` said on the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkerProbe {
-    /// It ran: its version line (`worker 0.1.0`).
+    /// It ran: its output (`worker 0.1.0`).
     Runs(String),
     /// It did not: why (not found, not executable, its exit status and last stderr line).
     Fails(String),
@@ -226,10 +226,10 @@ impl WorkerProbe {
     pub fn from_exit(status: i32, stdout: &str, stderr: &str) -> WorkerProbe {
         let last = |s: &str| s.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
         match status {
-            0 => WorkerProbe::Runs(last(stdout)),
+            0 => WorkerProbe::Runs(stdout.trim().to_string()),
             127 => WorkerProbe::Fails(format!("not found ({})", last(stderr))),
             126 => WorkerProbe::Fails(format!("not executable ({})", last(stderr))),
-            s => WorkerProbe::Fails(format!("`--version` exited with status {s}: {}", last(stderr))),
+            s => WorkerProbe::Fails(format!("exit status {s}: {}", last(stderr))),
         }
     }
 }
