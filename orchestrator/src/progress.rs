@@ -59,11 +59,16 @@ pub struct SweepProgress {
     pub never_submitted: usize,
     /// Median run time of the finished runs, seconds.
     pub median_run_s: Option<f64>,
-    /// Time to the last live config ending, seconds, as of `at`.
+    /// Time to the last live config ending, seconds, as of `at`; `None`
+    /// until [`RUNS_FOR_ETA`] runs (or all submitted) have ended: one run's
+    /// time says too little, and an ETA that jumps is worse than none.
     pub eta_s: Option<f64>,
     /// When these figures were taken (Unix seconds): the ETA counts down from here.
     pub at: f64,
 }
+
+/// Finished runs an ETA needs (fewer when fewer were submitted).
+pub const RUNS_FOR_ETA: usize = 3;
 
 /// How long a finished attempt ran: the worker's own wall time when there is a
 /// result, else from the first RUNNING to the end in the SLURM history.
@@ -155,9 +160,11 @@ pub fn sweep_progress<'a>(
     };
     p.median_run_s = median(&mut durations);
     let s_per_gib = median(&mut per_gib);
+    let submitted = p.total - p.never_submitted;
     p.eta_s = match p.median_run_s {
         _ if live.is_empty() => Some(0.0),
         None => None,
+        Some(_) if durations.len() < RUNS_FOR_ETA.min(submitted) => None,
         Some(m) => {
             let expect = |g: Option<f64>| match (g, s_per_gib) {
                 (Some(g), Some(k)) if g > 0.0 => g * k,
@@ -209,7 +216,7 @@ impl SweepProgress {
         }
         match self.eta_s {
             Some(e) if self.running + self.waiting > 0 => s.push_str(&format!("; ETA ~{}", human_duration(e))),
-            None if self.running + self.waiting > 0 => s.push_str("; ETA after the first run ends"),
+            None if self.running + self.waiting > 0 => s.push_str(&format!("; ETA after {RUNS_FOR_ETA} runs end")),
             _ => {}
         }
         s
@@ -220,14 +227,28 @@ impl SweepProgress {
         self.eta_s.map(|e| (e - (now - self.at).max(0.0)).max(0.0))
     }
 
-    /// Shows this progress on a [`watch_bar`] (length = submitted configs).
-    pub fn show_on(&self, bar: &WatchBar) {
+    /// Shows this progress on a [`watch_bar`] (length = submitted configs),
+    /// `running` (the running configs' phase and peak) beside it; the ETA
+    /// moves halfway from the one shown towards the new estimate each poll.
+    pub fn show_on(&self, bar: &WatchBar, running: &str) {
         bar.bar.set_length((self.total - self.never_submitted) as u64);
         bar.bar.set_position(self.ended as u64);
-        bar.bar.set_prefix(format!("{} running", self.running));
+        bar.bar.set_prefix(format!("{} running{running}", self.running));
         if let Ok(mut g) = bar.progress.lock() {
-            *g = Some(self.clone());
+            let shown = g.as_ref().and_then(|p| p.eta_left(self.at));
+            let mut next = self.clone();
+            next.eta_s = smooth(shown, self.eta_s);
+            *g = Some(next);
         }
+    }
+}
+
+/// The ETA to show: halfway from the one shown (`shown`, counted down to
+/// now) to the new estimate, so one poll's news never makes it jump.
+pub fn smooth(shown: Option<f64>, estimate: Option<f64>) -> Option<f64> {
+    match (shown, estimate) {
+        (Some(old), Some(new)) if new > 0.0 => Some(old + (new - old) / 2.0),
+        (_, new) => new,
     }
 }
 
@@ -251,7 +272,7 @@ pub fn watch_bar() -> WatchBar {
             if let Some(p) = p.filter(|p| p.running + p.waiting > 0) {
                 let _ = match p.eta_left(fsio::now()) {
                     Some(e) => write!(w, ", ETA ~{}", human_duration(e)),
-                    None => write!(w, ", ETA after the first run ends"),
+                    None => write!(w, ", ETA after {RUNS_FOR_ETA} runs end"),
                 };
             }
         });
@@ -325,14 +346,17 @@ mod tests {
     /// array runs 2 at a time.
     #[test]
     fn eta_scales_with_the_prediction_and_divides_by_the_parallelism() {
-        let mut small = rec("s", Some(SlurmState::Completed), vec![], Some(2.0));
-        small.predicted_gib = Some(1.0);
+        let small: Vec<ConfigRecord> =
+            (0..3).map(|i| rec(&format!("s{i}"), Some(SlurmState::Completed), vec![], Some(2.0))).collect();
         let mut big: Vec<ConfigRecord> =
             (0..4).map(|i| rec(&format!("b{i}"), Some(SlurmState::Pending), vec![], None)).collect();
         for b in &mut big {
             b.predicted_gib = Some(10.0);
         }
-        let all: Vec<ConfigRecord> = std::iter::once(small).chain(big).collect();
+        // One finished run says too little for an ETA.
+        let one: Vec<ConfigRecord> = small[..1].iter().chain(&big).cloned().collect();
+        assert_eq!(sweep_progress(&one, Some(2), 0.0).eta_s, None);
+        let all: Vec<ConfigRecord> = small.into_iter().chain(big).collect();
         // 2 s per GiB: each big one 20 s; 4 of them 2 at a time: 40 s (a median-run ETA would say 4 s).
         let p = sweep_progress(&all, Some(2), 0.0);
         assert_eq!(p.eta_s, Some(40.0));
@@ -344,10 +368,20 @@ mod tests {
     fn no_eta_before_anything_finished_and_zero_when_settled() {
         let p = sweep_progress(&[rec("r", Some(SlurmState::Running), vec![], None)], None, 0.0);
         assert_eq!(p.eta_s, None);
-        assert!(p.line().ends_with("ETA after the first run ends"));
+        assert!(p.line().ends_with("ETA after 3 runs end"));
         let p = sweep_progress(&[rec("a", Some(SlurmState::Completed), vec![], Some(3.0))], None, 0.0);
         assert_eq!(p.eta_s, Some(0.0));
         assert!(!p.line().contains("ETA"));
+    }
+
+    #[test]
+    fn a_new_estimate_moves_the_shown_eta_halfway() {
+        // Shown 90 s; the next poll estimates 8 s: 49 s, then 28.5 s, not a jump to 8.
+        assert_eq!(smooth(Some(90.0), Some(8.0)), Some(49.0));
+        assert_eq!(smooth(Some(49.0), Some(8.0)), Some(28.5));
+        assert_eq!(smooth(None, Some(8.0)), Some(8.0), "the first estimate as it is");
+        assert_eq!(smooth(Some(30.0), Some(0.0)), Some(0.0), "done is done");
+        assert_eq!(smooth(Some(30.0), None), None);
     }
 
     #[test]

@@ -42,7 +42,9 @@ fn ok(dir: &Path, args: &[&str]) -> String {
 /// Submits `file` and waits until every config has ended.
 fn run(dir: &Path, file: &str) {
     ok(dir, &["submit", file]);
-    ok(dir, &["status", "truths", "--watch", "--interval", "0.2", "--max-interval", "1"]);
+    let watched = ok(dir, &["status", "truths", "--watch", "--interval", "0.2", "--max-interval", "1"]);
+    // Piped, the table comes at the start and at the end, the changes between.
+    assert!(watched.matches("config   ").count() <= 2, "the table once per poll:\n{watched}");
 }
 
 fn report_rows(dir: &Path) -> Vec<serde_json::Value> {
@@ -197,4 +199,33 @@ fn a_backend_the_worker_was_built_without_is_named_with_how_to_build_it() {
     assert!(text.contains("was built without the `cuda` backend the experiment asks for (it has: flex)"), "{text}");
     assert!(text.contains("cargo build --release -p worker --features cuda"), "{text}");
     assert!(text.contains("nothing was submitted"), "{text}");
+}
+
+#[test]
+fn ctrl_c_stops_watching_and_says_the_sweep_goes_on() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let slow = dir.join("worker.sh");
+    std::fs::write(&slow, "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'worker 0.1.0'; exit 0; }\nexec sleep 60\n")
+        .expect("slow worker");
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    laptop(dir, &slow);
+    ok(dir, &["submit", "truths.yaml"]);
+    let child = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(["status", "truths", "--watch", "--interval", "0.2", "--state-dir", "state"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("status --watch");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // SAFETY: a plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().expect("status --watch ends");
+    let text = common::text(&out);
+    assert_eq!(out.status.code(), Some(130), "{text}");
+    assert!(text.contains("stopped watching; the sweep goes on (`orchestrator status truths --watch`"), "{text}");
+    assert!(ok(dir, &["status", "truths"]).contains("RUNNING"), "the jobs still run");
+    ok(dir, &["cancel", "truths"]);
 }

@@ -285,22 +285,14 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
         max: Duration::from_secs_f64(max_interval.max(interval).max(0.1)),
         max_polls: None,
     });
-    // --watch on a terminal: one bar (configs ended, running, ETA) instead of a table per poll.
-    let bar = crate::progress::watch_bar();
-    let live_bar = watch && !json && !bar.bar.is_hidden();
+    // --watch: a bar in a terminal, only what changed when piped (super::watch).
+    let mut printer = super::watch::Printer::new(json, watch.then(crate::progress::watch_bar));
     let (root, exp) = (opts.state_root.clone(), name.clone());
     let mut show = move |r: &StatusReport| {
         let progress = crate::progress::read(&root, &exp).ok();
-        if live_bar {
-            if let Some(p) = &progress {
-                p.show_on(&bar);
-            }
-            if !r.settled {
-                return;
-            }
-            bar.bar.finish_and_clear();
-        }
-        if json {
+        if watch {
+            printer.show(r, progress.as_ref());
+        } else if json {
             for row in &r.rows {
                 println!("{}", serde_json::to_string(row).unwrap_or_default());
             }
@@ -314,6 +306,13 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     let r = block_on(status(&name, &opts, w, &mut show))?.context("status")?;
     if !watch {
         show(&r);
+    }
+    if r.interrupted {
+        eprintln!(
+            "stopped watching; the sweep goes on (`orchestrator status {name} --watch` follows it again, \
+             `orchestrator cancel {name}` stops it)"
+        );
+        std::process::exit(130);
     }
     Ok(())
 }

@@ -39,6 +39,7 @@ pub mod protocol;
 mod pull;
 mod send;
 pub mod view;
+mod watch;
 
 pub use arrays::render;
 pub use cancel::cancel;

@@ -15,7 +15,7 @@ use crate::state::{ConfigRecord, StateDir};
 use crate::sweep::Sweep;
 
 /// One line of `status`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatusRow {
     pub name: String,
     pub hash: String,
@@ -41,6 +41,9 @@ pub struct StatusReport {
     pub poll: PollSummary,
     /// Whether no config is queued, running or being submitted.
     pub settled: bool,
+    /// `--watch` ended by Ctrl-C (the sweep goes on).
+    #[serde(skip)]
+    pub interrupted: bool,
 }
 
 impl StatusReport {
@@ -190,7 +193,7 @@ pub fn unsubmitted(sweep: &Sweep, state_root: &std::path::Path) -> StatusReport 
             }
         })
         .collect();
-    StatusReport { rows, poll: PollSummary::default(), settled: true }
+    StatusReport { rows, poll: PollSummary::default(), settled: true, interrupted: false }
 }
 
 /// `--watch` pacing: polls every `min`, stretching ×1.5 up to `max` while nothing changes.
@@ -234,7 +237,7 @@ pub async fn status(
             let now = fsio::now();
             let settled =
                 !records.values().any(|r| r.occupied() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
-            Ok(StatusReport { rows, poll, settled })
+            Ok(StatusReport { rows, poll, settled, interrupted: false })
         }
         .await;
         let Some(w) = watch else { return result };
@@ -259,7 +262,7 @@ pub async fn status(
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
-            _ = tokio::signal::ctrl_c() => return result,
+            _ = tokio::signal::ctrl_c() => return result.map(|r| StatusReport { interrupted: true, ..r }),
         }
     }
 }
@@ -310,7 +313,7 @@ mod tests {
         let json = serde_json::to_value(&rows[0]).expect("json");
         assert_eq!(json["phase"], "bwd");
         assert_eq!(json["peak_gib"], 3.0);
-        let report = StatusReport { rows, poll: PollSummary::default(), settled: false };
+        let report = StatusReport { rows, poll: PollSummary::default(), settled: false, interrupted: false };
         let line = report.table().lines().nth(1).expect("row").to_string();
         assert!(line.contains("RUNNING") && line.trim_end().ends_with("bwd 3.0G"), "{line}");
     }

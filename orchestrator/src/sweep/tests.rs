@@ -171,7 +171,7 @@ fn worker_block_parses_sizes_and_names_the_bad_key() {
     for (bad, want) in [
         ("worker: {memory_limit: 2 lots}", "worker.memory_limit: invalid size \"2 lots\""),
         ("worker: {memory_limit: 0}", "worker.memory_limit: a memory limit of 0 bytes"),
-        ("worker: {backend: cuda}", "worker.backend: unknown variant `cuda`"),
+        ("worker: {backend: rocm}", "worker.backend: unknown variant `rocm`"),
         ("worker: {memry_limit: 1G}", "worker.memry_limit: unknown field `memry_limit`"),
     ] {
         let e = plan(&format!("{BASE}{bad}\n"), &[]).unwrap_err();
