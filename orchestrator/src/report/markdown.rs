@@ -248,7 +248,7 @@ fn tables(out: &mut String, report: &Report, many_sections: bool) {
         let level = if many_sections { "###" } else { "##" };
         let heading = match rows.first().and_then(|r| r.channels.as_ref().map(|_| r)) {
             // UNet groups: attention pattern and head channels are per config; say the input.
-            Some(r) => format!("{group} (input {} x{})", r.resolution, r.in_channels),
+            Some(r) => format!("{group}, input {}x{} (C,H,W,D)", r.in_channels, r.resolution),
             None => group.clone(),
         };
         let _ = writeln!(out, "{level} {heading}\n");

@@ -56,6 +56,12 @@ const CAPACITY: RGBColor = RGBColor(200, 30, 30);
 const LIMIT: RGBColor = RGBColor(120, 60, 170);
 
 /// `GPU capacity 39.4 GiB` or `worker memory limit 512M`: what a limit line is.
+/// A linear tick: `0`, `0.5`, `1`, `2.5`, `20` (as many decimals as the step has).
+fn tick_label(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 fn limit_label(limit: f64, capacity: f64) -> String {
     if limit < capacity {
         format!("worker memory limit {}", crate::plot::axis::label(limit, Unit::Gib))
@@ -143,9 +149,12 @@ impl Figure for PredVsMeasured {
         let oom_x = self.points.iter().filter(|p| p.oom).map(|p| p.measured).fold(0.0, f64::max);
         let top = top.max(oom_x).max(1e-6);
         let lines = self.lines(top);
-        let (max, _) = crate::plot::axis::linear_gib(lines.iter().copied().fold(top, f64::max) * 1.05);
+        let (max, ticks) = crate::plot::axis::linear_gib(lines.iter().copied().fold(top, f64::max) * 1.05);
         // Below a GiB the chart is drawn in MiB, so its ticks are round MiB.
         let (k, unit) = if max <= 1.0 { (1024.0, "MiB") } else { (1.0, "GiB") };
+        // Labels at the axis's round steps, written with their decimals (0.5 GiB
+        // steps read 0.5, 1, 1.5: never rounded to 0, 0, 1, 2).
+        let labels = ticks.len();
         let clipped = self.points.iter().filter(|p| p.predicted > max).count();
         let mut caption = self.title.clone();
         if !lines.iter().any(|l| (l - self.capacity).abs() < 1e-9) {
@@ -158,9 +167,11 @@ impl Figure for PredVsMeasured {
             .y_label_area_size(70)
             .build_cartesian_2d(0f64..max * k, 0f64..max * k)
             .map_err(perr)?;
-        let gib = |v: &f64| format!("{v:.0}");
+        let gib = |v: &f64| tick_label(*v);
         chart
             .configure_mesh()
+            .x_labels(labels)
+            .y_labels(labels)
             .x_desc(format!("measured peak ({unit})"))
             .y_desc(format!("predicted peak ({unit})"))
             .x_label_formatter(&gib)

@@ -54,16 +54,23 @@ impl VerdictMap {
         let mut rows = Vec::new();
         let mut cols = Vec::new();
         let mut cells = BTreeMap::new();
+        let col_of = |r: &Row| match (family, r.patch) {
+            (Family::Unet, _) | (_, None) => format!("{}x{}", r.in_channels, r.resolution),
+            (_, Some(p)) if many_res => format!("p{p} {}", r.resolution),
+            (_, Some(p)) => format!("patch {p}"),
+        };
+        // UNet rows are configs: named without the part that names their
+        // column (`4L_tiny_lat4x`, `4L_tiny_lat8x`: one row `4L_tiny`).
+        let suffixes = column_suffixes(&rows_of, &col_of);
         for r in rows_of {
+            let col = col_of(r);
             let row = match (&r.level_depths, family) {
-                (_, Family::Unet) => r.name.clone(),
+                (_, Family::Unet) => {
+                    let suffix = suffixes.get(&col).map_or("", String::as_str);
+                    r.name.strip_suffix(suffix).filter(|s| !s.is_empty()).unwrap_or(&r.name).to_string()
+                }
                 (Some(d), _) => format!("{} {d:?}", r.group),
                 (None, _) => r.group.clone(),
-            };
-            let col = match (family, r.patch) {
-                (Family::Unet, _) | (_, None) => format!("{} x{}", r.resolution, r.in_channels),
-                (_, Some(p)) if many_res => format!("p{p} {}", r.resolution),
-                (_, Some(p)) => format!("patch {p}"),
             };
             let key = (push_unique(&mut rows, row), push_unique(&mut cols, col));
             // Repeated configs (the same run in two tables): the first stands.
@@ -86,6 +93,12 @@ impl VerdictMap {
         self.cells.len()
     }
 
+    /// Where the grid starts: right of the longest row label.
+    fn left(&self) -> u32 {
+        let longest = self.rows.iter().map(|r| r.chars().count() as u32).max().unwrap_or(0);
+        LEFT.max(30 + longest * LABEL_CHAR_W)
+    }
+
     fn cell_w(&self) -> u32 {
         if self.cols.len() > 8 {
             112
@@ -93,6 +106,29 @@ impl VerdictMap {
             150
         }
     }
+}
+
+/// Per column of two or more configs: the ending all their names share from
+/// a `_` or `-` on (`_lat4x`), which names the column, not the config.
+fn column_suffixes(rows: &[&Row], col_of: &dyn Fn(&Row) -> String) -> BTreeMap<String, String> {
+    let mut names: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for r in rows {
+        names.entry(col_of(r)).or_default().push(&r.name);
+    }
+    names
+        .into_iter()
+        .filter(|(_, n)| n.len() > 1)
+        .filter_map(|(col, n)| {
+            let first = n[0];
+            // The first separator from the left whose ending every name has: the longest.
+            let cut = first
+                .char_indices()
+                .filter(|(_, c)| matches!(c, '_' | '-'))
+                .map(|(i, _)| &first[i..])
+                .find(|end| n.iter().all(|m| m.len() > end.len() && m.ends_with(end)))?;
+            Some((col, cut.to_string()))
+        })
+        .collect()
 }
 
 /// Digits compared as numbers: `p2` < `p4` < `p8`, `64x64x40` < `128x128x80`.
@@ -123,7 +159,11 @@ fn natural_key(s: &str) -> Vec<(u64, String)> {
     out
 }
 
+/// The row labels' column at least; wider for long labels.
 const LEFT: u32 = 230;
+/// Width of one character of the 14 px row labels, generously (DejaVu Sans
+/// averages about 8 px), so no label is cut at the left edge.
+const LABEL_CHAR_W: u32 = 9;
 const TOP: u32 = 90;
 const CELL_H: u32 = 46;
 
@@ -138,7 +178,7 @@ fn verdict_color(v: VerdictKind) -> RGBColor {
 
 impl Figure for VerdictMap {
     fn size(&self) -> (u32, u32) {
-        let w = LEFT + self.cols.len() as u32 * self.cell_w() + 30;
+        let w = self.left() + self.cols.len() as u32 * self.cell_w() + 30;
         let h = TOP + self.rows.len() as u32 * CELL_H + 80;
         (w.max(760), h)
     }
@@ -146,9 +186,10 @@ impl Figure for VerdictMap {
         root.fill(&WHITE).map_err(perr)?;
         let cw = self.cell_w() as i32;
         let ch = CELL_H as i32;
-        let (left, top) = (LEFT as i32, TOP as i32);
+        let (left, top) = (self.left() as i32, TOP as i32);
         let title =
-            format!("{}: precheck verdict (predicted peak) and what was measured", super::family_title(self.family));
+            format!("{}: precheck verdict (predicted peak) and what was measured", super::family_title(self.family))
+                + if self.family == Family::Unet { "; columns: input C x H x W x D" } else { "" };
         root.draw(&Text::new(title, (20, 20), ("sans-serif", 20))).map_err(perr)?;
         let center =
             |size: u32| TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
@@ -200,6 +241,28 @@ impl Figure for VerdictMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// exp9: each config on two latents, named `<config>_lat4x` / `_lat8x`.
+    #[test]
+    fn a_sweeps_configs_are_rows_without_the_part_that_names_their_column() {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/exp9.yaml");
+        let sweep = crate::sweep::load(&file, &[]).expect("exp9 loads");
+        let rows: Vec<Row> = sweep
+            .configs
+            .iter()
+            .map(|c| super::super::base_row(&c.config, c.hash.0.clone(), String::new(), VerdictKind::Fits))
+            .collect();
+        let map = VerdictMap::new(&super::super::tests::report_of(rows), Family::Unet);
+        assert_eq!(map.cols, ["8x32x32x20", "8x64x64x40"]);
+        assert!(map.rows.iter().all(|r| !r.ends_with("_lat4x") && !r.ends_with("_lat8x")), "{:?}", map.rows);
+        assert!(map.rows.contains(&"4L_tiny".to_string()), "{:?}", map.rows);
+        // Every config has its cell, and the grid is full: one row per config of the file.
+        assert_eq!(map.len(), sweep.configs.len());
+        assert_eq!(map.rows.len() * map.cols.len(), sweep.configs.len());
+        // Wide enough for the longest label (no label cut at the left edge).
+        let longest = map.rows.iter().map(|r| r.len() as u32).max().unwrap();
+        assert!(map.left() >= longest * LABEL_CHAR_W);
+    }
 
     #[test]
     fn columns_sort_naturally() {
