@@ -317,6 +317,10 @@ fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
     );
     let sweep = exp.sweep();
     assert_eq!(sweep.experiment.worker.memory_limit, Some(32 << 20));
+    // The precheck judges `big` against the 32 MiB limit and predicts the OOM;
+    // --force runs it anyway, to measure one.
+    let mut exp = exp;
+    exp.opts.force = true;
     rt().block_on(submit::submit(&sweep, &exp.opts, false)).expect("submit");
     let r = exp.watch(Duration::from_secs(240));
     eprintln!("{}", r.table());
@@ -450,6 +454,7 @@ fn cluster_worker_lagging_events_are_all_collected_and_a_late_oom_is_not_retried
         ),
     );
     exp.opts.result_grace = Duration::from_secs(120);
+    exp.opts.force = true; // `big` is predicted to OOM under the limit: run it to measure it
     let src = format!("{}/lagging-view/state/cw-lag/runs", sh.remote_work);
     let dst = format!("{}/state/cw-lag/runs", sh.remote_work);
     env.script(&["lag-start", &src, &dst, "6"]);

@@ -316,7 +316,9 @@ impl Overlay {
 
 /// Per family of `fitted`: the shipped and the held-out overlay error.
 fn family_fits(fitted: &[&Sample], held: &[HeldOut], shipped: &Predictor) -> BTreeMap<Family, FamilyFit> {
-    let mut pairs: BTreeMap<Family, (Vec<(f64, f64)>, Vec<(f64, f64)>)> = BTreeMap::new();
+    /// (predicted, measured) pairs of the shipped fit and of the held-out overlay.
+    type Pairs = (Vec<(f64, f64)>, Vec<(f64, f64)>);
+    let mut pairs: BTreeMap<Family, Pairs> = BTreeMap::new();
     for h in held {
         let s = fitted[h.sample];
         let (Some(measured), Ok(p)) = (s.measured_gib, shipped.predict_peak(&s.cfg)) else { continue };

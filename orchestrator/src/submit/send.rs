@@ -135,6 +135,10 @@ impl SubmitReport {
 fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option<String> {
     let verdict = r.verdict.unwrap_or(VerdictKind::Invalid);
     if !allowed(verdict, opts) {
+        if let Some(status) = r.result_status() {
+            // Run with --force once and measured: that says more than the prediction.
+            return Some(format!("measured {}", status.name()));
+        }
         return Some(match verdict {
             VerdictKind::Risky => "risky (use --include-risky)".into(),
             VerdictKind::Oom => "predicted oom (use --force)".into(),
@@ -185,8 +189,41 @@ fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+/// The target the sweep goes to; an unknown cluster that the experiment file
+/// named is reported at its line there.
+fn open_chosen(opts: &Options, sweep: &Sweep, choice: &ClusterChoice) -> Result<Target, CommandError> {
+    open_target(opts, &choice.name).map_err(|e| match (e, choice.from) {
+        (CommandError::Cluster(e @ ClusterError::Unknown { .. }), ClusterSource::Experiment) => {
+            CommandError::Refused(match crate::experiment::Source::read(&sweep.source) {
+                Ok(src) => src.error_in_file(&KeyPath::default().key("cluster"), e.to_string()).to_string(),
+                Err(_) => format!("{}: cluster: {e}", sweep.source.display()),
+            })
+        }
+        (e, _) => e,
+    })
+}
+
+/// Checks the worker that the prepared job scripts run (a user's own
+/// template that runs none needs none); on refusal the rendered files go too
+/// (nothing was recorded).
+async fn check_worker_of(
+    st: &StateDir,
+    target: &Target,
+    sweep: &Sweep,
+    worker: &str,
+    prepared: &[Prepared],
+) -> Result<(), CommandError> {
+    let contains = |bytes: &[u8]| bytes.windows(worker.len()).any(|w| w == worker.as_bytes());
+    if !prepared.iter().any(|p| p.files.iter().any(|(_, bytes)| contains(bytes))) {
+        return Ok(());
+    }
+    let checked = super::probe::check_worker(target, worker, sweep.experiment.worker.backend).await;
+    if checked.is_err() {
+        for p in prepared {
+            let _ = std::fs::remove_dir_all(st.submission_dir(&p.sub.id));
+        }
+    }
+    checked
 }
 
 /// `submit` (never-submitted configs only) and `resume` (also retryable ended ones).
@@ -200,16 +237,7 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     let choice = ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
     let cluster = choice.name.clone();
-    let target = open_target(opts, &cluster).map_err(|e| match (e, choice.from) {
-        // The experiment file named it: say where.
-        (CommandError::Cluster(e @ ClusterError::Unknown { .. }), ClusterSource::Experiment) => {
-            CommandError::Refused(match crate::experiment::Source::read(&sweep.source) {
-                Ok(src) => src.error_in_file(&KeyPath::default().key("cluster"), e.to_string()).to_string(),
-                Err(_) => format!("{}: cluster: {e}", sweep.source.display()),
-            })
-        }
-        (e, _) => e,
-    })?;
+    let target = open_chosen(opts, sweep, &choice)?;
     let grace_s = result_grace_s(opts, &target);
     let opts = &Options { result_grace: std::time::Duration::from_secs_f64(grace_s), ..opts.clone() };
     let mut records = prepare(&st, sweep, &cluster)?;
@@ -244,16 +272,7 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
         let first_seq = st.load_submissions()?.len() + 1;
         let place = Placement { remote_state: &remote_state, worker: &worker, max_array, first_seq };
         let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| st.submission_dir(sid))?;
-        // A job script that runs no worker (a user's own template) needs none.
-        if prepared.iter().any(|p| p.files.iter().any(|(_, bytes)| contains(bytes, worker.as_bytes()))) {
-            if let Err(e) = super::probe::check_worker(&target, &worker, sweep.experiment.worker.backend).await {
-                // Nothing was recorded: the rendered files go too.
-                for p in &prepared {
-                    let _ = std::fs::remove_dir_all(st.submission_dir(&p.sub.id));
-                }
-                return Err(e);
-            }
-        }
+        check_worker_of(&st, &target, sweep, &worker, &prepared).await?;
         send(&st, &target, &mut records, prepared, &mut report).await?;
     }
     let after = target.transport.counters();

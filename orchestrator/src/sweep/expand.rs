@@ -50,7 +50,7 @@ pub(super) fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadErr
     let mut rule_used = vec![false; axes.exclusions().len()];
     for (combo, one) in combos.iter().zip(crate::util::par::map(&combos, |c| x.config(c))) {
         match one? {
-            Combination::Config(one) => out.add(&x, combo, one)?,
+            Combination::Config(one) => out.add(&x, combo, *one)?,
             Combination::Excluded { rule } => rule_used[rule] = true,
         }
     }
@@ -101,7 +101,7 @@ struct Expander<'a> {
 
 /// What one combination of the sweep's axes gives.
 enum Combination {
-    Config(Expanded),
+    Config(Box<Expanded>),
     /// Dropped by `exclude:` rule `rule`.
     Excluded {
         rule: usize,
@@ -182,7 +182,7 @@ impl Expander<'_> {
                 ));
             }
         };
-        Ok(Combination::Config(Expanded { hash: config.hash(), config, name }))
+        Ok(Combination::Config(Box::new(Expanded { hash: config.hash(), config, name })))
     }
 
     /// Where the value at `path` of `combo`'s document came from: the most
