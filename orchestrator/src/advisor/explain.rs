@@ -5,7 +5,7 @@ use serde::Serialize;
 use spec::RunConfig;
 
 use super::{mode_peak_gib, AdvisorError};
-use crate::precheck::{PeakPhase, Prediction, Predictor, Term, TermKind, TermPhase, GIB};
+use crate::precheck::{gib, PeakPhase, Prediction, Predictor, Term, TermKind, TermPhase, GIB};
 use crate::util::table::{millions, render_table};
 
 /// One line of the breakdown (a precheck term, in GiB and share of its phase).
@@ -57,6 +57,15 @@ pub struct Explanation {
     pub by_level: Vec<(u8, f64)>,
     /// "attention scores at level 2: 8.1 GiB, 41%".
     pub hotspots: Vec<String>,
+}
+
+/// A GiB table cell: two decimals, more below 0.1 GiB (never `0.00`).
+fn cell(g: f64) -> String {
+    if g >= 0.1 || g == 0.0 {
+        format!("{g:.2}")
+    } else {
+        crate::precheck::memory(g).trim_end_matches('G').to_string()
+    }
 }
 
 fn phase_terms(pred: &Prediction, phase: PeakPhase) -> impl Iterator<Item = &Term> {
@@ -128,7 +137,7 @@ pub fn from_prediction(cfg: &RunConfig, pred: &Prediction) -> Explanation {
     let hotspots = pred
         .hotspots(3)
         .iter()
-        .map(|t| format!("{}: {:.1} GiB, {:.0}%", describe(t.name, t.level), t.bytes / GIB, 100.0 * t.bytes / total))
+        .map(|t| format!("{}: {}, {:.0}%", describe(t.name, t.level), gib(t.bytes / GIB), 100.0 * t.bytes / total))
         .collect();
     Explanation {
         config: cfg.name.clone(),
@@ -162,15 +171,15 @@ pub fn render(e: &Explanation) -> String {
     let mut out = String::new();
     out.push_str(&format!("{}: {}  input {}  {} params\n", e.config, e.summary, e.input, millions(e.params)));
     out.push_str(&format!(
-        "predicted peak {:.1} GiB ({}){} on {} ({:.1} GiB), set by {}; the other phase peaks at {:.1} GiB; training (AdamW + EMA) {:.1} GiB\n\n",
-        e.peak_gib,
+        "predicted peak {} ({}){} on {} ({}), set by {}; the other phase peaks at {}; training (AdamW + EMA) {}\n\n",
+        gib(e.peak_gib),
         crate::precheck::interval(e.peak_gib, e.rel_uncertainty),
         e.band_reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default(),
         e.gpu,
-        e.capacity_gib,
+        gib(e.capacity_gib),
         phase_words(e.peak_phase),
-        e.other.total_gib,
-        e.train_peak_gib,
+        gib(e.other.total_gib),
+        gib(e.train_peak_gib),
     ));
     let mut cells = vec![vec!["Term".to_string(), "Level".into(), "Kind".into(), "GiB".into(), "Share".into()]];
     for l in &e.peak.lines {
@@ -178,17 +187,17 @@ pub fn render(e: &Explanation) -> String {
             l.name.to_string(),
             l.level.map(|v| v.to_string()).unwrap_or_else(|| "-".into()),
             l.kind.name().to_string(),
-            format!("{:.2}", l.gib),
+            cell(l.gib),
             format!("{:.1}%", 100.0 * l.share),
         ]);
     }
-    cells.push(vec!["total".into(), String::new(), String::new(), format!("{:.2}", e.peak.total_gib), "100%".into()]);
+    cells.push(vec!["total".into(), String::new(), String::new(), cell(e.peak.total_gib), "100%".into()]);
     out.push_str(&render_table(&cells));
     let pct = |g: f64| 100.0 * g / e.peak_gib.max(1e-9);
-    let kinds: Vec<String> = e.by_kind.iter().map(|(k, g)| format!("{k} {g:.1} GiB ({:.0}%)", pct(*g))).collect();
+    let kinds: Vec<String> = e.by_kind.iter().map(|(k, g)| format!("{k} {} ({:.0}%)", gib(*g), pct(*g))).collect();
     out.push_str(&format!("\nby block type: {}\n", kinds.join(", ")));
     if !e.by_level.is_empty() {
-        let levels: Vec<String> = e.by_level.iter().map(|(l, g)| format!("L{l} {g:.1} GiB")).collect();
+        let levels: Vec<String> = e.by_level.iter().map(|(l, g)| format!("L{l} {}", gib(*g))).collect();
         out.push_str(&format!("by level (per-level terms only): {}\n", levels.join(", ")));
     }
     out.push_str("hotspots:\n");

@@ -344,21 +344,21 @@ pub fn render(r: &FitReport, top: usize) -> String {
         ));
         match g.largest() {
             Some(c) => out.push_str(&format!(
-                "largest fitting: {} ({}, {:.1} GiB predicted, {:.1} GiB headroom{})\n",
+                "largest fitting: {} ({}, {} predicted, {} headroom{})\n",
                 c.name,
                 millions(c.params),
-                c.peak_gib,
-                r.limit_gib - c.peak_gib,
+                crate::precheck::gib(c.peak_gib),
+                crate::precheck::gib(r.limit_gib - c.peak_gib),
                 if c.risky { ", within the predictor's uncertainty of the limit" } else { "" }
             )),
             None => out.push_str("nothing fits\n"),
         }
         if let Some(m) = &g.smallest_misfit {
             out.push_str(&format!(
-                "smallest config over the limit: {} ({}, {:.1} GiB)\n",
+                "smallest config over the limit: {} ({}, {})\n",
                 m.name,
                 millions(m.params),
-                m.peak_gib
+                crate::precheck::gib(m.peak_gib)
             ));
         }
         if g.fitting.is_empty() {
@@ -388,8 +388,8 @@ fn tables(r: &FitReport, g: &Group, top: usize) -> String {
             c.name.clone(),
             c.summary.clone(),
             millions(c.params),
-            format!("{:.1}G", c.peak_gib),
-            format!("{:.1}G", r.limit_gib - c.peak_gib),
+            crate::precheck::memory(c.peak_gib),
+            crate::precheck::memory(r.limit_gib - c.peak_gib),
         ]);
     }
     out.push_str(&render_table(&cells));
@@ -405,7 +405,7 @@ fn tables(r: &FitReport, g: &Group, top: usize) -> String {
             c.name.clone(),
             c.summary.clone(),
             millions(c.params),
-            format!("{:.1}G{}", c.peak_gib, if c.risky { " (risky)" } else { "" }),
+            format!("{}{}", crate::precheck::memory(c.peak_gib), if c.risky { " (risky)" } else { "" }),
             if g.pareto.contains(&c.name) { "*".into() } else { String::new() },
         ]);
     }

@@ -185,7 +185,7 @@ pub fn render(levers: &[Lever]) -> String {
     for l in levers {
         cells.push(vec![
             l.change.clone(),
-            format!("{:.1}G", l.peak_gib),
+            crate::precheck::memory(l.peak_gib),
             format!("{:+.1}G", -l.delta_gib),
             crate::util::table::millions(l.params),
             format!("{:+.1}M", l.delta_params as f64 / 1e6),

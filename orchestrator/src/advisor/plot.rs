@@ -154,7 +154,7 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
     }
     // Room above the tallest bar for its total.
     let ymax = ymax * 1.12;
-    let title = format!("{}: predicted peak {:.1} GiB ({})", e.config, e.peak_gib, e.peak_phase.name());
+    let title = format!("{}: predicted peak {} ({})", e.config, crate::precheck::gib(e.peak_gib), e.peak_phase.name());
     let root = root.titled(&title, ("sans-serif", 22)).map_err(perr)?;
     let (left, right) = root.split_horizontally(CHART_WIDTH);
     let mut chart = ChartBuilder::on(&left)

@@ -116,7 +116,7 @@ pub fn render(rows: &[Scaling], to: NewInput) -> String {
     for r in rows {
         let (to_peak, ratio, fits) = match (r.to_gib, r.ratio) {
             (Some(g), Some(x)) => (
-                format!("{g:.1}G"),
+                crate::precheck::memory(g),
                 format!("x{x:.2}"),
                 if g <= r.capacity_gib { "yes".to_string() } else { format!("no (> {:.0}G)", r.capacity_gib) },
             ),
@@ -126,7 +126,7 @@ pub fn render(rows: &[Scaling], to: NewInput) -> String {
             r.config.clone(),
             r.summary.clone(),
             r.from.to_string(),
-            format!("{:.1}G", r.from_gib),
+            crate::precheck::memory(r.from_gib),
             r.to.to_string(),
             to_peak,
             ratio,

@@ -44,7 +44,7 @@ use spec::{ModelSpec, Precision, RunConfig};
 pub use calibration::{runtime_key, Calibration, Coefficients, Runtime};
 pub use prediction::{PeakPhase, Prediction, Term, TermKind, TermPhase};
 pub use uncertainty::{Distance, Uncertainty};
-pub use verdict::{interval, judge, memory, RiskReason, Verdict, VerdictKind};
+pub use verdict::{gib, interval, judge, memory, RiskReason, Verdict, VerdictKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrecheckError {

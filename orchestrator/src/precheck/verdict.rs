@@ -180,7 +180,7 @@ pub fn memory(gib: f64) -> String {
 }
 
 /// `79.2 GiB`, `0.062 GiB`: [`memory`]'s digits, the unit spelt out.
-fn gib(x: f64) -> String {
+pub fn gib(x: f64) -> String {
     format!("{} GiB", memory(x).trim_end_matches('G'))
 }
 

@@ -79,11 +79,12 @@ impl StatusReport {
         s += &self.causes();
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for r in &self.rows {
-            *counts.entry(r.state.as_str()).or_default() += 1;
+            *counts.entry(if r.state == "-" { "not submitted" } else { r.state.as_str() }).or_default() += 1;
         }
-        let polled = match self.poll.local {
-            true => "local processes, no SLURM".to_string(),
-            false => format!("{} SLURM commands this poll", self.poll.commands),
+        let polled = match (self.rows.iter().all(|r| r.state == "-"), self.poll.local) {
+            (true, _) => "nothing submitted, nothing polled".to_string(),
+            (false, true) => "local processes, no SLURM".to_string(),
+            (false, false) => format!("{} SLURM commands this poll", self.poll.commands),
         };
         s += &format!(
             "{} configs: {}; {polled}{}\n",
