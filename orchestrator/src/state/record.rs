@@ -336,6 +336,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn runs_are_kept_by_content_and_old_attempts_still_read_by_name() {
+        let mut r = ConfigRecord {
+            hash: "0123456789ab".into(),
+            name: "unet_2L".into(),
+            verdict: None,
+            predicted_gib: None,
+            calibration: None,
+            attempts: vec![Attempt::intended("s001-abcd", 0, 1.0)],
+            result: None,
+        };
+        assert_eq!(r.events_rel(&r.attempts[0]).as_deref(), Some("runs/0123456789ab/events.jsonl"));
+        // An attempt recorded before runs were kept by content has no `run_dir`: by name.
+        let old: Attempt =
+            serde_json::from_str(r#"{"submission":"s001-x","task_id":0,"array_job_id":"41","intended_at":1.0}"#)
+                .expect("an old attempt");
+        assert_eq!(old.run_dir, RunDirKey::Name);
+        assert_eq!(r.events_rel(&old).as_deref(), Some("runs/unet_2L/events.jsonl"));
+        r.name = "../x".into();
+        assert_eq!(r.events_rel(&old), None, "a name that is not a safe path is never read");
+    }
+
+    #[test]
     fn a_prediction_is_the_one_made_before_the_run() {
         use crate::precheck::Verdict;
         let fits = |gib: f64| Verdict::Fits { predicted_gib: gib, available_gib: 80.0 };
