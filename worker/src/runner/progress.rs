@@ -126,7 +126,7 @@ fn format_result(
     }
     write!(out, "}},\"peak_bytes\":{overall},\"phase\":\"{}\",\"message\":\"", current_phase().name())?;
     message(out)?;
-    write!(out, "\",\"wall_s\":{}}}\n", (t - start).max(0.0))
+    writeln!(out, "\",\"wall_s\":{}}}", (t - start).max(0.0))
 }
 
 /// Write a formatted line to the event file and to stderr (best effort, async-signal-safe).
