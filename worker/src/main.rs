@@ -165,14 +165,15 @@ fn main() -> Result<()> {
             opts.memory_limit = args.memory_limit;
             opts.attention = args.attention.into();
             let outcome = worker::run(&cfg, &opts)?;
+            let result = &outcome.result;
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
             eprintln!(
                 "{}: {:?}, {} params, peak {:.3} GiB{}",
                 cfg.name,
-                outcome.status,
-                outcome.params,
-                gib(outcome.peak_bytes),
-                outcome.message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
+                result.status,
+                result.params,
+                gib(result.peak_bytes),
+                result.message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
             );
             std::process::exit(outcome.exit_code());
         }

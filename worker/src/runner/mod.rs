@@ -28,7 +28,7 @@ use burn::optim::AdamWConfig;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 use spec::event::{
-    AttentionKernel, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, PhasePeaks, RunEnvironment, RunStatus,
+    AttentionKernel, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, RunEnvironment, RunResult, RunStatus,
 };
 use spec::{Mode, RunConfig};
 
@@ -81,21 +81,17 @@ impl RunOptions {
     }
 }
 
-/// What a run ended with (also written as the last event).
+/// What a run ended with: the result it wrote as its last event (the spec's
+/// [`RunResult`], the one definition of that line), and where the events are.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    pub status: RunStatus,
-    pub params: u64,
-    pub peaks: PhasePeaks,
-    pub peak_bytes: u64,
-    pub phase: Option<Phase>,
-    pub message: Option<String>,
+    pub result: RunResult,
     pub events: PathBuf,
 }
 
 impl Outcome {
     pub fn exit_code(&self) -> i32 {
-        match self.status {
+        match self.result.status {
             RunStatus::Ok => EXIT_OK,
             RunStatus::Oom => EXIT_OOM,
             RunStatus::Failed => EXIT_FAILED,
@@ -328,21 +324,12 @@ fn finish(
     let nvml_peak_bytes = Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0);
     let phase = (status != RunStatus::Ok).then(current_phase);
     let t = now();
+    let result = RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s: t - start, nvml_peak_bytes };
     if !PROGRESS.finished.swap(true, Ordering::SeqCst) {
-        log.emit(&Event::Result {
-            t,
-            status,
-            params,
-            peaks: peaks.clone(),
-            peak_bytes,
-            phase,
-            message: message.clone(),
-            wall_s: t - start,
-            nvml_peak_bytes,
-        })
-        .map_err(|source| RunError::Events { path: path.to_path_buf(), source })?;
+        log.emit(&Event::from(result.clone()))
+            .map_err(|source| RunError::Events { path: path.to_path_buf(), source })?;
     }
-    Ok(Outcome { status, params, peaks, peak_bytes, phase, message, events: path.to_path_buf() })
+    Ok(Outcome { result, events: path.to_path_buf() })
 }
 
 /// Run `f` as phase `p`: fresh peak window, device synced at the end, peak
@@ -493,7 +480,7 @@ fn spawn_signal_thread(log: Arc<EventLog>, meter: Arc<Meter>) {
                 let (peaks, peak_bytes) = peaks_so_far(meter.peak());
                 let t = now();
                 let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
-                let _ = log.emit(&Event::Result {
+                let _ = log.emit(&Event::from(RunResult {
                     t,
                     status: RunStatus::Cancelled,
                     params: PROGRESS.params.load(Ordering::Relaxed),
@@ -503,7 +490,7 @@ fn spawn_signal_thread(log: Arc<EventLog>, meter: Arc<Meter>) {
                     message: Some(format!("received signal {sig}")),
                     wall_s: t - start,
                     nvml_peak_bytes: Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0),
-                });
+                }));
             }
             std::process::exit(EXIT_CANCELLED);
         }
