@@ -206,58 +206,15 @@ fn run_with_setup(
     let ev_err = |source| RunError::Events { path: path.clone(), source };
 
     let start = now();
-    PROGRESS.start_bits.store(start.to_bits(), Ordering::Relaxed);
-    PROGRESS.phase.store(0, Ordering::Relaxed);
-    for p in &PROGRESS.peaks {
-        p.store(NONE, Ordering::Relaxed);
-    }
-    PROGRESS.finished.store(false, Ordering::SeqCst);
-    PROGRESS.fd.store(log.raw_fd(), Ordering::Relaxed);
-    PROGRESS.gpu.store(opts.backend.is_gpu(), Ordering::Relaxed);
-    PROGRESS.limit.store(opts.memory_limit.unwrap_or(0), Ordering::Relaxed);
-    PROGRESS.nvml_peak.store(0, Ordering::Relaxed);
-    PROGRESS.pool_window_peak.store(0, Ordering::Relaxed);
     let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap_or(0);
-    PROGRESS.params.store(params, Ordering::Relaxed);
+    reset_progress(opts, &log, start, params);
 
     // Device setup is the first thing to fail on a node without a GPU or
     // driver, often as a panic inside the backend: guarded like the phases.
     let prepared = catch_unwind(AssertUnwindSafe(setup))
         .map_err(|payload| format!("device setup panicked: {}", panic_message(payload.as_ref())))
         .and_then(|r| r.map_err(|e| format!("device setup failed: {e}")));
-    let requested = backend::compute_dtype(cfg.precision);
-    let (device_name, driver, device_memory) = match &prepared {
-        Ok(p) => catch_unwind(AssertUnwindSafe(|| backend::describe(opts.backend, &p.device)))
-            .unwrap_or_else(|_| (opts.backend.name().to_string(), None, None)),
-        Err(_) => (opts.backend.name().to_string(), None, None),
-    };
-    let env = RunEnvironment {
-        host: hostname(),
-        device: device_name,
-        driver,
-        backend: opts.backend.name().to_string(),
-        dtype: backend::dtype_name(prepared.as_ref().map(|p| p.dtype).unwrap_or(requested)).to_string(),
-        grad_ckpt: cfg.grad_ckpt,
-        requested_dtype: prepared
-            .as_ref()
-            .ok()
-            .and_then(|p| p.fell_back_from)
-            .map(|d| backend::dtype_name(d).to_string()),
-        checkpointing: prepared.as_ref().ok().map(|p| p.checkpointing),
-        dtype_policy: prepared.as_ref().ok().map(|p| {
-            if p.autocast.is_some() {
-                DtypePolicy::Autocast
-            } else {
-                DtypePolicy::Uniform
-            }
-        }),
-        attention: Some(attention_of(cfg, opts)),
-        meter: Some(if opts.backend.is_gpu() { MemoryMeter::CubeclPool } else { MemoryMeter::HostAllocator }),
-        device_memory_bytes: device_memory,
-        memory_limit_bytes: opts.memory_limit,
-        slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
-        slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
-    };
+    let env = run_environment(cfg, opts, &prepared);
     log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env }).map_err(ev_err)?;
 
     let (device, autocast, checkpointing) = match prepared {
@@ -303,6 +260,61 @@ fn run_with_setup(
     let out = finish(&log, &path, params, start, live_peak, ended);
     drop(meter);
     out
+}
+
+/// A fresh run in [`PROGRESS`]: no phase reached, nothing finished, this
+/// run's start, event file, meter kind and limit.
+fn reset_progress(opts: &RunOptions, log: &EventLog, start: f64, params: u64) {
+    PROGRESS.start_bits.store(start.to_bits(), Ordering::Relaxed);
+    PROGRESS.phase.store(0, Ordering::Relaxed);
+    for p in &PROGRESS.peaks {
+        p.store(NONE, Ordering::Relaxed);
+    }
+    PROGRESS.finished.store(false, Ordering::SeqCst);
+    PROGRESS.fd.store(log.raw_fd(), Ordering::Relaxed);
+    PROGRESS.gpu.store(opts.backend.is_gpu(), Ordering::Relaxed);
+    PROGRESS.limit.store(opts.memory_limit.unwrap_or(0), Ordering::Relaxed);
+    PROGRESS.nvml_peak.store(0, Ordering::Relaxed);
+    PROGRESS.pool_window_peak.store(0, Ordering::Relaxed);
+    PROGRESS.params.store(params, Ordering::Relaxed);
+}
+
+/// The `start` event's environment: the device as set up, or what was asked
+/// for when setup failed (`prepared` holds the failure's message then).
+fn run_environment(cfg: &RunConfig, opts: &RunOptions, prepared: &Result<backend::Prepared, String>) -> RunEnvironment {
+    let requested = backend::compute_dtype(cfg.precision);
+    let (device_name, driver, device_memory) = match prepared {
+        Ok(p) => catch_unwind(AssertUnwindSafe(|| backend::describe(opts.backend, &p.device)))
+            .unwrap_or_else(|_| (opts.backend.name().to_string(), None, None)),
+        Err(_) => (opts.backend.name().to_string(), None, None),
+    };
+    RunEnvironment {
+        host: hostname(),
+        device: device_name,
+        driver,
+        backend: opts.backend.name().to_string(),
+        dtype: backend::dtype_name(prepared.as_ref().map(|p| p.dtype).unwrap_or(requested)).to_string(),
+        grad_ckpt: cfg.grad_ckpt,
+        requested_dtype: prepared
+            .as_ref()
+            .ok()
+            .and_then(|p| p.fell_back_from)
+            .map(|d| backend::dtype_name(d).to_string()),
+        checkpointing: prepared.as_ref().ok().map(|p| p.checkpointing),
+        dtype_policy: prepared.as_ref().ok().map(|p| {
+            if p.autocast.is_some() {
+                DtypePolicy::Autocast
+            } else {
+                DtypePolicy::Uniform
+            }
+        }),
+        attention: Some(attention_of(cfg, opts)),
+        meter: Some(if opts.backend.is_gpu() { MemoryMeter::CubeclPool } else { MemoryMeter::HostAllocator }),
+        device_memory_bytes: device_memory,
+        memory_limit_bytes: opts.memory_limit,
+        slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
+        slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
+    }
 }
 
 /// Write the result (unless the signal thread got there first) and build the outcome.
