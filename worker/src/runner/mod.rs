@@ -28,7 +28,8 @@ use burn::optim::AdamWConfig;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 use spec::event::{
-    AttentionKernel, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, RunEnvironment, RunResult, RunStatus,
+    AttentionKernel, CacheState, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, RunEnvironment, RunResult,
+    RunStatus,
 };
 use spec::{Mode, RunConfig};
 
@@ -67,6 +68,9 @@ pub struct RunOptions {
     /// The transformer families' attention kernel (the UNet's is always
     /// materialised, as MONAI's is): memory-efficient by default, as PyTorch's SDPA.
     pub attention: AttentionKernel,
+    /// The kernel cache this process was pointed at, as found (`--cache-dir`;
+    /// see [`crate::cache`]), for the `start` event.
+    pub kernel_cache: Option<CacheState>,
 }
 
 impl RunOptions {
@@ -77,6 +81,7 @@ impl RunOptions {
             memory_limit: None,
             heartbeat: HEARTBEAT,
             attention: AttentionKernel::MemoryEfficient,
+            kernel_cache: None,
         }
     }
 }
@@ -312,6 +317,7 @@ fn run_environment(cfg: &RunConfig, opts: &RunOptions, prepared: &Result<backend
         meter: Some(if opts.backend.is_gpu() { MemoryMeter::CubeclPool } else { MemoryMeter::HostAllocator }),
         device_memory_bytes: device_memory,
         memory_limit_bytes: opts.memory_limit,
+        kernel_cache: opts.kernel_cache,
         slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
         slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
     }
