@@ -220,6 +220,14 @@ pub enum Event {
         /// written before the worker read back.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         readback: Option<f64>,
+        /// Which training step the phase belongs to (0 first; absent for
+        /// `model` and in events written before it). On a GPU backend the
+        /// first step's `seconds` include compiling (and autotuning) every
+        /// kernel not in the node's cache; a later step's are the phase's own
+        /// work: with `mode: train` and `steps: 2` their difference is the
+        /// compile share (worker/README.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u32>,
     },
     Result {
         t: f64,

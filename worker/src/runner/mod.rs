@@ -357,6 +357,7 @@ fn finish(
 /// tensors are not counted in the phase.
 fn phase<T>(
     p: Phase,
+    step: Option<u32>,
     device: &Device,
     meter: &Meter,
     log: &EventLog,
@@ -379,8 +380,9 @@ fn phase<T>(
     slot.store(if prev == NONE { peak } else { prev.max(peak) }, Ordering::Relaxed);
     let seconds = t0.elapsed().as_secs_f64();
     let value = check(&out).map_err(|e| format!("{} phase: {e}", p.name()))?;
-    let _ =
-        log.emit(&Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds, nvml_bytes, readback: Some(value) });
+    let end =
+        Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds, nvml_bytes, readback: Some(value), step };
+    let _ = log.emit(&end);
     Ok(out)
 }
 
@@ -409,7 +411,7 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
         m.visit(&mut Materialise);
         Ok(m)
     };
-    let mut model = phase(Phase::Model, device, meter, log, build, |m| {
+    let mut model = phase(Phase::Model, None, device, meter, log, build, |m| {
         readback::pool_holds_params(device, m)?;
         readback::param_checksum(m)
     })?;
@@ -421,6 +423,7 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
     let [d, h, w] = cfg.input.spatial.dims();
     let shape = [cfg.batch as usize, cfg.input.channels as usize, d as usize, h as usize, w as usize];
     for step in 0..steps {
+        let at = Some(step);
         let forward = || {
             let x = Tensor::<5>::random(shape, burn::tensor::Distribution::Normal(0.0, 1.0), device);
             let t: Vec<f32> = (0..cfg.batch).map(|i| ((step * 7919 + i * 104_729) % 1000) as f32).collect();
@@ -429,7 +432,7 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
             let out = model.forward(x.clone(), &t, &mut tape);
             Ok((out, x, tape))
         };
-        let (out, x, tape) = phase(Phase::Fwd, device, meter, log, forward, |(out, _, _)| {
+        let (out, x, tape) = phase(Phase::Fwd, at, device, meter, log, forward, |(out, _, _)| {
             readback::scalar(out.clone().detach().mean().cast(burn::tensor::FloatDType::F32), "output mean")
         })?;
         let backward = || {
@@ -442,13 +445,13 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
             let _autocast = Autocast::enter(kernels.autocast);
             Ok((tape.backward(loss, &model), value))
         };
-        let (grads, _) = phase(Phase::Bwd, device, meter, log, backward, |(grads, loss)| {
+        let (grads, _) = phase(Phase::Bwd, at, device, meter, log, backward, |(grads, loss)| {
             readback::scalar(loss.clone().cast(burn::tensor::FloatDType::F32), "loss")?;
             readback::grad_norm(&model, grads)
         })?;
         drop(x);
         let step = || Ok(optim.step(1e-4, model.clone(), grads));
-        model = phase(Phase::Step, device, meter, log, step, readback::param_checksum)?;
+        model = phase(Phase::Step, at, device, meter, log, step, readback::param_checksum)?;
     }
     Ok(())
 }
