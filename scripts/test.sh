@@ -3,7 +3,7 @@
 #   1. build prerequisites (scripts/prereqs.sh),
 #   2. a real single-node SLURM cluster with accounting, reachable over SSH on
 #      loopback (scripts/test-cluster.sh up), torn down again at the end,
-#   3. `cargo fmt --check` and `cargo clippy -D warnings` (spec, orchestrator),
+#   3. `cargo fmt --check` and `cargo clippy -D warnings` (spec, orchestrator, worker),
 #   4. `cargo test --workspace`: unit tests, the published-parameter and
 #      precheck-accuracy tests, the Burn worker tests and the cluster tests,
 #   5. the worker's GPU code path on a CPU Vulkan device (scripts/lavapipe.sh).
@@ -20,10 +20,11 @@ started=1
 
 # Build first (its own step, so a compile error is not mistaken for a test failure).
 cargo build --workspace --all-targets --locked
-# Layout and lints of the orchestrator and spec (the worker's clippy runs apart:
-# it compiles Burn). rustfmt.toml holds the team's layout.
+# Layout and lints of the whole workspace (the worker with its default, CPU,
+# features: Burn is already compiled by the build above). rustfmt.toml holds the
+# team's layout.
 cargo fmt --all --check
-cargo clippy -p spec -p orchestrator --all-targets --locked -- -D warnings
+cargo clippy -p spec -p orchestrator -p worker --all-targets --locked -- -D warnings
 cargo test --workspace --locked "$@"
 
 # The GPU code path (CubeCL's Vulkan runtime) on a CPU Vulkan device, lavapipe:

@@ -237,8 +237,10 @@ mod tests {
         assert!(s.contains("#SBATCH --mail-type=END"));
         assert!(!s.contains("--account"), "absent settings leave no directive");
         assert!(s.contains(
-            "/w/bin/worker run --manifest /w/state/exp9/submissions/s001-abcd/manifest.json --state-dir /w/state\n"
+            "/w/bin/worker run --manifest /w/state/exp9/submissions/s001-abcd/manifest.json --state-dir /w/state --cache-dir \"$cache_dir\"\n"
         ));
+        // One kernel cache per node under the work dir: never two hosts on one database.
+        assert!(s.contains("\ncache_dir=/w/cache/\"$(hostname -s)\"\n"), "{s}");
     }
 
     #[test]
@@ -251,7 +253,10 @@ mod tests {
         v.worker_args = opts.args();
         v.worker_args.push("it's $(x)".into());
         let s = Renderer::new(vec![]).render("profile", &v).expect("renders");
-        assert!(s.contains("--state-dir /w/state --backend flex --memory-limit 536870912 'it'\\''s $(x)'\n"), "{s}");
+        assert!(
+            s.contains("--state-dir /w/state --cache-dir \"$cache_dir\" --backend flex --memory-limit 536870912 'it'\\''s $(x)'\n"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ mod common;
 use orchestrator::cluster::{ClusterConfig, ClustersFile, TransportKind};
 use orchestrator::submit::{self, Options, Watch};
 use orchestrator::sweep;
-use orchestrator::transport::ssh::SshShell;
+use orchestrator::transport::ssh::{SshShell, SshTarget};
 use orchestrator::transport::Shell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -114,20 +114,13 @@ fn world(env: &Env, name: &str, n: usize) -> World {
     let file = ClustersFile::load(&written).expect("the test cluster's clusters.yaml");
     let (_, mut jump) = file.get("sweeptest-jump", "clusters.yaml").expect("sweeptest-jump declared");
     assert_eq!(jump.host.as_deref(), Some("sweeptest-jump"));
-    let remote_work = format!("{}/{name}-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());
+    let remote_work = env.remote_work(name);
     jump.work_dir = Some(remote_work.clone());
     let mine = ClustersFile { clusters: [("sweeptest-jump".to_string(), jump)].into_iter().collect() };
     std::fs::write(dir.join("clusters.yaml"), serde_yaml::to_string(&mine).expect("yaml")).expect("clusters file");
     std::fs::write(dir.join("record.sbatch.hbs"), common::RECORD_TEMPLATE).expect("template");
-    let batches: Vec<String> = (1..=n).map(|b| b.to_string()).collect();
-    let exp = format!(
-        "name: {name}\ndescription: jump host test\ncluster: sweeptest-jump\ngpu: A100-SXM4-80GB\nprecision: fp32\n\
-         input: {{channels: 1, spatial: [16, 16, 16]}}\noutput_channels: 1\n\
-         model: {{family: unet, channels: [32, 64], attention_levels: [false, false], num_res_blocks: 1, num_head_channels: 32}}\n\
-         template: {}\narray_parallelism: {n}\nsweep:\n  name: \"b{{batch}}\"\n  grid:\n    batch: [{}]\n",
-        dir.join("record.sbatch.hbs").display(),
-        batches.join(", ")
-    );
+    let template = dir.join("record.sbatch.hbs");
+    let exp = common::batch_grid_experiment(name, "jump host test", "sweeptest-jump", &template, n, n as u32);
     let exp_file = dir.join(format!("{name}.yaml"));
     std::fs::write(&exp_file, exp).expect("experiment file");
     let opts = Options {
@@ -435,73 +428,96 @@ fn cluster_ssh_config_reads_as_openssh_does() {
         (&own, "elsewhere"),
     ];
     for (cfg, alias) in cases {
-        let out = Command::new("ssh").arg("-F").arg(cfg).arg("-G").arg(alias).output().expect("ssh -G runs");
-        assert!(out.status.success(), "ssh -G {alias}: {}", String::from_utf8_lossy(&out.stderr));
-        let mut g: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for l in String::from_utf8_lossy(&out.stdout).lines() {
-            if let Some((k, v)) = l.split_once(' ') {
-                g.entry(k.to_string()).or_default().push(v.to_string());
-            }
-        }
-        let one = |k: &str| g.get(k).and_then(|v| v.first()).cloned().unwrap_or_default();
+        let g = ssh_g(cfg, alias);
         let mut c = ClusterConfig::local();
         c.transport = TransportKind::Ssh;
         c.host = Some(alias.into());
         c.ssh_config = Some(cfg.clone());
         let t = orchestrator::transport::ssh::resolve_target(&c).expect("resolves");
-        let hop = t.target();
-        let home = std::env::var("HOME").unwrap_or_default();
-        // ssh -G prints paths before their %-tokens are expanded (ssh does that later).
-        let tilde = |p: &str| {
-            p.replace("%h", &hop.host)
-                .replace("%r", &hop.user)
-                .replace("%p", &hop.port.to_string())
-                .replace("%n", alias)
-                .replace(&home, "~")
-        };
-        assert_eq!(hop.host, one("hostname"), "{alias}: HostName");
-        assert_eq!(hop.port.to_string(), one("port"), "{alias}: Port");
-        assert_eq!(hop.user, one("user"), "{alias}: User");
-        let files: Vec<String> = hop.identity_files.iter().map(|p| tilde(&p.display().to_string())).collect();
-        let want: Vec<String> = g.get("identityfile").cloned().unwrap_or_default().iter().map(|p| tilde(p)).collect();
-        assert_eq!(files, want, "{alias}: IdentityFile");
-        let kh: Vec<String> = hop.known_hosts.iter().map(|p| tilde(&p.display().to_string())).collect();
-        let mut want_kh: Vec<String> = one("userknownhostsfile").split(' ').map(tilde).collect();
-        want_kh.extend(one("globalknownhostsfile").split(' ').map(tilde));
-        assert_eq!(kh, want_kh, "{alias}: known_hosts files");
-        let interval = one("serveraliveinterval");
-        if interval != "0" {
-            assert_eq!(hop.keepalive.interval.to_string(), interval, "{alias}: ServerAliveInterval");
+        target_hop_reads_as(alias, &t, &g);
+        proxy_reads_as(alias, &t, &g);
+        eprintln!("{alias}: {} = ssh -G", t.label());
+    }
+}
+
+/// OpenSSH's own reading of `alias` in `cfg` (`ssh -G`): keyword → values.
+fn ssh_g(cfg: &Path, alias: &str) -> BTreeMap<String, Vec<String>> {
+    let out = Command::new("ssh").arg("-F").arg(cfg).arg("-G").arg(alias).output().expect("ssh -G runs");
+    assert!(out.status.success(), "ssh -G {alias}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut g: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some((k, v)) = l.split_once(' ') {
+            g.entry(k.to_string()).or_default().push(v.to_string());
         }
-        assert_eq!(hop.keepalive.count_max.to_string(), one("serveralivecountmax"), "{alias}: ServerAliveCountMax");
-        match (g.get("proxyjump"), g.get("proxycommand"), &hop.via) {
-            (Some(j), _, orchestrator::transport::ssh::Via::Jump) => {
-                let bastions = &t.hops[..t.hops.len() - 1];
-                let specs: Vec<&str> = j[0].split(',').collect();
-                assert_eq!(specs.len(), bastions.len(), "{alias}: ProxyJump {}", j[0]);
-                for (spec, h) in specs.iter().zip(bastions) {
-                    let (user, rest) = spec.split_once('@').map_or((None, *spec), |(u, r)| (Some(u), r));
-                    let (name, port) = rest.split_once(':').map_or((rest, None), |(n, p)| (n, Some(p)));
-                    assert_eq!(h.alias, name, "{alias}: ProxyJump {}", j[0]);
-                    if let Some(u) = user {
-                        assert_eq!(h.user, u, "{alias}: ProxyJump user");
-                    }
-                    if let Some(p) = port {
-                        assert_eq!(h.port.to_string(), p, "{alias}: ProxyJump port");
-                    }
+    }
+    g
+}
+
+fn first_of(g: &BTreeMap<String, Vec<String>>, k: &str) -> String {
+    g.get(k).and_then(|v| v.first()).cloned().unwrap_or_default()
+}
+
+/// The target hop's address, user, identity and known_hosts files and
+/// keepalives are what `ssh -G` (`g`) says for `alias`.
+fn target_hop_reads_as(alias: &str, t: &SshTarget, g: &BTreeMap<String, Vec<String>>) {
+    let one = |k: &str| first_of(g, k);
+    let hop = t.target();
+    let home = std::env::var("HOME").unwrap_or_default();
+    // ssh -G prints paths before their %-tokens are expanded (ssh does that later).
+    let tilde = |p: &str| {
+        p.replace("%h", &hop.host)
+            .replace("%r", &hop.user)
+            .replace("%p", &hop.port.to_string())
+            .replace("%n", alias)
+            .replace(&home, "~")
+    };
+    assert_eq!(hop.host, one("hostname"), "{alias}: HostName");
+    assert_eq!(hop.port.to_string(), one("port"), "{alias}: Port");
+    assert_eq!(hop.user, one("user"), "{alias}: User");
+    let files: Vec<String> = hop.identity_files.iter().map(|p| tilde(&p.display().to_string())).collect();
+    let want: Vec<String> = g.get("identityfile").cloned().unwrap_or_default().iter().map(|p| tilde(p)).collect();
+    assert_eq!(files, want, "{alias}: IdentityFile");
+    let kh: Vec<String> = hop.known_hosts.iter().map(|p| tilde(&p.display().to_string())).collect();
+    let mut want_kh: Vec<String> = one("userknownhostsfile").split(' ').map(tilde).collect();
+    want_kh.extend(one("globalknownhostsfile").split(' ').map(tilde));
+    assert_eq!(kh, want_kh, "{alias}: known_hosts files");
+    let interval = one("serveraliveinterval");
+    if interval != "0" {
+        assert_eq!(hop.keepalive.interval.to_string(), interval, "{alias}: ServerAliveInterval");
+    }
+    assert_eq!(hop.keepalive.count_max.to_string(), one("serveralivecountmax"), "{alias}: ServerAliveCountMax");
+}
+
+/// The way to the target (bastions of a ProxyJump, a ProxyCommand, or
+/// direct) is what `ssh -G` (`g`) says for `alias`.
+fn proxy_reads_as(alias: &str, t: &SshTarget, g: &BTreeMap<String, Vec<String>>) {
+    let hop = t.target();
+    match (g.get("proxyjump"), g.get("proxycommand"), &hop.via) {
+        (Some(j), _, orchestrator::transport::ssh::Via::Jump) => {
+            let bastions = &t.hops[..t.hops.len() - 1];
+            let specs: Vec<&str> = j[0].split(',').collect();
+            assert_eq!(specs.len(), bastions.len(), "{alias}: ProxyJump {}", j[0]);
+            for (spec, h) in specs.iter().zip(bastions) {
+                let (user, rest) = spec.split_once('@').map_or((None, *spec), |(u, r)| (Some(u), r));
+                let (name, port) = rest.split_once(':').map_or((rest, None), |(n, p)| (n, Some(p)));
+                assert_eq!(h.alias, name, "{alias}: ProxyJump {}", j[0]);
+                if let Some(u) = user {
+                    assert_eq!(h.user, u, "{alias}: ProxyJump user");
+                }
+                if let Some(p) = port {
+                    assert_eq!(h.port.to_string(), p, "{alias}: ProxyJump port");
                 }
             }
-            (None, Some(cmd), orchestrator::transport::ssh::Via::Command(ours)) => {
-                // ssh -G prints the command before token expansion.
-                assert_eq!(
-                    &cmd[0].replace("%h", &hop.host).replace("%p", &hop.port.to_string()),
-                    ours,
-                    "{alias}: ProxyCommand"
-                );
-            }
-            (None, None, orchestrator::transport::ssh::Via::Direct) => {}
-            (j, c, via) => panic!("{alias}: OpenSSH says ProxyJump {j:?} / ProxyCommand {c:?}, we say {via:?}"),
         }
-        eprintln!("{alias}: {} = ssh -G", t.label());
+        (None, Some(cmd), orchestrator::transport::ssh::Via::Command(ours)) => {
+            // ssh -G prints the command before token expansion.
+            assert_eq!(
+                &cmd[0].replace("%h", &hop.host).replace("%p", &hop.port.to_string()),
+                ours,
+                "{alias}: ProxyCommand"
+            );
+        }
+        (None, None, orchestrator::transport::ssh::Via::Direct) => {}
+        (j, c, via) => panic!("{alias}: OpenSSH says ProxyJump {j:?} / ProxyCommand {c:?}, we say {via:?}"),
     }
 }

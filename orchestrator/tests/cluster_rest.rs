@@ -36,17 +36,7 @@ struct World {
 
 /// A clusters file entry; `token` is `token_file: …` or `token_env: …`.
 fn entry(env: &Env, name: &str, files: &str, token: &str, work: &str, sleep: f64) -> String {
-    let sftp = if files == "sftp" {
-        format!(
-            "    host: {}\n    port: {}\n    identity_file: {}\n    known_hosts: {}\n",
-            env.get("SWEEP_TEST_SSH_HOST"),
-            env.get("SWEEP_TEST_SSH_PORT"),
-            env.get("SWEEP_TEST_SSH_KEY"),
-            env.get("SWEEP_TEST_KNOWN_HOSTS")
-        )
-    } else {
-        String::new()
-    };
+    let sftp = if files == "sftp" { env.ssh_fields() } else { String::new() };
     format!(
         "  {name}:\n    transport: rest\n    url: {}\n    user: {}\n    {token}\n    files: {files}\n{sftp}    max_array_size: 100\n    work_dir: {work}\n    env: {{SWEEP_TEST_SLEEP: \"{sleep}\"}}\n    defaults: {{partition: gpu, time: \"00:10:00\", cpus_per_task: 1}}\n",
         env.get("SWEEP_TEST_REST_URL"),
@@ -57,7 +47,7 @@ fn entry(env: &Env, name: &str, files: &str, token: &str, work: &str, sleep: f64
 fn world(env: &Env, test: &str, cluster: &str, body: &str, sleep: f64) -> World {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
-    let work = format!("{}/{test}-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());
+    let work = env.remote_work(test);
     let token = format!("token_file: {}", env.get("SWEEP_TEST_REST_TOKEN_FILE"));
     let clusters = format!(
         "clusters:\n{}{}",
@@ -99,14 +89,7 @@ impl World {
     }
 
     fn records(&self) -> BTreeMap<String, orchestrator::state::ConfigRecord> {
-        let mut out = BTreeMap::new();
-        for e in std::fs::read_dir(self.opts.state_root.join(&self.exp).join("configs")).expect("configs dir") {
-            let p = e.expect("entry").path();
-            let r: orchestrator::state::ConfigRecord =
-                serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("json");
-            out.insert(r.name.clone(), r);
-        }
-        out
+        common::records(&self.opts.state_root, &self.exp)
     }
 
     /// The orchestrator binary: `args`, then this world's state and clusters.
@@ -135,48 +118,13 @@ impl World {
 
     /// Every submission this world's state made.
     fn submissions(&self) -> Vec<orchestrator::state::Submission> {
-        let dir = self.opts.state_root.join(&self.exp).join("submissions");
-        let read = |p: PathBuf| serde_json::from_slice(&std::fs::read(p).expect("read")).expect("submission json");
-        std::fs::read_dir(dir)
-            .expect("submissions")
-            .map(|e| read(e.expect("entry").path().join("submission.json")))
-            .collect()
+        common::submissions(&self.opts.state_root, &self.exp)
     }
 
     /// How many SLURM tasks ran each config, from the cluster's own sacct and
     /// squeue, mapped back through the submissions' task lists.
     fn jobs_per_config(&self, env: &Env) -> BTreeMap<String, usize> {
-        let by_name: BTreeMap<String, orchestrator::state::Submission> =
-            self.submissions().into_iter().map(|s| (s.job_name.clone(), s)).collect();
-        let mut seen = BTreeSet::new();
-        let sacct = env.slurm(&[
-            "sacct",
-            "--noheader",
-            "--parsable2",
-            "--allocations",
-            "--starttime=now-1days",
-            "--format=JobID,JobIDRaw,JobName,State,ExitCode",
-        ]);
-        let squeue = env.slurm(&[
-            "squeue",
-            "--noheader",
-            "--array",
-            "--states=all",
-            &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT),
-        ]);
-        let obs = orchestrator::slurm::parse_sacct(&sacct)
-            .expect("sacct")
-            .into_iter()
-            .chain(orchestrator::slurm::parse_squeue(&squeue).expect("squeue"));
-        for o in obs {
-            seen.insert((o.array_job_id, o.task_id, o.name));
-        }
-        let mut count: BTreeMap<String, usize> = BTreeMap::new();
-        for (_, task, name) in seen {
-            let Some(s) = by_name.get(&name) else { continue };
-            *count.entry(s.tasks[task as usize].clone()).or_default() += 1;
-        }
-        count
+        env.jobs_per_config(&self.opts.state_root, &self.exp)
     }
 }
 

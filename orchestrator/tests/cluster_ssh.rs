@@ -17,9 +17,9 @@ use orchestrator::submit::{self, Options, StatusReport, Watch};
 use orchestrator::sweep::{self, Sweep};
 use orchestrator::transport::ssh::SshShell;
 use orchestrator::transport::Shell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::{cluster, rt, Env, ONE_AT_A_TIME};
@@ -63,28 +63,15 @@ sleep {sleep}
 fn world(env: &Env, test: &str, n: usize, parallel: u32, sleep: f64) -> World {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
-    let remote_work = format!("{}/{test}-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());
+    let remote_work = env.remote_work(test);
     let clusters = format!(
-        "clusters:\n  test:\n    transport: ssh\n    host: {}\n    port: {}\n    user: {}\n    identity_file: {}\n    known_hosts: {}\n    work_dir: {}\n    defaults:\n      partition: gpu\n",
-        env.get("SWEEP_TEST_SSH_HOST"),
-        env.get("SWEEP_TEST_SSH_PORT"),
-        env.get("SWEEP_TEST_SSH_USER"),
-        env.get("SWEEP_TEST_SSH_KEY"),
-        env.get("SWEEP_TEST_KNOWN_HOSTS"),
-        remote_work,
+        "clusters:\n  test:\n    transport: ssh\n{}    user: {}\n    work_dir: {remote_work}\n    defaults:\n      partition: gpu\n",
+        env.ssh_fields(),
+        env.get("SWEEP_TEST_SSH_USER")
     );
     std::fs::write(dir.join("clusters.yaml"), clusters).expect("clusters file");
     std::fs::write(dir.join("record.sbatch.hbs"), template(sleep)).expect("template");
-    // n configs differing in batch size (so each has its own hash).
-    let batches: Vec<String> = (1..=n).map(|b| b.to_string()).collect();
-    let exp = format!(
-        "name: {test}\ndescription: cluster test\ncluster: test\ngpu: A100-SXM4-80GB\nprecision: fp32\n\
-         input: {{channels: 1, spatial: [16, 16, 16]}}\noutput_channels: 1\n\
-         model: {{family: unet, channels: [32, 64], attention_levels: [false, false], num_res_blocks: 1, num_head_channels: 32}}\n\
-         template: {}\narray_parallelism: {parallel}\nsweep:\n  name: \"b{{batch}}\"\n  grid:\n    batch: [{}]\n",
-        dir.join("record.sbatch.hbs").display(),
-        batches.join(", ")
-    );
+    let exp = common::batch_grid_experiment(test, "cluster test", "test", &dir.join("record.sbatch.hbs"), n, parallel);
     let exp_file = dir.join(format!("{test}.yaml"));
     std::fs::write(&exp_file, exp).expect("experiment file");
     let opts = Options {
@@ -112,15 +99,7 @@ impl World {
     }
 
     fn records(&self, exp: &str) -> BTreeMap<String, orchestrator::state::ConfigRecord> {
-        let mut out = BTreeMap::new();
-        let dir = self.opts.state_root.join(exp).join("configs");
-        for e in std::fs::read_dir(dir).expect("configs dir") {
-            let p = e.expect("entry").path();
-            let r: orchestrator::state::ConfigRecord =
-                serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("record json");
-            out.insert(r.name.clone(), r);
-        }
-        out
+        common::records(&self.opts.state_root, exp)
     }
 
     /// The orchestrator binary running `sub ARG` on this world's state and clusters.
@@ -148,59 +127,9 @@ fn watch(w: &World, exp: &str, limit: Duration) -> StatusReport {
     r
 }
 
-/// Every job SLURM has for this experiment (job name prefix), as (array, task) → job name,
-/// from the cluster's own squeue and sacct.
-fn slurm_tasks(env: &Env, exp: &str) -> BTreeSet<(String, u32, String)> {
-    let prefix = format!("sw-{exp}-");
-    let mut out = BTreeSet::new();
-    let sacct = env.slurm(&[
-        "sacct",
-        "--noheader",
-        "--parsable2",
-        "--allocations",
-        "--starttime=now-1days",
-        "--format=JobID,JobIDRaw,JobName,State,ExitCode",
-    ]);
-    for o in orchestrator::slurm::parse_sacct(&sacct).expect("sacct parses") {
-        if o.name.starts_with(&prefix) {
-            out.insert((o.array_job_id.to_string(), o.task_id, o.name));
-        }
-    }
-    // `--states=all`: tasks that ended recently, which sacct may not have yet.
-    let squeue = env.slurm(&[
-        "squeue",
-        "--noheader",
-        "--array",
-        "--states=all",
-        &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT),
-    ]);
-    for o in orchestrator::slurm::parse_squeue(&squeue).expect("squeue parses") {
-        if o.name.starts_with(&prefix) {
-            out.insert((o.array_job_id.to_string(), o.task_id, o.name));
-        }
-    }
-    out
-}
-
-/// How many SLURM tasks run each config: maps SLURM's jobs back to configs
-/// through the submissions' task lists. Every value must be 1 (no duplicates).
+/// How many SLURM tasks run each config (every value must be 1: no duplicates).
 fn jobs_per_config(env: &Env, w: &World, exp: &str) -> BTreeMap<String, usize> {
-    let subs_dir = w.opts.state_root.join(exp).join("submissions");
-    let mut by_name = BTreeMap::new();
-    for e in std::fs::read_dir(&subs_dir).expect("submissions") {
-        let p = e.expect("entry").path().join("submission.json");
-        let s: orchestrator::state::Submission =
-            serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("json");
-        by_name.insert(s.job_name.clone(), s);
-    }
-    let mut count: BTreeMap<String, usize> = BTreeMap::new();
-    // Earlier runs of the same test left jobs with the same experiment prefix;
-    // every job this state ever submitted (abandoned intents included) is in `by_name`.
-    for (_, task, name) in slurm_tasks(env, exp) {
-        let Some(s) = by_name.get(&name) else { continue };
-        *count.entry(s.tasks[task as usize].clone()).or_default() += 1;
-    }
-    count
+    env.jobs_per_config(&w.opts.state_root, exp)
 }
 
 #[test]
@@ -469,65 +398,7 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
         let exp = format!("ct-stall-{}", format!("{moment:?}").to_lowercase().chars().take(12).collect::<String>());
         let w = world(&env, &exp, 4, 4, 0.0);
         let mut stall = Stall::new(&env);
-        let journal = w.opts.state_root.join(&exp).join("journal.jsonl");
-        let submit_out = match moment {
-            Moment::BeforeSubmit => {
-                stall.pause();
-                let child = w
-                    .binary("submit", &w.exp_file)
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .expect("submit");
-                std::thread::sleep(Duration::from_secs(8));
-                stall.resume();
-                wait_bounded(child, Duration::from_secs(90), "submit")
-            }
-            Moment::MidSbatch | Moment::LateSbatch => {
-                let child = w
-                    .binary("submit", &w.exp_file)
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .expect("submit");
-                wait_for_intent(&journal);
-                if matches!(moment, Moment::LateSbatch) {
-                    std::thread::sleep(Duration::from_millis(300));
-                }
-                stall.pause();
-                std::thread::sleep(Duration::from_secs(8));
-                stall.resume();
-                wait_bounded(child, Duration::from_secs(90), "submit")
-            }
-            Moment::DownDuringSbatch => {
-                let child = w
-                    .binary("submit", &w.exp_file)
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .expect("submit");
-                wait_for_intent(&journal);
-                stall.stop();
-                let out = wait_bounded(child, Duration::from_secs(90), "submit");
-                stall.start();
-                out
-            }
-            Moment::AfterSubmit => {
-                let out = w.binary("submit", &w.exp_file).output().expect("submit");
-                assert!(out.status.success(), "submit: {}", String::from_utf8_lossy(&out.stderr));
-                stall.pause();
-                let child = w
-                    .binary("status", &exp)
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .expect("status");
-                let st = wait_bounded(child, Duration::from_secs(60), "status against a stalled controller");
-                eprintln!("status while stalled: {}", String::from_utf8_lossy(&st.stdout).lines().last().unwrap_or(""));
-                stall.resume();
-                out
-            }
-        };
+        let submit_out = submit_through_a_stall(&w, &exp, moment, &mut stall);
         eprintln!(
             "{moment:?}: submit exit {:?}: {}{}",
             submit_out.status.code(),
@@ -551,4 +422,56 @@ fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_c
         assert!(per.values().all(|&n| n == 1), "{moment:?}: duplicates: {per:?}");
     }
     eprintln!("FIGURES: stall test, 5 moments: {:.1} s", t_all.elapsed().as_secs_f64());
+}
+
+/// `submit` with the controller stalled (paused or stopped) at `moment`,
+/// then back; for `AfterSubmit`, a `status` against the stalled controller.
+/// The submit's output.
+fn submit_through_a_stall(w: &World, exp: &str, moment: Moment, stall: &mut Stall) -> Output {
+    let journal = w.opts.state_root.join(exp).join("journal.jsonl");
+    let spawn = |sub: &str, arg: &std::ffi::OsStr| {
+        w.binary(sub, arg)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{sub}: {e}"))
+    };
+    match moment {
+        Moment::BeforeSubmit => {
+            stall.pause();
+            let child = spawn("submit", w.exp_file.as_os_str());
+            std::thread::sleep(Duration::from_secs(8));
+            stall.resume();
+            wait_bounded(child, Duration::from_secs(90), "submit")
+        }
+        Moment::MidSbatch | Moment::LateSbatch => {
+            let child = spawn("submit", w.exp_file.as_os_str());
+            wait_for_intent(&journal);
+            if matches!(moment, Moment::LateSbatch) {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            stall.pause();
+            std::thread::sleep(Duration::from_secs(8));
+            stall.resume();
+            wait_bounded(child, Duration::from_secs(90), "submit")
+        }
+        Moment::DownDuringSbatch => {
+            let child = spawn("submit", w.exp_file.as_os_str());
+            wait_for_intent(&journal);
+            stall.stop();
+            let out = wait_bounded(child, Duration::from_secs(90), "submit");
+            stall.start();
+            out
+        }
+        Moment::AfterSubmit => {
+            let out = w.binary("submit", &w.exp_file).output().expect("submit");
+            assert!(out.status.success(), "submit: {}", String::from_utf8_lossy(&out.stderr));
+            stall.pause();
+            let child = spawn("status", exp.as_ref());
+            let st = wait_bounded(child, Duration::from_secs(60), "status against a stalled controller");
+            eprintln!("status while stalled: {}", String::from_utf8_lossy(&st.stdout).lines().last().unwrap_or(""));
+            stall.resume();
+            out
+        }
+    }
 }

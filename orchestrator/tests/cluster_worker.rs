@@ -45,13 +45,9 @@ fn shared(env: &Env) -> &'static Shared {
         let remote_work = format!("{work_root}/cw-{}", std::process::id());
         let clusters = dir.join("clusters.yaml");
         let text = format!(
-            "clusters:\n  test:\n    transport: ssh\n    host: {}\n    port: {}\n    user: {}\n    identity_file: {}\n    known_hosts: {}\n    work_dir: {}\n    defaults:\n      partition: gpu\n      time: \"00:10:00\"\n      cpus_per_task: 1\n",
-            env.get("SWEEP_TEST_SSH_HOST"),
-            env.get("SWEEP_TEST_SSH_PORT"),
-            env.get("SWEEP_TEST_SSH_USER"),
-            env.get("SWEEP_TEST_SSH_KEY"),
-            env.get("SWEEP_TEST_KNOWN_HOSTS"),
-            remote_work,
+            "clusters:\n  test:\n    transport: ssh\n{}    user: {}\n    work_dir: {remote_work}\n    defaults:\n      partition: gpu\n      time: \"00:10:00\"\n      cpus_per_task: 1\n",
+            env.ssh_fields(),
+            env.get("SWEEP_TEST_SSH_USER")
         );
         std::fs::write(&clusters, text).expect("clusters file");
         let worker = worker_binary();
@@ -120,14 +116,7 @@ impl Exp {
     }
 
     fn records(&self) -> BTreeMap<String, orchestrator::state::ConfigRecord> {
-        let mut out = BTreeMap::new();
-        for e in std::fs::read_dir(self.opts.state_root.join(&self.name).join("configs")).expect("configs dir") {
-            let p = e.expect("entry").path();
-            let r: orchestrator::state::ConfigRecord =
-                serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("record json");
-            out.insert(r.name.clone(), r);
-        }
-        out
+        common::records(&self.opts.state_root, &self.name)
     }
 
     /// `status --watch` until every config settled (or `limit`).
@@ -233,6 +222,14 @@ fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
     assert_eq!(r.count("COMPLETED"), 6, "{}", r.table());
     eprintln!("{}", r.table());
     eprintln!("e2e sweep: {} configs, {wall:.1} s from submit to the last result", sweep.configs.len());
+    every_config_measured(&exp, &sweep, &r);
+    measurements_calibrate_the_workers_runtime(&exp);
+    the_report_has_an_ok_row_per_config(&exp, &sweep);
+}
+
+/// Each config's result is `ok` with the spec's parameter count and a peak
+/// above its weights, and its event stream is in the local state.
+fn every_config_measured(exp: &Exp, sweep: &Sweep, r: &StatusReport) {
     let recs = exp.records();
     for c in &sweep.configs {
         let rec = &recs[&c.name];
@@ -259,6 +256,11 @@ fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
             c.config.gpu
         );
     }
+}
+
+/// The measurement records, in the shared format, teach `calibrate` the
+/// worker's runtime.
+fn measurements_calibrate_the_workers_runtime(exp: &Exp) {
     // Measurement records, in the shared format, for calibration.
     let mpath = exp.opts.state_root.join(&exp.name).join("measurements.jsonl");
     let text = std::fs::read_to_string(&mpath).expect("measurements.jsonl written");
@@ -275,8 +277,10 @@ fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
     assert!(err.contains("runtime burn-flex/fp32"), "calibrate learnt the worker's runtime: {err}");
     let cal: serde_json::Value = serde_json::from_slice(&out.stdout).expect("calibration json");
     assert!(cal.pointer("/runtimes/burn-flex~1fp32").is_some(), "{cal}");
+}
 
-    // The report of what the cluster measured: one OK row per config, plots beside it.
+/// The report of what the cluster measured: one OK row per config, plots beside it.
+fn the_report_has_an_ok_row_per_config(exp: &Exp, sweep: &Sweep) {
     let out_dir = exp.opts.state_root.join(&exp.name).join("report");
     let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .args(["report", &exp.name, "--state-dir"])

@@ -129,6 +129,23 @@ pub enum DtypePolicy {
     Autocast,
 }
 
+/// The kernel cache a run found (`worker run --cache-dir`): what its phases'
+/// seconds include. On a GPU backend a `fresh` (or `replaced`) cache means
+/// every kernel was compiled (and matmuls autotuned) inside the phases; a
+/// `reused` one, only the kernels no earlier run on the node had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheState {
+    /// Nothing cached yet on this node for this worker version.
+    Fresh,
+    /// This worker version's cache on this node, reused.
+    Reused,
+    /// A corrupt or foreign cache was moved aside; a fresh one was used.
+    Replaced,
+    /// The cache could not be prepared or given to CubeCL: nothing cached.
+    Unusable,
+}
+
 /// Where the run happened: enough to put a hardware/software header on a report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunEnvironment {
@@ -163,6 +180,9 @@ pub struct RunEnvironment {
     /// A memory limit the worker enforced (`--memory-limit`), for scoring an OOM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit_bytes: Option<u64>,
+    /// The kernel cache the run found (absent: run without `--cache-dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_cache: Option<CacheState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_job_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,6 +220,14 @@ pub enum Event {
         /// written before the worker read back.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         readback: Option<f64>,
+        /// Which training step the phase belongs to (0 first; absent for
+        /// `model` and in events written before it). On a GPU backend the
+        /// first step's `seconds` include compiling (and autotuning) every
+        /// kernel not in the node's cache; a later step's are the phase's own
+        /// work: with `mode: train` and `steps: 2` their difference is the
+        /// compile share (worker/README.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u32>,
     },
     Result {
         t: f64,

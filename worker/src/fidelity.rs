@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
-use spec::event::{Event, RunStatus};
+use spec::event::{RunResult, RunStatus};
 use spec::model::Family;
 use spec::record::MeasurementRecord;
 
@@ -108,12 +108,10 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
         .status()
         .with_context(|| format!("running {}", exe.display()))?;
     let text = std::fs::read_to_string(&events).unwrap_or_default();
-    let result = text.lines().rev().find_map(|l| match serde_json::from_str::<Event>(l) {
-        Ok(Event::Result { status, peak_bytes, message, .. }) => Some((status, peak_bytes, message)),
-        _ => None,
-    });
+    // The last line that is a result (the spec's `RunResult` reads only those).
+    let result = text.lines().rev().find_map(|l| serde_json::from_str::<RunResult>(l).ok());
     let (status, peak, message) = match result {
-        Some(r) => r,
+        Some(r) => (r.status, r.peak_bytes, r.message),
         None => (RunStatus::Failed, 0, Some(format!("no result written (worker exit {status})"))),
     };
     Ok(Row {

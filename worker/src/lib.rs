@@ -10,6 +10,7 @@
 
 pub mod alloc;
 pub mod backend;
+pub mod cache;
 pub mod events;
 pub mod fidelity;
 pub mod meter;

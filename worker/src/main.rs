@@ -76,6 +76,12 @@ struct RunArgs {
     /// UNet's attention is always materialised, as MONAI's is.
     #[arg(long, value_enum, default_value_t = AttentionArg::MemoryEfficient)]
     attention: AttentionArg,
+    /// This node's kernel cache: CubeCL's compiled kernels and autotune
+    /// results and the NVIDIA driver's shader cache, shared by the runs of
+    /// one host (never by two hosts). A corrupt or foreign cache is moved
+    /// aside with a warning; one that cannot be prepared, skipped.
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -159,20 +165,24 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::Run(args) => {
+            // First, while this process has one thread: it sets the driver's variables.
+            let kernel_cache = args.cache_dir.as_deref().map(worker::cache::use_for_this_process);
             let cfg = config_of(&args)?;
             let backend = backend_of(args.backend.as_deref())?;
             let mut opts = RunOptions::new(&args.state_dir, backend);
             opts.memory_limit = args.memory_limit;
             opts.attention = args.attention.into();
+            opts.kernel_cache = kernel_cache;
             let outcome = worker::run(&cfg, &opts)?;
+            let result = &outcome.result;
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
             eprintln!(
                 "{}: {:?}, {} params, peak {:.3} GiB{}",
                 cfg.name,
-                outcome.status,
-                outcome.params,
-                gib(outcome.peak_bytes),
-                outcome.message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
+                result.status,
+                result.params,
+                gib(result.peak_bytes),
+                result.message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
             );
             std::process::exit(outcome.exit_code());
         }

@@ -88,6 +88,14 @@ fn ok_run_records_every_phase() {
         })
         .collect();
     assert_eq!(ended, Phase::ALL.to_vec());
+    let steps: Vec<Option<u32>> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::PhaseEnd { step, .. } => Some(*step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, [None, Some(0), Some(0), Some(0)], "model has no step; the profiled step is step 0");
     let (status, phase, peak, message, peaks) = result(&ev);
     assert_eq!(status, RunStatus::Ok);
     assert_eq!(phase, None);
@@ -202,6 +210,39 @@ fn bad_shape_is_recorded_as_failed() {
     assert_eq!(status, RunStatus::Failed);
     assert_eq!(phase, Some(Phase::Model));
     assert!(message.unwrap().contains("does not divide"));
+}
+
+/// Train mode numbers each step's phases, so a later step's seconds can be
+/// set against the first's (which include compiling the kernels on a GPU).
+#[test]
+fn train_steps_number_their_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny_unet("two-steps");
+    cfg.mode = Mode::Train;
+    cfg.steps = 2;
+    let status = worker()
+        .args(["run", "--config"])
+        .arg(write_config(dir.path(), &cfg))
+        .arg("--state-dir")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let ended: Vec<(Phase, Option<u32>)> = events(dir.path(), &cfg)
+        .iter()
+        .filter_map(|e| match e {
+            Event::PhaseEnd { phase, step, seconds, .. } => {
+                assert!(*seconds >= 0.0);
+                Some((*phase, *step))
+            }
+            _ => None,
+        })
+        .collect();
+    let (f, b, s) = (Phase::Fwd, Phase::Bwd, Phase::Step);
+    assert_eq!(
+        ended,
+        [(Phase::Model, None), (f, Some(0)), (b, Some(0)), (s, Some(0)), (f, Some(1)), (b, Some(1)), (s, Some(1))]
+    );
 }
 
 #[test]

@@ -58,6 +58,66 @@ struct Fixture {
     records: BTreeMap<String, ConfigRecord>,
 }
 
+/// dit_S_p8's events: every phase ended, `ok`.
+fn ok_events(name: &str, h: &str) -> Vec<String> {
+    vec![
+        start(name, h),
+        format!(r#"{{"event":"phase_end","t":1795215786.0,"phase":"model","peak_bytes":{},"seconds":0.5}}"#, GIB_U),
+        format!(
+            r#"{{"event":"heartbeat","t":1795215786.5,"phase":"fwd","current_bytes":{},"peak_bytes":{}}}"#,
+            8 * GIB_U,
+            9 * GIB_U
+        ),
+        format!(r#"{{"event":"phase_end","t":1795215787.0,"phase":"fwd","peak_bytes":{},"seconds":1.0}}"#, 12 * GIB_U),
+        format!(r#"{{"event":"phase_end","t":1795215788.0,"phase":"bwd","peak_bytes":{},"seconds":1.0}}"#, 20 * GIB_U),
+        format!(
+            r#"{{"event":"result","t":1795215789.0,"status":"ok","params":32912384,"peaks":{{"model":{},"fwd":{},"bwd":{},"step":{}}},"peak_bytes":{},"wall_s":3.1}}"#,
+            GIB_U,
+            12 * GIB_U,
+            20 * GIB_U,
+            5 * GIB_U,
+            20 * GIB_U
+        ),
+    ]
+}
+
+/// dit_B_p8's events: out of memory in `bwd`.
+fn oom_events(name: &str, h: &str) -> Vec<String> {
+    vec![
+        start(name, h),
+        format!(r#"{{"event":"phase_end","t":1795215786.0,"phase":"model","peak_bytes":{},"seconds":0.5}}"#, 2 * GIB_U),
+        format!(
+            r#"{{"event":"result","t":1795215789.0,"status":"oom","params":130000000,"peaks":{{"model":{},"fwd":{}}},"peak_bytes":{},"phase":"bwd","message":"allocation of 2147483648 bytes refused (limit 85899345920)","wall_s":2.0}}"#,
+            2 * GIB_U,
+            40 * GIB_U,
+            70 * GIB_U
+        ),
+    ]
+}
+
+/// dit_L_p8's events: still running, the last line torn mid-write.
+fn running_events(name: &str, h: &str) -> Vec<String> {
+    vec![
+        start(name, h),
+        format!(
+            r#"{{"event":"heartbeat","t":1795215786.5,"phase":"fwd","current_bytes":{},"peak_bytes":{}}}"#,
+            8 * GIB_U,
+            9 * GIB_U
+        ),
+        r#"{"event":"heartbeat","t":1795215787.5,"pha"#.to_string(),
+    ]
+}
+
+/// unet_3L's result as the record keeps it (its events not pulled yet).
+fn stored_result() -> spec::event::RunResult {
+    serde_json::from_value(serde_json::json!({
+        "event": "result", "t": 1795215789.0, "status": "ok", "params": 1234567,
+        "peaks": {"model": GIB_U / 2, "fwd": 3 * GIB_U, "bwd": 4 * GIB_U, "step": GIB_U},
+        "peak_bytes": 4 * GIB_U, "wall_s": 9.5
+    }))
+    .expect("a result")
+}
+
 /// Writes the state a submit + status would leave: sweep.json, a record per
 /// config with the precheck's verdict, attempts, events files.
 fn fixture() -> Fixture {
@@ -88,63 +148,15 @@ fn fixture() -> Fixture {
         let events: Option<Vec<String>> = match c.name.as_str() {
             "dit_S_p8" => {
                 r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
-                Some(vec![
-                    start(&c.name, h),
-                    format!(
-                        r#"{{"event":"phase_end","t":1795215786.0,"phase":"model","peak_bytes":{},"seconds":0.5}}"#,
-                        GIB_U
-                    ),
-                    format!(
-                        r#"{{"event":"heartbeat","t":1795215786.5,"phase":"fwd","current_bytes":{},"peak_bytes":{}}}"#,
-                        8 * GIB_U,
-                        9 * GIB_U
-                    ),
-                    format!(
-                        r#"{{"event":"phase_end","t":1795215787.0,"phase":"fwd","peak_bytes":{},"seconds":1.0}}"#,
-                        12 * GIB_U
-                    ),
-                    format!(
-                        r#"{{"event":"phase_end","t":1795215788.0,"phase":"bwd","peak_bytes":{},"seconds":1.0}}"#,
-                        20 * GIB_U
-                    ),
-                    format!(
-                        r#"{{"event":"result","t":1795215789.0,"status":"ok","params":32912384,"peaks":{{"model":{},"fwd":{},"bwd":{},"step":{}}},"peak_bytes":{},"wall_s":3.1}}"#,
-                        GIB_U,
-                        12 * GIB_U,
-                        20 * GIB_U,
-                        5 * GIB_U,
-                        20 * GIB_U
-                    ),
-                ])
+                Some(ok_events(&c.name, h))
             }
             "dit_B_p8" => {
                 r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
-                Some(vec![
-                    start(&c.name, h),
-                    format!(
-                        r#"{{"event":"phase_end","t":1795215786.0,"phase":"model","peak_bytes":{},"seconds":0.5}}"#,
-                        2 * GIB_U
-                    ),
-                    format!(
-                        r#"{{"event":"result","t":1795215789.0,"status":"oom","params":130000000,"peaks":{{"model":{},"fwd":{}}},"peak_bytes":{},"phase":"bwd","message":"allocation of 2147483648 bytes refused (limit 85899345920)","wall_s":2.0}}"#,
-                        2 * GIB_U,
-                        40 * GIB_U,
-                        70 * GIB_U
-                    ),
-                ])
+                Some(oom_events(&c.name, h))
             }
             "dit_L_p8" => {
                 r.attempts.push(attempt(task as u32, Some(SlurmState::Running)));
-                // Still running: the last line is torn mid-write.
-                Some(vec![
-                    start(&c.name, h),
-                    format!(
-                        r#"{{"event":"heartbeat","t":1795215786.5,"phase":"fwd","current_bytes":{},"peak_bytes":{}}}"#,
-                        8 * GIB_U,
-                        9 * GIB_U
-                    ),
-                    r#"{"event":"heartbeat","t":1795215787.5,"pha"#.to_string(),
-                ])
+                Some(running_events(&c.name, h))
             }
             "dit_XL_p8" => {
                 r.attempts.push(attempt(task as u32, Some(SlurmState::Failed)));
@@ -153,14 +165,7 @@ fn fixture() -> Fixture {
             "unet_3L" => {
                 // Events not pulled (yet): the record's copy of the result is used.
                 r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
-                r.result = Some(
-                    serde_json::from_value(serde_json::json!({
-                        "event": "result", "t": 1795215789.0, "status": "ok", "params": 1234567,
-                        "peaks": {"model": GIB_U / 2, "fwd": 3 * GIB_U, "bwd": 4 * GIB_U, "step": GIB_U},
-                        "peak_bytes": 4 * GIB_U, "wall_s": 9.5
-                    }))
-                    .expect("a result"),
-                );
+                r.result = Some(stored_result());
                 None
             }
             _ => None, // dit_XL_p2 (predicted oom, never submitted), dit_S_p3 (invalid)
@@ -202,8 +207,15 @@ fn rows_match_the_state_directory() {
             assert_eq!(r.predicted_gib, rec.predicted_gib, "{}: the prediction submit decided on", r.name);
         }
     }
+    each_status_reads_as_its_files_say(&rep);
+    header_groups_and_summary_follow_the_rows(&rep);
+    markdown_shows_the_rows(&rep);
+}
 
-    let ok = row(&rep, "dit_S_p8");
+/// One row per kind of config the fixture holds: ok, oom, running, failed,
+/// skipped, invalid, and a result kept only in the record.
+fn each_status_reads_as_its_files_say(rep: &Report) {
+    let ok = row(rep, "dit_S_p8");
     assert_eq!(ok.status, Status::Ok);
     assert_eq!((ok.model_gib, ok.fwd_gib, ok.bwd_gib, ok.peak_gib), (Some(1.0), Some(12.0), Some(20.0), Some(20.0)));
     assert_eq!(ok.params, Some(32912384));
@@ -213,13 +225,13 @@ fn rows_match_the_state_directory() {
     let err = ok.error_pct().expect("error");
     assert!((err - (pred - 20.0) / 20.0 * 100.0).abs() < 1e-9);
 
-    let oom = row(&rep, "dit_B_p8");
+    let oom = row(rep, "dit_B_p8");
     assert_eq!(oom.status, Status::Oom);
     assert_eq!(oom.peak_gib, None);
     assert_eq!(oom.oom_at_gib, Some(70.0));
     assert_eq!(oom.detail.as_deref(), Some("in bwd"));
 
-    let running = row(&rep, "dit_L_p8");
+    let running = row(rep, "dit_L_p8");
     assert_eq!(running.status, Status::Running);
     assert!(
         running.detail.as_deref().is_some_and(|d| d.contains("in fwd") && d.contains("9.00 GiB")),
@@ -227,23 +239,25 @@ fn rows_match_the_state_directory() {
         running.detail
     );
 
-    let failed = row(&rep, "dit_XL_p8");
+    let failed = row(rep, "dit_XL_p8");
     assert_eq!(failed.status, Status::Failed);
     assert!(failed.detail.as_deref().is_some_and(|d| d.contains("FAILED")));
 
-    let skipped = row(&rep, "dit_XL_p2");
+    let skipped = row(rep, "dit_XL_p2");
     assert_eq!(skipped.verdict, "oom", "DiT-XL at 2.6M tokens cannot fit 80 GB");
     assert_eq!(skipped.status, Status::SkippedOom);
 
-    let invalid = row(&rep, "dit_S_p3");
+    let invalid = row(rep, "dit_S_p3");
     assert_eq!(invalid.status, Status::Invalid);
     assert!(invalid.detail.as_deref().is_some_and(|d| d.contains('3')), "{:?}", invalid.detail);
 
-    let unet = row(&rep, "unet_3L");
+    let unet = row(rep, "unet_3L");
     assert_eq!(unet.status, Status::Ok);
     assert_eq!(unet.peak_gib, Some(4.0));
     assert_eq!(unet.group, "UNet, 3 levels");
+}
 
+fn header_groups_and_summary_follow_the_rows(rep: &Report) {
     // Header from the worker's start events.
     assert!(rep.env.devices.contains("NVIDIA A100-SXM4-80GB"));
     assert!(rep.env.drivers.contains("550.54.15"));
@@ -261,8 +275,10 @@ fn rows_match_the_state_directory() {
     assert_eq!(s.largest_tokens[0].tokens, 20480);
     assert_eq!(s.measured, 2);
     assert_eq!(s.counts["OK"], 2);
+}
 
-    let md = markdown::render(&rep, &[], Path::new("."));
+fn markdown_shows_the_rows(rep: &Report) {
+    let md = markdown::render(rep, &[], Path::new("."));
     assert!(md.contains("| dit_S_p8 | 256x256x160 | 8 | 20,480 | 32.9M | 1.0G | 12.0G | 20.0G | 20.0G |"), "{md}");
     assert!(md.contains("OK (59.2GB free)"));
     assert!(md.contains("OOM (at 70.0G, in bwd)"));

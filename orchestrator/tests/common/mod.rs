@@ -3,7 +3,7 @@
 // Each test file uses part of it.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
@@ -36,6 +36,67 @@ impl Env {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A fresh remote work dir for `test` under the cluster's work root (this
+    /// process's id in it, so runs of the tests do not meet).
+    pub fn remote_work(&self, test: &str) -> String {
+        format!("{}/{test}-{}", self.get("SWEEP_TEST_WORK_DIR"), std::process::id())
+    }
+
+    /// The SSH fields of a clusters-file entry for the test cluster's node
+    /// (host, port, key, known_hosts; `user` is the entry's own, REST's too),
+    /// indented for an entry's body.
+    pub fn ssh_fields(&self) -> String {
+        format!(
+            "    host: {}\n    port: {}\n    identity_file: {}\n    known_hosts: {}\n",
+            self.get("SWEEP_TEST_SSH_HOST"),
+            self.get("SWEEP_TEST_SSH_PORT"),
+            self.get("SWEEP_TEST_SSH_KEY"),
+            self.get("SWEEP_TEST_KNOWN_HOSTS")
+        )
+    }
+
+    /// Every task SLURM knows, from the cluster's own sacct and squeue, as
+    /// (array job id, task id, job name).
+    pub fn slurm_tasks(&self) -> BTreeSet<(String, u32, String)> {
+        let sacct = self.slurm(&[
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            "--starttime=now-1days",
+            "--format=JobID,JobIDRaw,JobName,State,ExitCode",
+        ]);
+        // `--states=all`: tasks that ended recently, which sacct may not have yet.
+        let squeue = self.slurm(&[
+            "squeue",
+            "--noheader",
+            "--array",
+            "--states=all",
+            &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT),
+        ]);
+        orchestrator::slurm::parse_sacct(&sacct)
+            .expect("sacct parses")
+            .into_iter()
+            .chain(orchestrator::slurm::parse_squeue(&squeue).expect("squeue parses"))
+            .map(|o| (o.array_job_id.to_string(), o.task_id, o.name))
+            .collect()
+    }
+
+    /// How many SLURM tasks ran each config of experiment `exp` in the state
+    /// dir `state_root`: SLURM's jobs mapped back to configs through the
+    /// submissions' task lists. Jobs of earlier runs (same names, other
+    /// states) are not in those lists and are not counted.
+    pub fn jobs_per_config(&self, state_root: &Path, exp: &str) -> BTreeMap<String, usize> {
+        let by_name: BTreeMap<String, orchestrator::state::Submission> =
+            submissions(state_root, exp).into_iter().map(|s| (s.job_name.clone(), s)).collect();
+        let mut count: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, task, name) in self.slurm_tasks() {
+            let Some(s) = by_name.get(&name) else { continue };
+            *count.entry(s.tasks[task as usize].clone()).or_default() += 1;
+        }
+        count
+    }
+
     /// A SLURM command on the cluster machine: the test's own view, not the orchestrator's.
     pub fn slurm(&self, argv: &[&str]) -> String {
         let out = Command::new(argv[0])
@@ -46,6 +107,49 @@ impl Env {
         assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+}
+
+/// Every config record of experiment `exp` in the state dir `state_root`, by name.
+pub fn records(state_root: &Path, exp: &str) -> BTreeMap<String, orchestrator::state::ConfigRecord> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(state_root.join(exp).join("configs")).expect("configs dir") {
+        let p = e.expect("entry").path();
+        let r: orchestrator::state::ConfigRecord =
+            serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("record json");
+        out.insert(r.name.clone(), r);
+    }
+    out
+}
+
+/// Every submission of experiment `exp` in the state dir `state_root`.
+pub fn submissions(state_root: &Path, exp: &str) -> Vec<orchestrator::state::Submission> {
+    let dir = state_root.join(exp).join("submissions");
+    let read = |p: PathBuf| serde_json::from_slice(&std::fs::read(p).expect("read")).expect("submission json");
+    std::fs::read_dir(dir)
+        .expect("submissions")
+        .map(|e| read(e.expect("entry").path().join("submission.json")))
+        .collect()
+}
+
+/// An experiment of `n` small UNet configs differing in batch size (each its
+/// own hash), on `cluster` with `template`, `parallel` tasks at a time.
+pub fn batch_grid_experiment(
+    name: &str,
+    description: &str,
+    cluster: &str,
+    template: &Path,
+    n: usize,
+    parallel: u32,
+) -> String {
+    let batches: Vec<String> = (1..=n).map(|b| b.to_string()).collect();
+    format!(
+        "name: {name}\ndescription: {description}\ncluster: {cluster}\ngpu: A100-SXM4-80GB\nprecision: fp32\n\
+         input: {{channels: 1, spatial: [16, 16, 16]}}\noutput_channels: 1\n\
+         model: {{family: unet, channels: [32, 64], attention_levels: [false, false], num_res_blocks: 1, num_head_channels: 32}}\n\
+         template: {}\narray_parallelism: {parallel}\nsweep:\n  name: \"b{{batch}}\"\n  grid:\n    batch: [{}]\n",
+        template.display(),
+        batches.join(", ")
+    )
 }
 
 /// The running test cluster, or `None` when skipping was asked for.

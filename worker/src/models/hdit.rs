@@ -50,11 +50,11 @@ impl Hdit {
     ) -> Result<Self, BuildError> {
         let d = m.dims()?;
         let (h, heads, p) = (d.hidden as usize, d.heads as usize, m.patch as usize);
-        if heads == 0 || h % heads != 0 {
+        if heads == 0 || !h.is_multiple_of(heads) {
             return Err(BuildError::Shape(format!("{heads} heads do not divide hidden {h}")));
         }
         let depths = &m.level_depths;
-        if depths.len() % 2 == 0 {
+        if depths.len().is_multiple_of(2) {
             return Err(BuildError::Shape(format!(
                 "level_depths must have odd length (U-shaped), got {}",
                 depths.len()

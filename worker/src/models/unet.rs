@@ -26,7 +26,7 @@ fn conv3(cin: usize, cout: usize, stride: usize, device: &Device) -> Conv3d {
 }
 
 fn norm(groups: usize, c: usize, device: &Device) -> Result<GroupNorm, BuildError> {
-    if groups == 0 || c % groups != 0 {
+    if groups == 0 || !c.is_multiple_of(groups) {
         return Err(BuildError::Shape(format!("GroupNorm: {groups} groups do not divide {c} channels")));
     }
     Ok(GroupNormConfig::new(groups, c).with_epsilon(NORM_EPS).init(device))
@@ -80,7 +80,7 @@ pub struct AttnBlock {
 
 impl AttnBlock {
     fn new(c: usize, head_channels: usize, groups: usize, device: &Device) -> Result<Self, BuildError> {
-        if head_channels == 0 || c % head_channels != 0 {
+        if head_channels == 0 || !c.is_multiple_of(head_channels) {
             return Err(BuildError::Shape(format!("attention: {head_channels} channels per head do not divide {c}")));
         }
         Ok(Self {

@@ -28,7 +28,8 @@ use burn::optim::AdamWConfig;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 use spec::event::{
-    AttentionKernel, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, PhasePeaks, RunEnvironment, RunStatus,
+    AttentionKernel, CacheState, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, RunEnvironment, RunResult,
+    RunStatus,
 };
 use spec::{Mode, RunConfig};
 
@@ -67,6 +68,9 @@ pub struct RunOptions {
     /// The transformer families' attention kernel (the UNet's is always
     /// materialised, as MONAI's is): memory-efficient by default, as PyTorch's SDPA.
     pub attention: AttentionKernel,
+    /// The kernel cache this process was pointed at, as found (`--cache-dir`;
+    /// see [`crate::cache`]), for the `start` event.
+    pub kernel_cache: Option<CacheState>,
 }
 
 impl RunOptions {
@@ -77,25 +81,22 @@ impl RunOptions {
             memory_limit: None,
             heartbeat: HEARTBEAT,
             attention: AttentionKernel::MemoryEfficient,
+            kernel_cache: None,
         }
     }
 }
 
-/// What a run ended with (also written as the last event).
+/// What a run ended with: the result it wrote as its last event (the spec's
+/// [`RunResult`], the one definition of that line), and where the events are.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    pub status: RunStatus,
-    pub params: u64,
-    pub peaks: PhasePeaks,
-    pub peak_bytes: u64,
-    pub phase: Option<Phase>,
-    pub message: Option<String>,
+    pub result: RunResult,
     pub events: PathBuf,
 }
 
 impl Outcome {
     pub fn exit_code(&self) -> i32 {
-        match self.status {
+        match self.result.status {
             RunStatus::Ok => EXIT_OK,
             RunStatus::Oom => EXIT_OOM,
             RunStatus::Failed => EXIT_FAILED,
@@ -210,58 +211,15 @@ fn run_with_setup(
     let ev_err = |source| RunError::Events { path: path.clone(), source };
 
     let start = now();
-    PROGRESS.start_bits.store(start.to_bits(), Ordering::Relaxed);
-    PROGRESS.phase.store(0, Ordering::Relaxed);
-    for p in &PROGRESS.peaks {
-        p.store(NONE, Ordering::Relaxed);
-    }
-    PROGRESS.finished.store(false, Ordering::SeqCst);
-    PROGRESS.fd.store(log.raw_fd(), Ordering::Relaxed);
-    PROGRESS.gpu.store(opts.backend.is_gpu(), Ordering::Relaxed);
-    PROGRESS.limit.store(opts.memory_limit.unwrap_or(0), Ordering::Relaxed);
-    PROGRESS.nvml_peak.store(0, Ordering::Relaxed);
-    PROGRESS.pool_window_peak.store(0, Ordering::Relaxed);
     let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap_or(0);
-    PROGRESS.params.store(params, Ordering::Relaxed);
+    reset_progress(opts, &log, start, params);
 
     // Device setup is the first thing to fail on a node without a GPU or
     // driver, often as a panic inside the backend: guarded like the phases.
     let prepared = catch_unwind(AssertUnwindSafe(setup))
         .map_err(|payload| format!("device setup panicked: {}", panic_message(payload.as_ref())))
         .and_then(|r| r.map_err(|e| format!("device setup failed: {e}")));
-    let requested = backend::compute_dtype(cfg.precision);
-    let (device_name, driver, device_memory) = match &prepared {
-        Ok(p) => catch_unwind(AssertUnwindSafe(|| backend::describe(opts.backend, &p.device)))
-            .unwrap_or_else(|_| (opts.backend.name().to_string(), None, None)),
-        Err(_) => (opts.backend.name().to_string(), None, None),
-    };
-    let env = RunEnvironment {
-        host: hostname(),
-        device: device_name,
-        driver,
-        backend: opts.backend.name().to_string(),
-        dtype: backend::dtype_name(prepared.as_ref().map(|p| p.dtype).unwrap_or(requested)).to_string(),
-        grad_ckpt: cfg.grad_ckpt,
-        requested_dtype: prepared
-            .as_ref()
-            .ok()
-            .and_then(|p| p.fell_back_from)
-            .map(|d| backend::dtype_name(d).to_string()),
-        checkpointing: prepared.as_ref().ok().map(|p| p.checkpointing),
-        dtype_policy: prepared.as_ref().ok().map(|p| {
-            if p.autocast.is_some() {
-                DtypePolicy::Autocast
-            } else {
-                DtypePolicy::Uniform
-            }
-        }),
-        attention: Some(attention_of(cfg, opts)),
-        meter: Some(if opts.backend.is_gpu() { MemoryMeter::CubeclPool } else { MemoryMeter::HostAllocator }),
-        device_memory_bytes: device_memory,
-        memory_limit_bytes: opts.memory_limit,
-        slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
-        slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
-    };
+    let env = run_environment(cfg, opts, &prepared);
     log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env }).map_err(ev_err)?;
 
     let (device, autocast, checkpointing) = match prepared {
@@ -309,6 +267,62 @@ fn run_with_setup(
     out
 }
 
+/// A fresh run in [`PROGRESS`]: no phase reached, nothing finished, this
+/// run's start, event file, meter kind and limit.
+fn reset_progress(opts: &RunOptions, log: &EventLog, start: f64, params: u64) {
+    PROGRESS.start_bits.store(start.to_bits(), Ordering::Relaxed);
+    PROGRESS.phase.store(0, Ordering::Relaxed);
+    for p in &PROGRESS.peaks {
+        p.store(NONE, Ordering::Relaxed);
+    }
+    PROGRESS.finished.store(false, Ordering::SeqCst);
+    PROGRESS.fd.store(log.raw_fd(), Ordering::Relaxed);
+    PROGRESS.gpu.store(opts.backend.is_gpu(), Ordering::Relaxed);
+    PROGRESS.limit.store(opts.memory_limit.unwrap_or(0), Ordering::Relaxed);
+    PROGRESS.nvml_peak.store(0, Ordering::Relaxed);
+    PROGRESS.pool_window_peak.store(0, Ordering::Relaxed);
+    PROGRESS.params.store(params, Ordering::Relaxed);
+}
+
+/// The `start` event's environment: the device as set up, or what was asked
+/// for when setup failed (`prepared` holds the failure's message then).
+fn run_environment(cfg: &RunConfig, opts: &RunOptions, prepared: &Result<backend::Prepared, String>) -> RunEnvironment {
+    let requested = backend::compute_dtype(cfg.precision);
+    let (device_name, driver, device_memory) = match prepared {
+        Ok(p) => catch_unwind(AssertUnwindSafe(|| backend::describe(opts.backend, &p.device)))
+            .unwrap_or_else(|_| (opts.backend.name().to_string(), None, None)),
+        Err(_) => (opts.backend.name().to_string(), None, None),
+    };
+    RunEnvironment {
+        host: hostname(),
+        device: device_name,
+        driver,
+        backend: opts.backend.name().to_string(),
+        dtype: backend::dtype_name(prepared.as_ref().map(|p| p.dtype).unwrap_or(requested)).to_string(),
+        grad_ckpt: cfg.grad_ckpt,
+        requested_dtype: prepared
+            .as_ref()
+            .ok()
+            .and_then(|p| p.fell_back_from)
+            .map(|d| backend::dtype_name(d).to_string()),
+        checkpointing: prepared.as_ref().ok().map(|p| p.checkpointing),
+        dtype_policy: prepared.as_ref().ok().map(|p| {
+            if p.autocast.is_some() {
+                DtypePolicy::Autocast
+            } else {
+                DtypePolicy::Uniform
+            }
+        }),
+        attention: Some(attention_of(cfg, opts)),
+        meter: Some(if opts.backend.is_gpu() { MemoryMeter::CubeclPool } else { MemoryMeter::HostAllocator }),
+        device_memory_bytes: device_memory,
+        memory_limit_bytes: opts.memory_limit,
+        kernel_cache: opts.kernel_cache,
+        slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
+        slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
+    }
+}
+
 /// Write the result (unless the signal thread got there first) and build the outcome.
 /// `live_peak` is the open phase window's peak, counted where the run stopped early.
 fn finish(
@@ -328,21 +342,12 @@ fn finish(
     let nvml_peak_bytes = Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0);
     let phase = (status != RunStatus::Ok).then(current_phase);
     let t = now();
+    let result = RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s: t - start, nvml_peak_bytes };
     if !PROGRESS.finished.swap(true, Ordering::SeqCst) {
-        log.emit(&Event::Result {
-            t,
-            status,
-            params,
-            peaks: peaks.clone(),
-            peak_bytes,
-            phase,
-            message: message.clone(),
-            wall_s: t - start,
-            nvml_peak_bytes,
-        })
-        .map_err(|source| RunError::Events { path: path.to_path_buf(), source })?;
+        log.emit(&Event::from(result.clone()))
+            .map_err(|source| RunError::Events { path: path.to_path_buf(), source })?;
     }
-    Ok(Outcome { status, params, peaks, peak_bytes, phase, message, events: path.to_path_buf() })
+    Ok(Outcome { result, events: path.to_path_buf() })
 }
 
 /// Run `f` as phase `p`: fresh peak window, device synced at the end, peak
@@ -352,6 +357,7 @@ fn finish(
 /// tensors are not counted in the phase.
 fn phase<T>(
     p: Phase,
+    step: Option<u32>,
     device: &Device,
     meter: &Meter,
     log: &EventLog,
@@ -374,8 +380,9 @@ fn phase<T>(
     slot.store(if prev == NONE { peak } else { prev.max(peak) }, Ordering::Relaxed);
     let seconds = t0.elapsed().as_secs_f64();
     let value = check(&out).map_err(|e| format!("{} phase: {e}", p.name()))?;
-    let _ =
-        log.emit(&Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds, nvml_bytes, readback: Some(value) });
+    let end =
+        Event::PhaseEnd { t: now(), phase: p, peak_bytes: peak, seconds, nvml_bytes, readback: Some(value), step };
+    let _ = log.emit(&end);
     Ok(out)
 }
 
@@ -404,7 +411,7 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
         m.visit(&mut Materialise);
         Ok(m)
     };
-    let mut model = phase(Phase::Model, device, meter, log, build, |m| {
+    let mut model = phase(Phase::Model, None, device, meter, log, build, |m| {
         readback::pool_holds_params(device, m)?;
         readback::param_checksum(m)
     })?;
@@ -416,6 +423,7 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
     let [d, h, w] = cfg.input.spatial.dims();
     let shape = [cfg.batch as usize, cfg.input.channels as usize, d as usize, h as usize, w as usize];
     for step in 0..steps {
+        let at = Some(step);
         let forward = || {
             let x = Tensor::<5>::random(shape, burn::tensor::Distribution::Normal(0.0, 1.0), device);
             let t: Vec<f32> = (0..cfg.batch).map(|i| ((step * 7919 + i * 104_729) % 1000) as f32).collect();
@@ -424,7 +432,7 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
             let out = model.forward(x.clone(), &t, &mut tape);
             Ok((out, x, tape))
         };
-        let (out, x, tape) = phase(Phase::Fwd, device, meter, log, forward, |(out, _, _)| {
+        let (out, x, tape) = phase(Phase::Fwd, at, device, meter, log, forward, |(out, _, _)| {
             readback::scalar(out.clone().detach().mean().cast(burn::tensor::FloatDType::F32), "output mean")
         })?;
         let backward = || {
@@ -437,13 +445,13 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
             let _autocast = Autocast::enter(kernels.autocast);
             Ok((tape.backward(loss, &model), value))
         };
-        let (grads, _) = phase(Phase::Bwd, device, meter, log, backward, |(grads, loss)| {
+        let (grads, _) = phase(Phase::Bwd, at, device, meter, log, backward, |(grads, loss)| {
             readback::scalar(loss.clone().cast(burn::tensor::FloatDType::F32), "loss")?;
             readback::grad_norm(&model, grads)
         })?;
         drop(x);
         let step = || Ok(optim.step(1e-4, model.clone(), grads));
-        model = phase(Phase::Step, device, meter, log, step, readback::param_checksum)?;
+        model = phase(Phase::Step, at, device, meter, log, step, readback::param_checksum)?;
     }
     Ok(())
 }
@@ -493,7 +501,7 @@ fn spawn_signal_thread(log: Arc<EventLog>, meter: Arc<Meter>) {
                 let (peaks, peak_bytes) = peaks_so_far(meter.peak());
                 let t = now();
                 let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
-                let _ = log.emit(&Event::Result {
+                let _ = log.emit(&Event::from(RunResult {
                     t,
                     status: RunStatus::Cancelled,
                     params: PROGRESS.params.load(Ordering::Relaxed),
@@ -503,7 +511,7 @@ fn spawn_signal_thread(log: Arc<EventLog>, meter: Arc<Meter>) {
                     message: Some(format!("received signal {sig}")),
                     wall_s: t - start,
                     nvml_peak_bytes: Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0),
-                });
+                }));
             }
             std::process::exit(EXIT_CANCELLED);
         }

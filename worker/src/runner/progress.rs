@@ -1,7 +1,8 @@
 //! The run's progress in atomics, and the result lines written where nothing
 //! may allocate: the allocator's OOM hook and the crash-signal handler.
 //!
-//! Both write the `result` event as `serde_json` would write `Event::Result`,
+//! Both write the `result` event as `serde_json` would write the spec's
+//! `RunResult` (the one definition of that line; a test reads them back as one),
 //! formatted into a stack buffer and written with one `write(2)`, then end the
 //! process. Whoever flips [`Progress::finished`] first writes the run's one result.
 
@@ -126,7 +127,7 @@ fn format_result(
     }
     write!(out, "}},\"peak_bytes\":{overall},\"phase\":\"{}\",\"message\":\"", current_phase().name())?;
     message(out)?;
-    write!(out, "\",\"wall_s\":{}}}\n", (t - start).max(0.0))
+    writeln!(out, "\",\"wall_s\":{}}}", (t - start).max(0.0))
 }
 
 /// Write a formatted line to the event file and to stderr (best effort, async-signal-safe).
@@ -224,36 +225,29 @@ pub(super) fn install_crash_handlers() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::event::{Event, RunStatus};
+    use spec::event::{RunResult, RunStatus};
 
-    fn parse(out: &StackBuf) -> Event {
+    /// The line as the spec's result type reads it (a `result` event or an error).
+    fn parse(out: &StackBuf) -> RunResult {
         let line = std::str::from_utf8(&out.buf[..out.len]).unwrap();
         assert!(line.ends_with('\n'));
-        serde_json::from_str::<Event>(line.trim_end()).unwrap()
+        serde_json::from_str::<RunResult>(line.trim_end()).unwrap()
     }
 
-    /// The allocation-free lines parse as the `Event::Result` serde writes.
+    /// The allocation-free lines parse as the `result` event serde writes.
     #[test]
     fn allocation_free_result_lines_parse_as_result_events() {
         let mut out = StackBuf { buf: [0; 1024], len: 0 };
         format_result(&mut out, "oom", 3 << 19, |o| write!(o, "allocation of {} bytes refused", 4096)).unwrap();
-        match parse(&out) {
-            Event::Result { status, message, phase, peak_bytes, .. } => {
-                assert_eq!(status, RunStatus::Oom);
-                assert!(phase.is_some());
-                assert!(peak_bytes >= 3 << 19);
-                assert!(message.unwrap().contains("4096 bytes refused"));
-            }
-            other => panic!("not a result: {other:?}"),
-        }
+        let r = parse(&out);
+        assert_eq!(r.status, RunStatus::Oom);
+        assert!(r.phase.is_some());
+        assert!(r.peak_bytes >= 3 << 19);
+        assert!(r.message.unwrap().contains("4096 bytes refused"));
         let mut out = StackBuf { buf: [0; 1024], len: 0 };
         format_result(&mut out, "failed", 0, |o| write!(o, "the worker crashed with {}", CRASH_SIGNALS[0].1)).unwrap();
-        match parse(&out) {
-            Event::Result { status, message, .. } => {
-                assert_eq!(status, RunStatus::Failed);
-                assert!(message.unwrap().contains("SIGSEGV"));
-            }
-            other => panic!("not a result: {other:?}"),
-        }
+        let r = parse(&out);
+        assert_eq!(r.status, RunStatus::Failed);
+        assert!(r.message.unwrap().contains("SIGSEGV"));
     }
 }

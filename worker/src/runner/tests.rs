@@ -45,9 +45,9 @@ fn device_setup_panic_is_recorded_as_failed() {
         panic!("No possible adapter available for backend. Falling back to first available.")
     })
     .unwrap();
-    assert_eq!(out.status, RunStatus::Failed);
+    assert_eq!(out.result.status, RunStatus::Failed);
     assert_eq!(out.exit_code(), EXIT_FAILED);
-    let msg = out.message.unwrap();
+    let msg = out.result.message.clone().unwrap();
     assert!(msg.starts_with("device setup panicked: No possible adapter"), "{msg}");
     let ev = read_events(&out.events);
     assert!(matches!(&ev[0], Event::Start { env, .. } if env.dtype == "bf16" && env.checkpointing.is_none()));
@@ -59,6 +59,8 @@ fn device_setup_panic_is_recorded_as_failed() {
         }
         other => panic!("{other:?}"),
     }
+    // The outcome is the result line itself, read back through the spec's type.
+    assert_eq!(RunResult::try_from(ev.last().unwrap().clone()), Ok(out.result));
 }
 
 /// A driver that answers but refuses the configuration: `failed`, with the error.
@@ -70,9 +72,9 @@ fn device_setup_error_is_recorded_as_failed() {
     let opts = RunOptions::new(dir.path(), Backend::available()[0]);
     let out =
         run_with_setup(&cfg, &opts, || Err(backend::BackendError::Configure("driver 470 too old".into()))).unwrap();
-    assert_eq!(out.status, RunStatus::Failed);
+    assert_eq!(out.result.status, RunStatus::Failed);
     assert_eq!(
-        out.message.as_deref(),
+        out.result.message.as_deref(),
         Some("device setup failed: cannot configure the device's float dtype: driver 470 too old")
     );
     assert_eq!(read_events(&out.events).len(), 2);
@@ -111,11 +113,12 @@ fn gpu_oom_result_carries_phase_and_peak_reached() {
     let out =
         finish(&log, log.path(), 7, now(), 79 << 30, Err(classify("out of device memory allocating 4294967296 bytes")))
             .unwrap();
-    assert_eq!(out.status, RunStatus::Oom);
-    assert_eq!(out.phase, Some(Phase::Fwd));
-    assert_eq!(out.peaks.model, Some(10 << 30));
-    assert_eq!(out.peaks.fwd, Some(79 << 30));
-    assert_eq!(out.peak_bytes, 79 << 30);
+    let r = &out.result;
+    assert_eq!(r.status, RunStatus::Oom);
+    assert_eq!(r.phase, Some(Phase::Fwd));
+    assert_eq!(r.peaks.model, Some(10 << 30));
+    assert_eq!(r.peaks.fwd, Some(79 << 30));
+    assert_eq!(r.peak_bytes, 79 << 30);
 }
 
 #[test]

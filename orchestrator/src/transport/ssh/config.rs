@@ -260,25 +260,10 @@ impl Eval<'_> {
     fn apply(&mut self, loc: &Loc, keyword: &str, args: &[String], rest: &str) -> Result<(), ConfigError> {
         let err = |m: String| ConfigError { loc: loc.clone(), message: format!("{keyword}: {m}") };
         let first = || args.first().cloned().ok_or_else(|| err("missing value".into()));
+        let kw = keyword.to_ascii_lowercase();
         let s = &mut self.s;
-        match keyword.to_ascii_lowercase().as_str() {
-            "hostname" => {
-                let v = first()?;
-                s.host_name.get_or_insert(v);
-            }
-            "user" => {
-                let v = first()?;
-                s.user.get_or_insert(v);
-            }
-            "port" => {
-                let v = first()?;
-                let p = v
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| err(format!("`{v}` is not a port number")))?;
-                s.port.get_or_insert(p);
-            }
+        match kw.as_str() {
+            "hostname" | "user" | "port" | "hostkeyalias" => self.apply_endpoint(&kw, first()?, &err)?,
             "identityfile" => s.identity_files.push((first()?, loc.clone())),
             "identitiesonly" => {
                 let v = yes_no(&first()?).ok_or_else(|| err("expected yes or no".into()))?;
@@ -291,44 +276,9 @@ impl Eval<'_> {
                 s.global_known_hosts = Some((known_hosts_list(args, &err)?, loc.clone()))
             }
             "userknownhostsfile" | "globalknownhostsfile" => {}
-            "hostkeyalias" => {
-                let v = first()?;
-                s.host_key_alias.get_or_insert(v);
-            }
-            // ProxyJump and ProxyCommand compete: whichever comes first wins.
-            "proxyjump" => {
-                let v = first()?;
-                if s.proxy.is_none() {
-                    let p = if v.eq_ignore_ascii_case("none") {
-                        Proxy::None
-                    } else {
-                        Proxy::Jump(parse_jumps(&v).map_err(err)?)
-                    };
-                    s.proxy = Some((p, loc.clone()));
-                }
-            }
-            "proxycommand" => {
-                if rest.is_empty() {
-                    return Err(err("missing command".into()));
-                }
-                if s.proxy.is_none() {
-                    let p =
-                        if rest.eq_ignore_ascii_case("none") { Proxy::None } else { Proxy::Command(rest.to_string()) };
-                    s.proxy = Some((p, loc.clone()));
-                }
-            }
-            "serveraliveinterval" => {
-                let v = seconds(&first()?).ok_or_else(|| err("expected a time (seconds, or e.g. 1m)".into()))?;
-                s.server_alive_interval.get_or_insert(v);
-            }
-            "serveralivecountmax" => {
-                let v = first()?;
-                let n = v.parse::<u32>().map_err(|_| err(format!("`{v}` is not a count")))?;
-                s.server_alive_count_max.get_or_insert(n);
-            }
-            "connecttimeout" => {
-                let v = seconds(&first()?).ok_or_else(|| err("expected a time (seconds, or e.g. 1m)".into()))?;
-                s.connect_timeout.get_or_insert(v);
+            "proxyjump" | "proxycommand" => self.apply_proxy(&kw, loc, args.first(), rest, &err)?,
+            "serveraliveinterval" | "serveralivecountmax" | "connecttimeout" => {
+                self.apply_timing(&kw, &first()?, &err)?
             }
             // What the orchestrator does anyway: it never prompts, and always
             // checks host keys against known_hosts.
@@ -340,6 +290,80 @@ impl Eval<'_> {
                 "host keys are always checked against known_hosts; an unknown or changed key is refused",
             )),
             _ => s.unhonoured.push((loc.clone(), keyword.to_string(), "not acted on by the orchestrator's SSH client")),
+        }
+        Ok(())
+    }
+
+    /// `HostName`, `User`, `Port`, `HostKeyAlias` (`kw` lowercased): the first value wins.
+    fn apply_endpoint(&mut self, kw: &str, v: String, err: &dyn Fn(String) -> ConfigError) -> Result<(), ConfigError> {
+        let s = &mut self.s;
+        match kw {
+            "hostname" => {
+                s.host_name.get_or_insert(v);
+            }
+            "user" => {
+                s.user.get_or_insert(v);
+            }
+            "port" => {
+                let p = v
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| err(format!("`{v}` is not a port number")))?;
+                s.port.get_or_insert(p);
+            }
+            _ => {
+                s.host_key_alias.get_or_insert(v);
+            }
+        }
+        Ok(())
+    }
+
+    /// `ProxyJump` and `ProxyCommand` compete: whichever comes first wins.
+    fn apply_proxy(
+        &mut self,
+        kw: &str,
+        loc: &Loc,
+        first: Option<&String>,
+        rest: &str,
+        err: &dyn Fn(String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        let value = if kw == "proxyjump" {
+            first.ok_or_else(|| err("missing value".into()))?.as_str()
+        } else if rest.is_empty() {
+            return Err(err("missing command".into()));
+        } else {
+            rest
+        };
+        if self.s.proxy.is_some() {
+            return Ok(());
+        }
+        let p = if value.eq_ignore_ascii_case("none") {
+            Proxy::None
+        } else if kw == "proxyjump" {
+            Proxy::Jump(parse_jumps(value).map_err(err)?)
+        } else {
+            Proxy::Command(value.to_string())
+        };
+        self.s.proxy = Some((p, loc.clone()));
+        Ok(())
+    }
+
+    /// `ServerAliveInterval`, `ServerAliveCountMax`, `ConnectTimeout`: the first value wins.
+    fn apply_timing(&mut self, kw: &str, v: &str, err: &dyn Fn(String) -> ConfigError) -> Result<(), ConfigError> {
+        let time = || seconds(v).ok_or_else(|| err("expected a time (seconds, or e.g. 1m)".into()));
+        let s = &mut self.s;
+        match kw {
+            "serveraliveinterval" => {
+                s.server_alive_interval.get_or_insert(time()?);
+            }
+            "serveralivecountmax" => {
+                let n = v.parse::<u32>().map_err(|_| err(format!("`{v}` is not a count")))?;
+                s.server_alive_count_max.get_or_insert(n);
+            }
+            _ => {
+                s.connect_timeout.get_or_insert(time()?);
+            }
         }
         Ok(())
     }

@@ -262,97 +262,141 @@ impl Drop for ChannelUp {
 }
 
 /// Moves bytes both ways until either side ends or the link is killed.
-fn pump(ours: UnixStream, mut up: Box<dyn Upstream>, health: &Health) {
-    let fd = ours.as_raw_fd();
-    let mut down = Buf::default(); // carrier → session
-    let mut upb = Buf::default(); // session → carrier
-    let (mut up_eof, mut ours_eof, mut up_shut) = (false, false, false);
-    let mut ours_eof_at: Option<Instant> = None;
+fn pump(ours: UnixStream, up: Box<dyn Upstream>, health: &Health) {
+    let mut p = Pump {
+        fd: ours.as_raw_fd(),
+        up,
+        down: Buf::default(),
+        upb: Buf::default(),
+        up_eof: false,
+        ours_eof_at: None,
+        up_shut: false,
+    };
     loop {
-        if health.killed() || !up.tick() {
+        if health.killed() || !p.up.tick() {
             break;
         }
-        let mut progress = false;
-        if down.is_empty() && !up_eof {
-            match up.read(down.space()) {
-                Ok(0) => up_eof = true,
-                Ok(n) => {
-                    down.filled(n);
-                    health.answered();
-                    progress = true;
-                }
-                Err(e) if retry(&e) => {}
-                Err(_) => up_eof = true,
-            }
-        }
-        if !down.is_empty() {
-            match sock_write(fd, down.data()) {
-                Ok(n) => {
-                    down.consume(n);
-                    progress = true;
-                }
-                Err(e) if retry(&e) => {}
-                Err(_) => break, // the session is gone
-            }
-        }
-        if up_eof && down.is_empty() {
-            break;
-        }
-        if upb.is_empty() && !ours_eof {
-            match sock_read(fd, upb.space()) {
-                Ok(0) => {
-                    ours_eof = true;
-                    ours_eof_at = Some(Instant::now());
-                }
-                Ok(n) => {
-                    upb.filled(n);
-                    progress = true;
-                }
-                Err(e) if retry(&e) => {}
-                Err(_) => break,
-            }
-        }
-        if !upb.is_empty() {
-            match up.write(upb.data()) {
-                Ok(n) => {
-                    upb.consume(n);
-                    progress = true;
-                }
-                Err(e) if retry(&e) => {}
-                Err(_) => break,
-            }
-        }
-        if ours_eof && upb.is_empty() && !up_shut {
-            match up.shutdown_write() {
-                Ok(()) => up_shut = true,
-                Err(e) if retry(&e) => {}
-                Err(_) => break,
-            }
-        }
+        let Flow::Open(down_moved) = p.carrier_to_session(health) else { break };
+        let Flow::Open(up_moved) = p.session_to_carrier() else { break };
         // The session closed its side: give the server a moment to say goodbye.
-        if ours_eof_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+        if p.ours_eof_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
             break;
         }
-        if progress {
-            continue;
+        if !(down_moved || up_moved) {
+            p.wait();
         }
-        let mut ev = 0;
-        if !down.is_empty() {
-            ev |= libc::POLLOUT;
-        }
-        if upb.is_empty() && !ours_eof {
-            ev |= libc::POLLIN;
-        }
-        let mut fds = [libc::pollfd { fd, events: ev, revents: 0 }, up.pollfd(!upb.is_empty())];
-        // Bounded, for keepalive ticks and a kill.
-        let timeout = if upb.is_empty() { 500 } else { up.pending_wait_ms() };
-        // SAFETY: fds is a valid array of two pollfd structs.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
     }
     // Dropping `up` closes the carrier (and kills a ProxyCommand); dropping
     // `ours` makes the session's next read fail.
-    drop(up);
+    drop(p);
     let _ = ours.shutdown(std::net::Shutdown::Both);
+}
+
+/// What one pass of a direction left: still open (whether bytes moved), or ended.
+enum Flow {
+    Open(bool),
+    Ended,
+}
+
+/// The two directions of a link: carrier → session (`down`) and session →
+/// carrier (`upb`), each through its own buffer.
+struct Pump {
+    fd: RawFd,
+    up: Box<dyn Upstream>,
+    down: Buf,
+    upb: Buf,
+    up_eof: bool,
+    /// When the session's side reached end of file.
+    ours_eof_at: Option<Instant>,
+    up_shut: bool,
+}
+
+impl Pump {
+    fn ours_eof(&self) -> bool {
+        self.ours_eof_at.is_some()
+    }
+
+    /// Read from the carrier when its buffer is drained, write to the session;
+    /// ended when the session is gone or the carrier ended and all is written.
+    fn carrier_to_session(&mut self, health: &Health) -> Flow {
+        let mut moved = false;
+        if self.down.is_empty() && !self.up_eof {
+            match self.up.read(self.down.space()) {
+                Ok(0) => self.up_eof = true,
+                Ok(n) => {
+                    self.down.filled(n);
+                    health.answered();
+                    moved = true;
+                }
+                Err(e) if retry(&e) => {}
+                Err(_) => self.up_eof = true,
+            }
+        }
+        if !self.down.is_empty() {
+            match sock_write(self.fd, self.down.data()) {
+                Ok(n) => {
+                    self.down.consume(n);
+                    moved = true;
+                }
+                Err(e) if retry(&e) => {}
+                Err(_) => return Flow::Ended, // the session is gone
+            }
+        }
+        if self.up_eof && self.down.is_empty() {
+            return Flow::Ended;
+        }
+        Flow::Open(moved)
+    }
+
+    /// Read from the session when its buffer is drained, write to the carrier,
+    /// and pass the session's end of file on once all is written.
+    fn session_to_carrier(&mut self) -> Flow {
+        let mut moved = false;
+        if self.upb.is_empty() && !self.ours_eof() {
+            match sock_read(self.fd, self.upb.space()) {
+                Ok(0) => self.ours_eof_at = Some(Instant::now()),
+                Ok(n) => {
+                    self.upb.filled(n);
+                    moved = true;
+                }
+                Err(e) if retry(&e) => {}
+                Err(_) => return Flow::Ended,
+            }
+        }
+        if !self.upb.is_empty() {
+            match self.up.write(self.upb.data()) {
+                Ok(n) => {
+                    self.upb.consume(n);
+                    moved = true;
+                }
+                Err(e) if retry(&e) => {}
+                Err(_) => return Flow::Ended,
+            }
+        }
+        if self.ours_eof() && self.upb.is_empty() && !self.up_shut {
+            match self.up.shutdown_write() {
+                Ok(()) => self.up_shut = true,
+                Err(e) if retry(&e) => {}
+                Err(_) => return Flow::Ended,
+            }
+        }
+        Flow::Open(moved)
+    }
+
+    /// Nothing moved: wait for either side, bounded for keepalive ticks and a kill.
+    fn wait(&self) {
+        let mut ev = 0;
+        if !self.down.is_empty() {
+            ev |= libc::POLLOUT;
+        }
+        if self.upb.is_empty() && !self.ours_eof() {
+            ev |= libc::POLLIN;
+        }
+        let mut fds = [libc::pollfd { fd: self.fd, events: ev, revents: 0 }, self.up.pollfd(!self.upb.is_empty())];
+        let timeout = if self.upb.is_empty() { 500 } else { self.up.pending_wait_ms() };
+        // SAFETY: fds is a valid array of two pollfd structs.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+    }
 }
 
 fn retry(e: &io::Error) -> bool {

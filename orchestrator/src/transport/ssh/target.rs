@@ -7,7 +7,7 @@
 //! reached through `a`, the target through `b`).
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -228,59 +228,48 @@ fn build_hop(ctx: &Ctx, alias: &str, s: &HostSettings, over: &Overrides) -> Resu
         via: Via::Direct,
     };
     let home = home_dir().unwrap_or_default();
+    let ids = identity_files(ctx, s, over, &hop)?;
+    hop.explicit_identity = !ids.is_empty();
+    hop.identity_files = if ids.is_empty() {
+        ["id_ed25519", "id_ecdsa", "id_rsa"].iter().map(|n| home.join(".ssh").join(n)).collect()
+    } else {
+        ids
+    };
+    hop.known_hosts = match &over.known_hosts {
+        Some(k) => vec![k.clone()],
+        None => known_hosts_files(ctx, s, &hop, &home)?,
+    };
+    Ok(hop)
+}
+
+/// The identity files named by the clusters file and the ssh config, in that
+/// order, tokens expanded; a file named twice is offered once, as OpenSSH does.
+fn identity_files(ctx: &Ctx, s: &HostSettings, over: &Overrides, hop: &Hop) -> Result<Vec<PathBuf>, TransportError> {
     let mut ids: Vec<PathBuf> = over.identity_file.iter().cloned().collect();
     for (f, loc) in &s.identity_files {
-        let f = PathBuf::from(expand_tokens(f, &hop, &ctx.local_user, "IdentityFile", loc, false)?);
-        // A file named twice is offered once, as OpenSSH does.
+        let f = PathBuf::from(expand_tokens(f, hop, &ctx.local_user, "IdentityFile", loc, false)?);
         if !ids.contains(&f) {
             ids.push(f);
         }
     }
-    hop.explicit_identity = !ids.is_empty();
-    if ids.is_empty() {
-        ids = ["id_ed25519", "id_ecdsa", "id_rsa"].iter().map(|n| home.join(".ssh").join(n)).collect();
-    }
-    hop.identity_files = ids;
-    hop.known_hosts = match &over.known_hosts {
-        Some(k) => vec![k.clone()],
-        None => {
-            let mut files = Vec::new();
-            match &s.user_known_hosts {
-                Some((list, loc)) => {
-                    for f in list {
-                        files.push(PathBuf::from(expand_tokens(
-                            f,
-                            &hop,
-                            &ctx.local_user,
-                            "UserKnownHostsFile",
-                            loc,
-                            false,
-                        )?));
-                    }
-                }
-                None => files.extend(["known_hosts", "known_hosts2"].iter().map(|n| home.join(".ssh").join(n))),
-            }
-            match &s.global_known_hosts {
-                Some((list, loc)) => {
-                    for f in list {
-                        files.push(PathBuf::from(expand_tokens(
-                            f,
-                            &hop,
-                            &ctx.local_user,
-                            "GlobalKnownHostsFile",
-                            loc,
-                            false,
-                        )?));
-                    }
-                }
-                None => {
-                    files.extend(["/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"].iter().map(PathBuf::from))
-                }
-            }
-            files
-        }
+    Ok(ids)
+}
+
+/// The user's then the global known_hosts files: as configured (tokens
+/// expanded), or OpenSSH's defaults for either list not configured.
+fn known_hosts_files(ctx: &Ctx, s: &HostSettings, hop: &Hop, home: &Path) -> Result<Vec<PathBuf>, TransportError> {
+    let configured = |directive: &str, (list, loc): &(Vec<String>, Loc)| -> Result<Vec<PathBuf>, TransportError> {
+        list.iter().map(|f| Ok(PathBuf::from(expand_tokens(f, hop, &ctx.local_user, directive, loc, false)?))).collect()
     };
-    Ok(hop)
+    let mut files = match &s.user_known_hosts {
+        Some(user) => configured("UserKnownHostsFile", user)?,
+        None => ["known_hosts", "known_hosts2"].iter().map(|n| home.join(".ssh").join(n)).collect(),
+    };
+    match &s.global_known_hosts {
+        Some(global) => files.extend(configured("GlobalKnownHostsFile", global)?),
+        None => files.extend(["/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"].iter().map(PathBuf::from)),
+    }
+    Ok(files)
 }
 
 /// ProxyCommand tokens (`%h %p %r %n` and the path ones), each substituted

@@ -1,0 +1,319 @@
+//! The job's kernel cache (`worker run --cache-dir DIR`): CubeCL's compiled
+//! kernels and autotune results, and the NVIDIA driver's shader cache beside
+//! them, so a sweep compiles each kernel once per node instead of once per
+//! config (docs/gpu.md).
+//!
+//! `DIR` is one node's: CubeCL's database is safe for several processes of
+//! one host, not for hosts sharing it over a network filesystem (the job
+//! script names `DIR` by host). Inside it each CubeCL and worker version has
+//! its own directory, so a cache written by another version is never opened;
+//! a directory whose stamp cannot be read is moved aside with a warning and
+//! started afresh. CubeCL itself skips entries it cannot decode. A cache is
+//! never a reason for a run to fail: when `DIR` cannot be prepared the run goes
+//! on without it.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+pub use spec::event::CacheState;
+
+/// The CubeCL release this worker is built with (Cargo.lock: Burn 0.22's).
+pub const CUBECL_VERSION: &str = "0.11.3";
+
+/// What a cache directory says about itself (`stamp.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Stamp {
+    cubecl: String,
+    worker: String,
+}
+
+impl Stamp {
+    fn ours() -> Stamp {
+        Stamp { cubecl: CUBECL_VERSION.into(), worker: env!("CARGO_PKG_VERSION").into() }
+    }
+
+    /// The directory this version's caches live in, under the node's `DIR`.
+    fn dir_name(&self) -> String {
+        format!("cubecl-{}-worker-{}", self.cubecl, self.worker)
+    }
+}
+
+/// How the cache directory was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// Nothing there yet: the first run on this node (every kernel compiles).
+    Fresh,
+    /// This version's cache, reused.
+    Reused,
+    /// A directory with an unreadable or foreign stamp was moved aside to
+    /// `moved_to` and a fresh one started.
+    Replaced { reason: String, moved_to: PathBuf },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot prepare the kernel cache at {path}: {source}")]
+pub struct CacheError {
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+/// A prepared cache directory of this worker's version.
+#[derive(Debug, Clone)]
+pub struct KernelCache {
+    dir: PathBuf,
+}
+
+impl KernelCache {
+    /// Prepare this version's cache under `root`: create it and its stamp, or
+    /// check the stamp that is there.
+    pub fn open(root: &Path) -> Result<(KernelCache, Found), CacheError> {
+        let ours = Stamp::ours();
+        let dir = root.join(ours.dir_name());
+        let err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CacheError { path, source }
+        };
+        let stamp = dir.join("stamp.json");
+        let found = match std::fs::read(&stamp) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Found::Fresh,
+            Err(e) => Self::move_aside(&dir, format!("its stamp cannot be read ({e})")).map_err(err(&dir))?,
+            Ok(bytes) => match serde_json::from_slice::<Stamp>(&bytes) {
+                Ok(s) if s == ours => Found::Reused,
+                Ok(s) => {
+                    Self::move_aside(&dir, format!("its stamp names another version ({s:?})")).map_err(err(&dir))?
+                }
+                Err(e) => Self::move_aside(&dir, format!("its stamp is corrupt ({e})")).map_err(err(&dir))?,
+            },
+        };
+        let cache = KernelCache { dir };
+        for sub in [cache.cubecl_dir(), cache.driver_dir()] {
+            std::fs::create_dir_all(&sub).map_err(err(&sub))?;
+        }
+        if found != Found::Reused {
+            write_atomic(&stamp, &serde_json::to_vec(&ours).expect("a stamp serialises")).map_err(err(&stamp))?;
+        }
+        let toml = cache.cubecl_toml();
+        write_atomic(&toml, cache.cubecl_config().as_bytes()).map_err(err(&toml))?;
+        Ok((cache, found))
+    }
+
+    /// Rename `dir` out of the way (`<dir>.stale-<pid>-<seconds>`): another
+    /// process of the node may still have its files open.
+    fn move_aside(dir: &Path, reason: String) -> std::io::Result<Found> {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let mut name = dir.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".stale-{}-{t}", std::process::id()));
+        let moved_to = dir.with_file_name(name);
+        std::fs::rename(dir, &moved_to)?;
+        Ok(Found::Replaced { reason, moved_to })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// CubeCL's environment root: its database of kernels and tuning results.
+    pub fn cubecl_dir(&self) -> PathBuf {
+        self.dir.join("cubecl")
+    }
+
+    /// The NVIDIA driver's shader disk cache.
+    pub fn driver_dir(&self) -> PathBuf {
+        self.dir.join("nvidia")
+    }
+
+    /// The CubeCL configuration the GPU backends load (see [`Self::cubecl_config`]).
+    pub fn cubecl_toml(&self) -> PathBuf {
+        self.dir.join("cubecl.toml")
+    }
+
+    /// CubeCL's configuration: its environment (autotune results, compiled
+    /// kernels: SPIR-V on Vulkan, PTX on CUDA; WGSL is never stored) in
+    /// [`Self::cubecl_dir`], kernel compilation caching on.
+    pub fn cubecl_config(&self) -> String {
+        let dir = self.cubecl_dir().display().to_string();
+        format!(
+            "# Written by the worker for its kernel cache; rewritten at every run.\n\
+             [compilation]\ncache = true\n\n[environment.path]\ndirectory = {}\n",
+            toml_string(&dir)
+        )
+    }
+
+    /// The NVIDIA driver's variables for its shader disk cache in
+    /// [`Self::driver_dir`], kept however large it grows (the driver trims to
+    /// its default size otherwise).
+    pub fn driver_env(&self) -> [(&'static str, std::ffi::OsString); 3] {
+        [
+            ("__GL_SHADER_DISK_CACHE", "1".into()),
+            ("__GL_SHADER_DISK_CACHE_PATH", self.driver_dir().into_os_string()),
+            ("__GL_SHADER_DISK_CACHE_SKIP_CLEANUP", "1".into()),
+        ]
+    }
+}
+
+/// Point this process's caches at `root` (`--cache-dir`): prepare it, keep the
+/// driver's shader cache there, and hand CubeCL its configuration, before any
+/// device exists. Problems are warnings on stderr and the run goes on
+/// uncached; the state the cache was found in is returned for the `start` event.
+pub fn use_for_this_process(root: &Path) -> CacheState {
+    let (cache, found) = match KernelCache::open(root) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("worker: warning: {e}; running without a kernel cache");
+            return CacheState::Unusable;
+        }
+    };
+    let state = match found {
+        Found::Fresh => CacheState::Fresh,
+        Found::Reused => CacheState::Reused,
+        Found::Replaced { reason, moved_to } => {
+            eprintln!(
+                "worker: warning: the kernel cache in {} was ignored: {reason}; it is now {} and a fresh one is used",
+                cache.dir().display(),
+                moved_to.display()
+            );
+            CacheState::Replaced
+        }
+    };
+    // The driver reads these when the device is created, below: before any
+    // other thread of this process exists (main calls this first).
+    for (k, v) in cache.driver_env() {
+        std::env::set_var(k, v);
+    }
+    #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
+    match cache.configure_cubecl() {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("worker: warning: CubeCL's configuration was already loaded; its kernels are not cached");
+            return CacheState::Unusable;
+        }
+        Err(e) => {
+            eprintln!(
+                "worker: warning: CubeCL cannot read {}: {e}; running without a kernel cache",
+                cache.cubecl_toml().display()
+            );
+            return CacheState::Unusable;
+        }
+    }
+    state
+}
+
+#[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
+impl KernelCache {
+    /// Load [`Self::cubecl_toml`] as CubeCL's configuration (its `CUBECL_*`
+    /// variables still apply). `false`: a configuration was already loaded.
+    pub fn configure_cubecl(&self) -> Result<bool, String> {
+        use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
+        let config = CubeClRuntimeConfig::from_file_path(self.cubecl_toml()).map_err(|e| e.to_string())?;
+        Ok(CubeClRuntimeConfig::try_set(config.override_from_env()))
+    }
+}
+
+/// A TOML basic string: quotes, backslashes and control characters escaped.
+fn toml_string(s: &str) -> String {
+    let mut out = String::from('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Write through a temporary file and a rename, so a process of the same node
+/// reading it never sees half a file.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_dir_is_created_then_reused() {
+        let root = tempfile::tempdir().unwrap();
+        let (c, found) = KernelCache::open(root.path()).unwrap();
+        assert_eq!(found, Found::Fresh);
+        assert!(c.dir().starts_with(root.path()));
+        assert!(c.cubecl_dir().is_dir() && c.driver_dir().is_dir());
+        let toml = std::fs::read_to_string(c.cubecl_toml()).unwrap();
+        assert!(toml.contains("[compilation]\ncache = true\n"), "{toml}");
+        assert!(toml.contains(&format!("directory = \"{}\"", c.cubecl_dir().display())), "{toml}");
+        let (again, found) = KernelCache::open(root.path()).unwrap();
+        assert_eq!(found, Found::Reused);
+        assert_eq!(again.dir(), c.dir());
+        let env = c.driver_env();
+        assert_eq!(env[1].1, c.driver_dir().into_os_string());
+    }
+
+    /// A corrupt stamp: the directory (with whatever kernels it held) is
+    /// moved aside, never opened, and a fresh one is used.
+    #[test]
+    fn a_corrupt_cache_is_moved_aside_with_its_reason() {
+        let root = tempfile::tempdir().unwrap();
+        let (c, _) = KernelCache::open(root.path()).unwrap();
+        std::fs::write(c.dir().join("stamp.json"), b"\x00\xffnot json").unwrap();
+        std::fs::write(c.cubecl_dir().join("default.db"), b"garbage pages").unwrap();
+        let (again, found) = KernelCache::open(root.path()).unwrap();
+        let Found::Replaced { reason, moved_to } = found else { panic!("{found:?}") };
+        assert!(reason.contains("corrupt"), "{reason}");
+        assert!(moved_to.join("cubecl/default.db").is_file(), "the old files are kept aside, not deleted");
+        assert_eq!(again.dir(), c.dir());
+        assert!(!again.cubecl_dir().join("default.db").exists(), "the fresh cache holds nothing old");
+        assert_eq!(KernelCache::open(root.path()).unwrap().1, Found::Reused);
+    }
+
+    /// Another version's cache is another directory: left alone, not opened.
+    #[test]
+    fn another_versions_cache_is_not_opened() {
+        let root = tempfile::tempdir().unwrap();
+        let other = Stamp { cubecl: "0.10.0".into(), worker: "0.0.9".into() };
+        let other_dir = root.path().join(other.dir_name());
+        std::fs::create_dir_all(&other_dir).unwrap();
+        std::fs::write(other_dir.join("stamp.json"), serde_json::to_vec(&other).unwrap()).unwrap();
+        let (c, found) = KernelCache::open(root.path()).unwrap();
+        assert_eq!(found, Found::Fresh);
+        assert_ne!(c.dir(), other_dir);
+        assert!(other_dir.join("stamp.json").is_file());
+        // A stamp of another version inside ours (a copied cache) is foreign too.
+        std::fs::write(c.dir().join("stamp.json"), serde_json::to_vec(&other).unwrap()).unwrap();
+        let (_, found) = KernelCache::open(root.path()).unwrap();
+        assert!(matches!(found, Found::Replaced { ref reason, .. } if reason.contains("another version")), "{found:?}");
+    }
+
+    #[test]
+    fn an_unwritable_root_is_an_error_not_a_panic() {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        let e = KernelCache::open(&file).unwrap_err();
+        assert!(e.to_string().contains("cannot prepare the kernel cache"), "{e}");
+    }
+
+    /// CubeCL itself reads the configuration the worker writes: kernel
+    /// caching on, its environment in the cache directory.
+    #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
+    #[test]
+    fn cubecl_reads_the_written_configuration() {
+        use cubecl_runtime::config::{cache::CacheConfig, CubeClRuntimeConfig, RuntimeConfig};
+        let root = tempfile::tempdir().unwrap();
+        let (c, _) = KernelCache::open(root.path()).unwrap();
+        let config = CubeClRuntimeConfig::from_file_path(c.cubecl_toml()).unwrap();
+        assert!(config.compilation.cache);
+        assert!(matches!(config.environment.path, CacheConfig::Directory(ref d) if *d == c.cubecl_dir()));
+    }
+
+    #[test]
+    fn paths_are_quoted_for_toml() {
+        assert_eq!(toml_string(r#"/a "b"\c"#), r#""/a \"b\"\\c""#);
+        assert_eq!(toml_string("x\ny"), "\"x\\u000Ay\"");
+    }
+}
