@@ -18,7 +18,8 @@
 //! ```
 //!
 //! The built-in `local` cluster (no SLURM: scripts run as local processes)
-//! exists even without a file, so a new user can run the demo at once.
+//! exists even without a file, so a new user can run the demo at once; the
+//! built-in `replay` cluster answers from `data/vram-measurements.jsonl`.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -37,6 +38,9 @@ pub enum TransportKind {
     Local,
     /// SLURM through its REST API (slurmrestd); files per [`FilesKind`].
     Rest,
+    /// No runs at all: each config is answered with its recorded measurement
+    /// from `records` (evaluation and tests; every output says it replays).
+    Replay,
 }
 
 /// How job files and results move for the `rest` transport (the data plane;
@@ -108,6 +112,9 @@ pub struct ClusterConfig {
     /// server's (sites often run their own CA), trusted besides the built-in roots.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// Replay: the measurements JSONL whose records answer submitted configs.
+    #[serde(default)]
+    pub records: Option<PathBuf>,
 }
 
 impl ClusterConfig {
@@ -131,6 +138,16 @@ impl ClusterConfig {
             files: None,
             max_array_size: None,
             ca_file: None,
+            records: None,
+        }
+    }
+
+    /// The built-in `replay` cluster: the group's records (`data/vram-measurements.jsonl`).
+    pub fn replay() -> Self {
+        ClusterConfig {
+            transport: TransportKind::Replay,
+            records: Some(PathBuf::from("data/vram-measurements.jsonl")),
+            ..ClusterConfig::local()
         }
     }
 }
@@ -203,8 +220,11 @@ impl ClustersFile {
         if name == "local" {
             return Ok(("local".into(), ClusterConfig::local()));
         }
+        if name == "replay" {
+            return Ok(("replay".into(), ClusterConfig::replay()));
+        }
         let mut known: Vec<&str> = self.clusters.keys().map(String::as_str).collect();
-        known.push("local");
+        known.extend(["local", "replay"]);
         Err(ClusterError::Unknown { name: name.into(), known: known.join(", "), file: file.into() })
     }
 }
@@ -239,6 +259,11 @@ impl ClusterConfig {
         }
         if rest {
             self.check_rest()?;
+        }
+        match (self.transport == TransportKind::Replay, self.records.is_some()) {
+            (true, false) => return bad("transport `replay` needs `records` (a measurements JSONL)"),
+            (false, true) => return bad("`records` is for `transport: replay` only"),
+            _ => {}
         }
         match self.transport {
             TransportKind::Ssh if self.host.is_none() => return bad("transport `ssh` needs `host`"),
