@@ -37,6 +37,18 @@ pub struct Settings {
     pub round_size: Option<usize>,
 }
 
+/// A target error as given on the command line: `5%` or `0.05`.
+pub fn parse_share(s: &str) -> Result<f64, String> {
+    let (num, scale) = match s.trim().strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (s.trim(), 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v * scale > 0.0 && v * scale < 1.0 => Ok(v * scale),
+        _ => Err(format!("`{s}` is not a share between 0 and 1 (write `5%` or `0.05`)")),
+    }
+}
+
 /// Where a config's answer came from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "source", rename_all = "snake_case")]
