@@ -36,16 +36,20 @@ pub enum Choice {
 }
 
 /// The next round's configs (keys), given every config's current answer.
-/// `spent`: runs already made (or in flight) by this sweep.
+/// `spent`: runs already made (or in flight) by this sweep; `tried`: configs
+/// submitted before that left no measurement (failed), never chosen again.
 pub fn choose(
     configs: &[(String, RunConfig)],
     answers: &BTreeMap<String, Answer>,
     refit: &Refit,
     settings: &Settings,
     spent: usize,
+    tried: &BTreeSet<String>,
 ) -> Choice {
-    let open: Vec<&(String, RunConfig)> =
-        configs.iter().filter(|(k, _)| answers.get(k).is_some_and(|a| !a.is_settled())).collect();
+    let open: Vec<&(String, RunConfig)> = configs
+        .iter()
+        .filter(|(k, _)| !tried.contains(k) && answers.get(k).is_some_and(|a| !a.is_settled()))
+        .collect();
     if open.is_empty() {
         return Choice::Done(Stop::Settled);
     }

@@ -21,7 +21,7 @@ fn run(recs: &[MeasurementRecord], settings: &Settings) -> (BTreeMap<String, Ans
         let list: Vec<MeasurementRecord> = measured.values().cloned().collect();
         let refit = Refit::new(&Calibration::builtin(), &settings.framework, &list);
         let ans = answers(&cfgs, &measured, &refit, settings.target_error);
-        match choose(&cfgs, &ans, &refit, settings, measured.len()) {
+        match choose(&cfgs, &ans, &refit, settings, measured.len(), &Default::default()) {
             Choice::Done(stop) => return (ans, rounds, stop),
             Choice::Measure(keys) => {
                 for k in &keys {

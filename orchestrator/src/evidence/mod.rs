@@ -97,7 +97,7 @@ fn table_run(
         let list: Vec<MeasurementRecord> = measured.values().cloned().collect();
         let refit = Refit::new(prior, &settings.framework, &list);
         let answers = active::answers(&keyed, &measured, &refit, settings.target_error);
-        match active::choose(&keyed, &answers, &refit, settings, measured.len()) {
+        match active::choose(&keyed, &answers, &refit, settings, measured.len(), &Default::default()) {
             Choice::Done(stop) => {
                 let truth: BTreeMap<String, MeasurementRecord> =
                     configs.iter().map(|(k, _, r)| (k.clone(), r.clone())).collect();

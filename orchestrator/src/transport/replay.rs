@@ -3,6 +3,8 @@
 //! [`spec::RunConfig::hash`], same GPU) from a records file (the group's
 //! `data/vram-measurements.jsonl`, or any `measurements.jsonl`).
 //!
+//! (Same hash up to a transformer given by its variant or by its dimensions.)
+//!
 //! It goes through the same path as a real cluster: the rendered sbatch
 //! script and its manifest are read as a job array, every task writes the
 //! event stream a worker would (`start`, one `phase_end` per recorded phase,
@@ -58,7 +60,7 @@ impl Records {
                 continue;
             }
             if let Ok(cfg) = r.run_config() {
-                by_hash.entry(cfg.hash()).or_default().push((line, r));
+                by_hash.entry(key(&cfg)).or_default().push((line, r));
             }
         }
         Records { source, by_hash }
@@ -66,7 +68,7 @@ impl Records {
 
     /// The first record of `cfg` measured on its GPU, or why there is none.
     pub fn find(&self, cfg: &RunConfig) -> Result<(usize, &MeasurementRecord), String> {
-        let hash = cfg.hash();
+        let hash = key(cfg);
         let all = self.by_hash.get(&hash).map(Vec::as_slice).unwrap_or_default();
         if let Some((line, r)) = all.iter().find(|(_, r)| r.gpu() == Some(cfg.gpu)) {
             return Ok((*line, r));
@@ -83,6 +85,23 @@ impl Records {
             ),
         })
     }
+}
+
+/// The hash a config is matched by: its [`RunConfig::hash`] with a
+/// transformer's width, heads and depth written out (a record names them, an
+/// experiment may give only the variant: the same model).
+fn key(cfg: &RunConfig) -> ConfigHash {
+    use spec::ModelSpec;
+    let mut c = cfg.clone();
+    if let Some(Ok(d)) = cfg.model.transformer_dims() {
+        match &mut c.model {
+            ModelSpec::Dit(m) => (m.hidden, m.heads, m.depth) = (Some(d.hidden), Some(d.heads), Some(d.depth)),
+            ModelSpec::Uvit(m) => (m.hidden, m.heads, m.depth) = (Some(d.hidden), Some(d.heads), Some(d.depth)),
+            ModelSpec::Hdit(m) => (m.hidden, m.heads) = (Some(d.hidden), Some(d.heads)),
+            ModelSpec::Unet(_) => {}
+        }
+    }
+    c.hash()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
