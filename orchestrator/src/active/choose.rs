@@ -89,7 +89,7 @@ pub fn choose(
         .iter()
         .filter_map(|(k, c)| match answers.get(k) {
             Some(Answer::Predicted { peak_gib, verdict: VerdictKind::Risky, .. }) => {
-                Some(((peak_gib / c.gpu.capacity_gib()).ln().abs(), k.as_str()))
+                Some(((peak_gib / refit.capacity_gib(c)).ln().abs(), k.as_str()))
             }
             _ => None,
         })

@@ -92,6 +92,8 @@ pub struct Refit {
     prior: Calibration,
     overlay: Overlay,
     framework: String,
+    /// The memory a run may use when it is less than the GPU's (the worker's `--memory-limit`).
+    limit_gib: Option<f64>,
 }
 
 impl Refit {
@@ -100,7 +102,23 @@ impl Refit {
     pub fn new(prior: &Calibration, framework: &str, measured: &[MeasurementRecord]) -> Refit {
         let recs: Vec<MeasurementRecord> =
             measured.iter().cloned().map(|r| MeasurementRecord { framework: framework.to_string(), ..r }).collect();
-        Refit { prior: prior.clone(), overlay: Overlay::fit(&recs, prior), framework: framework.to_string() }
+        Refit {
+            prior: prior.clone(),
+            overlay: Overlay::fit(&recs, prior),
+            framework: framework.to_string(),
+            limit_gib: None,
+        }
+    }
+
+    /// Judges against `limit_gib` (a memory limit the runs are held to) instead of the GPU's capacity.
+    pub fn with_limit(mut self, limit_gib: Option<f64>) -> Refit {
+        self.limit_gib = limit_gib;
+        self
+    }
+
+    /// The memory a run of `cfg` may use: the limit, else its GPU's capacity.
+    pub fn capacity_gib(&self, cfg: &RunConfig) -> f64 {
+        self.limit_gib.unwrap_or_else(|| cfg.gpu.capacity_gib())
     }
 
     /// The predictor for `cfg` and its identity: `local <runtime> on <device>,
@@ -130,6 +148,10 @@ impl Refit {
                 Ok(p) => (p.peak_gib(), p.rel_uncertainty),
                 Err(e) => return Answer::Invalid { reason: e.to_string() },
             },
+        };
+        let v = match self.limit_gib {
+            Some(limit) => crate::precheck::judge(peak_gib, limit, None, band, None),
+            None => v,
         };
         let distance = match &v {
             Verdict::Risky { why, .. } => why.clone(),

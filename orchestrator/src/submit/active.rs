@@ -87,7 +87,8 @@ pub async fn run(
         }
         let k = known(opts, &name)?;
         let list: Vec<MeasurementRecord> = k.measured.values().cloned().collect();
-        let refit = Refit::new(&prior, sweep.experiment.runtime.as_str(), &list);
+        let limit = sweep.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
+        let refit = Refit::new(&prior, sweep.experiment.runtime.as_str(), &list).with_limit(limit);
         let answers = active::answers(&configs, &k.measured, &refit, settings.target_error);
         let chosen = match active::choose(&configs, &answers, &refit, settings, k.tried.len(), &k.tried) {
             Choice::Done(stop) => return Ok(report(sweep, k, stop, answers)),
