@@ -46,10 +46,8 @@ pub fn choose(
     spent: usize,
     tried: &BTreeSet<String>,
 ) -> Choice {
-    let open: Vec<&(String, RunConfig)> = configs
-        .iter()
-        .filter(|(k, _)| !tried.contains(k) && answers.get(k).is_some_and(|a| !a.is_settled()))
-        .collect();
+    let open: Vec<&(String, RunConfig)> =
+        configs.iter().filter(|(k, _)| !tried.contains(k) && answers.get(k).is_some_and(|a| !a.is_settled())).collect();
     if open.is_empty() {
         return Choice::Done(Stop::Settled);
     }

@@ -226,7 +226,9 @@ pub fn answers(
         groups.iter().filter(|(k, _)| out.get(**k).is_some_and(Answer::is_measured)).map(|(_, g)| g).collect();
     let runnable: BTreeSet<&Group> = groups
         .iter()
-        .filter(|(k, _)| matches!(out.get(**k), Some(Answer::Predicted { verdict, .. }) if *verdict != VerdictKind::Oom))
+        .filter(
+            |(k, _)| matches!(out.get(**k), Some(Answer::Predicted { verdict, .. }) if *verdict != VerdictKind::Oom),
+        )
         .map(|(_, g)| g)
         .collect();
     for (k, g) in &groups {

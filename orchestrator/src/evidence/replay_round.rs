@@ -25,8 +25,11 @@ pub fn measure(
 ) -> Result<BTreeMap<String, MeasurementRecord>, EvidenceError> {
     let root = PathBuf::from(replay.remote_state_root()?);
     let dir = root.join(table).join("submissions").join(format!("round-{round}"));
-    let manifest =
-        Manifest { experiment: table.to_string(), task_offset: 0, configs: chosen.iter().map(|(_, c)| c.clone()).collect() };
+    let manifest = Manifest {
+        experiment: table.to_string(),
+        task_offset: 0,
+        configs: chosen.iter().map(|(_, c)| c.clone()).collect(),
+    };
     let json = serde_json::to_vec_pretty(&manifest).map_err(|e| EvidenceError::Replay(e.to_string()))?;
     let job_name = format!("evidence-{table}-{round}");
     let script = format!(

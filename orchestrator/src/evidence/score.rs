@@ -81,7 +81,8 @@ impl std::fmt::Display for Tally<'_> {
 fn row(f: &mut std::fmt::Formatter<'_>, name: &str, s: &Score, rounds: &str) -> std::fmt::Result {
     let (median, p90, _) = summarise(s.errors.clone());
     let pct = |x: f64| format!("{:.1}%", 100.0 * x);
-    let share = |a: usize, n: usize| if n == 0 { "-".to_string() } else { format!("{:.0}%", 100.0 * a as f64 / n as f64) };
+    let share =
+        |a: usize, n: usize| if n == 0 { "-".to_string() } else { format!("{:.0}%", 100.0 * a as f64 / n as f64) };
     let n = s.errors.len();
     writeln!(
         f,

@@ -74,7 +74,10 @@ pub fn replay(lines: &[Line]) -> BTreeMap<String, Submission> {
             Change::Intent { submission } | Change::Move { submission, .. } => {
                 subs.insert(submission.id.clone(), submission.clone());
             }
-            Change::NotSent { .. } | Change::SbatchError { .. } | Change::Cancel { .. } | Change::ActiveRound { .. } => {}
+            Change::NotSent { .. }
+            | Change::SbatchError { .. }
+            | Change::Cancel { .. }
+            | Change::ActiveRound { .. } => {}
         }
     }
     subs

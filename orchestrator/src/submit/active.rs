@@ -83,7 +83,7 @@ pub async fn run(
     let prior = Calibration::builtin();
     loop {
         if opts.state_root.join(&name).join("sweep.json").exists() {
-            status(&name, opts, Some(watch.clone()), &mut |_| {}).await?;
+            status(&name, opts, Some(watch), &mut |_| {}).await?;
         }
         let k = known(opts, &name)?;
         let list: Vec<MeasurementRecord> = k.measured.values().cloned().collect();
@@ -104,7 +104,8 @@ pub async fn run(
         let names: Vec<&str> =
             sweep.configs.iter().filter(|c| chosen.contains(&c.hash.0)).map(|c| c.name.as_str()).collect();
         say(&format!("round {round}: {open} configs open, measuring {}: {}", chosen.len(), names.join(", ")));
-        let o = Options { only: Some(chosen.iter().cloned().collect()), force: true, include_risky: true, ..opts.clone() };
+        let o =
+            Options { only: Some(chosen.iter().cloned().collect()), force: true, include_risky: true, ..opts.clone() };
         let r = submit(sweep, &o, false).await?;
         if r.submitted.is_empty() && r.unresolved.is_empty() {
             let why: Vec<String> = r.skipped.iter().map(|(n, w)| format!("{n}: {w}")).collect();
@@ -145,6 +146,10 @@ impl std::fmt::Display for ActiveReport {
         }
         let s = &self.savings;
         let gpu = s.gpu_seconds_saved.map(|g| format!(", {g:.0} s of run time saved")).unwrap_or_default();
-        writeln!(f, "{} configs: {} measured, {} predicted; {} runs saved{gpu}", s.configs, s.measured, s.predicted, s.runs_saved)
+        writeln!(
+            f,
+            "{} configs: {} measured, {} predicted; {} runs saved{gpu}",
+            s.configs, s.measured, s.predicted, s.runs_saved
+        )
     }
 }

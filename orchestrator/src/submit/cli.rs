@@ -197,7 +197,8 @@ fn run_active(sweep: &Sweep, opts: &Options, a: &ActiveArgs) -> Result<()> {
     };
     let every = Duration::from_secs_f64(a.poll_interval.max(0.1));
     let watch = Watch { min: every, max: every.mul_f64(5.0), max_polls: None };
-    let r = block_on(active::run(sweep, opts, &settings, watch, &mut |line| println!("{line}")))?.context("submit --active")?;
+    let r = block_on(active::run(sweep, opts, &settings, watch, &mut |line| println!("{line}")))?
+        .context("submit --active")?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r).context("serialising the answers")?);
     } else {

@@ -132,7 +132,6 @@ pub(super) fn reserve_ids(jobs_dir: &Path, n: u64) -> Result<u64, TransportError
     Ok(first)
 }
 
-
 fn alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence and permission.
     pid > 0 && unsafe { libc::kill(pid, 0) } == 0

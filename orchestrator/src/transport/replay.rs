@@ -135,7 +135,12 @@ impl ReplayTransport {
 
     pub fn with_records(records: Records, state_root: &Path) -> Result<Self, TransportError> {
         let state_root = std::path::absolute(state_root).map_err(|e| ferr(state_root, e))?;
-        Ok(ReplayTransport { jobs_dir: state_root.join(".replay-jobs"), state_root, records, counters: Counters::default() })
+        Ok(ReplayTransport {
+            jobs_dir: state_root.join(".replay-jobs"),
+            state_root,
+            records,
+            counters: Counters::default(),
+        })
     }
 
     /// Writes the event stream of array task `task` (its config `cfg`) and its
@@ -195,12 +200,8 @@ fn bytes(gib: f64) -> u64 {
 
 /// `phase_end` lines for the recorded phases, then the `result`.
 fn recorded(r: &MeasurementRecord, t: f64, message: String) -> Vec<Event> {
-    let peaks = PhasePeaks {
-        model: r.model_gb.map(bytes),
-        fwd: r.fwd_gb.map(bytes),
-        bwd: r.bwd_gb.map(bytes),
-        step: None,
-    };
+    let peaks =
+        PhasePeaks { model: r.model_gb.map(bytes), fwd: r.fwd_gb.map(bytes), bwd: r.bwd_gb.map(bytes), step: None };
     let mut out: Vec<Event> = [(Phase::Model, peaks.model), (Phase::Fwd, peaks.fwd), (Phase::Bwd, peaks.bwd)]
         .into_iter()
         .filter_map(|(phase, p)| {
@@ -311,7 +312,8 @@ impl Scheduler for ReplayTransport {
             .ok_or_else(|| ferr(&manifest_path, "no manifest beside the script"))?;
         let id = reserve_ids(&self.jobs_dir, tasks.iter().copied().max().unwrap_or(0) as u64 + 2)?;
         let output = d.output.clone().unwrap_or_else(|| format!("{chdir}/%a.out"));
-        let mut job = ReplayJob { id, name: d.job_name.clone().unwrap_or_else(|| "job".into()), tasks: BTreeMap::new() };
+        let mut job =
+            ReplayJob { id, name: d.job_name.clone().unwrap_or_else(|| "job".into()), tasks: BTreeMap::new() };
         for t in tasks {
             let log = PathBuf::from(output.replace("%A", &id.to_string()).replace("%a", &t.to_string()));
             let code = match manifest.task(t) {
