@@ -57,8 +57,6 @@ pub fn choose(
     }
     let size = settings.round_size.unwrap_or((configs.len() / 10).max(2)).min(left).max(1);
     let groups: BTreeMap<&str, Group> = configs.iter().map(|(k, c)| (k.as_str(), refit.group(c))).collect();
-    let measured_groups: BTreeSet<&Group> =
-        answers.iter().filter(|(_, a)| a.is_measured()).filter_map(|(k, _)| groups.get(k.as_str())).collect();
     let mut chosen: Vec<String> = Vec::new();
     let push = |k: &str, chosen: &mut Vec<String>| {
         if chosen.len() < size && !chosen.iter().any(|c| c == k) {
@@ -66,20 +64,8 @@ pub fn choose(
         }
     };
     // 1. Anchors.
-    let mut anchors: BTreeMap<&Group, (f64, &str)> = BTreeMap::new();
-    for (k, _) in &open {
-        let (g, Some(Answer::Predicted { peak_gib, verdict, .. })) = (&groups[k.as_str()], answers.get(k)) else {
-            continue;
-        };
-        if measured_groups.contains(g) || *verdict == VerdictKind::Oom {
-            continue;
-        }
-        let e = anchors.entry(g).or_insert((f64::MIN, k.as_str()));
-        if *peak_gib > e.0 {
-            *e = (*peak_gib, k.as_str());
-        }
-    }
-    for (_, k) in anchors.values() {
+    let anchors = anchors(&open, answers, &groups);
+    for k in anchors {
         push(k, &mut chosen);
     }
     // 2. Verdicts the band does not settle, nearest the capacity first.
@@ -120,4 +106,29 @@ pub fn choose(
         }
     }
     Choice::Measure(chosen)
+}
+
+/// Per family and regime with no measured config: its open config with the
+/// largest predicted peak that the band does not call out of memory.
+fn anchors<'a>(
+    open: &[&'a (String, RunConfig)],
+    answers: &BTreeMap<String, Answer>,
+    groups: &BTreeMap<&str, Group>,
+) -> Vec<&'a str> {
+    let measured: BTreeSet<&Group> =
+        answers.iter().filter(|(_, a)| a.is_measured()).filter_map(|(k, _)| groups.get(k.as_str())).collect();
+    let mut best: BTreeMap<&Group, (f64, &'a str)> = BTreeMap::new();
+    for (k, _) in open {
+        let (g, Some(Answer::Predicted { peak_gib, verdict, .. })) = (&groups[k.as_str()], answers.get(k)) else {
+            continue;
+        };
+        if measured.contains(g) || *verdict == VerdictKind::Oom {
+            continue;
+        }
+        let e = best.entry(g).or_insert((f64::MIN, k.as_str()));
+        if *peak_gib > e.0 {
+            *e = (*peak_gib, k.as_str());
+        }
+    }
+    best.into_values().map(|(_, k)| k).collect()
 }
