@@ -18,7 +18,8 @@
 //! ```
 //!
 //! The built-in `local` cluster (no SLURM: scripts run as local processes)
-//! exists even without a file, so a new user can run the demo at once.
+//! exists even without a file, so a new user can run the demo at once; the
+//! built-in `replay` cluster answers from `data/vram-measurements.jsonl`.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -37,6 +38,9 @@ pub enum TransportKind {
     Local,
     /// SLURM through its REST API (slurmrestd); files per [`FilesKind`].
     Rest,
+    /// No runs at all: each config is answered with its recorded measurement
+    /// from `records` (evaluation and tests; every output says it replays).
+    Replay,
 }
 
 /// How job files and results move for the `rest` transport (the data plane;
@@ -108,6 +112,9 @@ pub struct ClusterConfig {
     /// server's (sites often run their own CA), trusted besides the built-in roots.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// Replay: the measurements JSONL whose records answer submitted configs.
+    #[serde(default)]
+    pub records: Option<PathBuf>,
 }
 
 impl ClusterConfig {
@@ -131,6 +138,16 @@ impl ClusterConfig {
             files: None,
             max_array_size: None,
             ca_file: None,
+            records: None,
+        }
+    }
+
+    /// The built-in `replay` cluster: the group's records (`data/vram-measurements.jsonl`).
+    pub fn replay() -> Self {
+        ClusterConfig {
+            transport: TransportKind::Replay,
+            records: Some(PathBuf::from("data/vram-measurements.jsonl")),
+            ..ClusterConfig::local()
         }
     }
 }
@@ -203,11 +220,16 @@ impl ClustersFile {
         if name == "local" {
             return Ok(("local".into(), ClusterConfig::local()));
         }
+        if name == "replay" {
+            return Ok(("replay".into(), ClusterConfig::replay()));
+        }
         let declared: Vec<&str> = self.clusters.keys().map(String::as_str).collect();
-        let known = match declared.is_empty() {
-            true => "none declared; `local` is built in".to_string(),
-            false if declared.contains(&"local") => format!("declared: {}", declared.join(", ")),
-            false => format!("declared: {}; `local` is built in", declared.join(", ")),
+        let builtin: Vec<&str> = ["local", "replay"].into_iter().filter(|b| !declared.contains(b)).collect();
+        let builtin = builtin.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(" and ");
+        let known = match (declared.is_empty(), builtin.is_empty()) {
+            (true, _) => format!("none declared; {builtin} built in"),
+            (false, true) => format!("declared: {}", declared.join(", ")),
+            (false, false) => format!("declared: {}; {builtin} built in", declared.join(", ")),
         };
         Err(ClusterError::Unknown { name: name.into(), known, file: file.into() })
     }
@@ -243,6 +265,11 @@ impl ClusterConfig {
         }
         if rest {
             self.check_rest()?;
+        }
+        match (self.transport == TransportKind::Replay, self.records.is_some()) {
+            (true, false) => return bad("transport `replay` needs `records` (a measurements JSONL)"),
+            (false, true) => return bad("`records` is for `transport: replay` only"),
+            _ => {}
         }
         match self.transport {
             TransportKind::Ssh if self.host.is_none() => return bad("transport `ssh` needs `host`"),
@@ -335,14 +362,14 @@ mod tests {
     fn unknown_cluster_lists_the_known_ones() {
         let f = ClustersFile::default();
         let e = f.get("idun", "x.yaml").expect_err("unknown");
-        assert!(e.to_string().contains("(none declared; `local` is built in)"), "{e}");
+        assert!(e.to_string().contains("(none declared; `local` and `replay` built in)"), "{e}");
         let f = ClustersFile::parse(
             Path::new("c.yaml"),
             "clusters:\n  local: {transport: local}\n  idun: {transport: ssh, host: h, work_dir: /w}\n",
         )
         .expect("parses");
         let e = f.get("idun2", "c.yaml").expect_err("unknown");
-        assert!(e.to_string().contains("(declared: idun, local)"), "`local` once: {e}");
+        assert!(e.to_string().contains("(declared: idun, local; `replay` built in)"), "`local` once: {e}");
     }
 
     #[test]

@@ -3,15 +3,17 @@
 //! `tests/module_graph.rs` checks it):
 //!
 //! 1. leaves: `fsio` (file I/O, the clock), `util` (tables, quoting, sizes), `plot`;
-//! 2. planning: `experiment` → `precheck` → `sweep` → `plan`, `advisor`;
+//! 2. planning: `experiment` → `precheck` → `sweep` → `plan`, `advisor`, `active`;
 //! 3. what a worker writes: `collect` (its event stream read into progress and measurements);
 //! 4. the cluster: `cluster` → `render`, `slurm` → `transport` → `target`;
 //! 5. the state directory: `state`;
-//! 6. commands and what they show: `progress` → `submit` → `report`.
+//! 6. commands and what they show: `progress` → `submit` → `report` → `evidence`.
 
+pub mod active;
 pub mod advisor;
 pub mod cluster;
 pub mod collect;
+pub mod evidence;
 pub mod experiment;
 pub mod fsio;
 pub mod plan;

@@ -49,6 +49,20 @@ impl ExperimentArgs {
     }
 }
 
+/// How an active sweep chooses and when it stops.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ActiveArgs {
+    /// Largest band an unmeasured config may keep (`5%` or `0.05`).
+    #[arg(long, default_value = "10%", value_parser = orchestrator::active::parse_share)]
+    pub target_error: f64,
+    /// Runs at most, all rounds together.
+    #[arg(long)]
+    pub max_runs: Option<usize>,
+    /// Configs per round at most (default: a tenth of the sweep, at least 2).
+    #[arg(long)]
+    pub round_size: Option<usize>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// List every config of a sweep: dimensions, exact parameters, validity, predicted peak and verdict.
@@ -103,6 +117,15 @@ enum Command {
         exp: ExperimentArgs,
         #[command(flatten)]
         args: orchestrator::advisor::cli::FitArgs,
+    },
+    /// Replay evidence for active profiling: per source table of the records, the calibration
+    /// refitted without that table and an active sweep over its configs on the replay cluster.
+    Evidence {
+        /// Measurement JSONL whose tables are replayed.
+        #[arg(long, default_value = "data/vram-measurements.jsonl")]
+        records: PathBuf,
+        #[command(flatten)]
+        active: ActiveArgs,
     },
     #[command(flatten)]
     Cluster(submit::cli::ClusterCommand),
@@ -224,6 +247,17 @@ fn run(command: Command) -> Result<()> {
         Command::Fit { exp, args } => {
             let sweep = exp.load()?;
             orchestrator::advisor::cli::run_fit(&sweep, &args, &exp.predictor(&sweep)?.0)?
+        }
+        Command::Evidence { records, active } => {
+            let settings = orchestrator::active::Settings {
+                framework: "pytorch".into(),
+                target_error: active.target_error,
+                max_runs: active.max_runs,
+                round_size: active.round_size,
+            };
+            let work = tempfile::tempdir().context("a scratch directory for the replay cluster")?;
+            let runs = orchestrator::evidence::run(&records, &settings, work.path())?;
+            print!("{}", orchestrator::evidence::Tally(&runs));
         }
         Command::Cluster(c) => submit::cli::run(c)?,
         Command::Report(args) => orchestrator::report::cli::run(&args)?,

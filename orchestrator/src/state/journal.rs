@@ -33,6 +33,9 @@ pub enum Change {
     SbatchError { submission: String, error: String },
     /// `cancel` asked SLURM to cancel these job arrays.
     Cancel { jobs: Vec<JobId> },
+    /// An active sweep's round: the configs (hashes) it chose to measure, and
+    /// how many it had measured and left unsettled when it chose them.
+    ActiveRound { round: u32, chosen: Vec<String>, measured: usize, open: usize },
 }
 
 /// A journal line: the format version, when, and the change.
@@ -71,7 +74,10 @@ pub fn replay(lines: &[Line]) -> BTreeMap<String, Submission> {
             Change::Intent { submission } | Change::Move { submission, .. } => {
                 subs.insert(submission.id.clone(), submission.clone());
             }
-            Change::NotSent { .. } | Change::SbatchError { .. } | Change::Cancel { .. } => {}
+            Change::NotSent { .. }
+            | Change::SbatchError { .. }
+            | Change::Cancel { .. }
+            | Change::ActiveRound { .. } => {}
         }
     }
     subs

@@ -228,7 +228,10 @@ impl StateDir {
     pub fn apply(&self, records: &mut BTreeMap<String, ConfigRecord>, change: Change) -> Result<(), StateError> {
         let submission = match &change {
             Change::Intent { submission } | Change::Move { submission, .. } => Some(submission.clone()),
-            Change::NotSent { .. } | Change::SbatchError { .. } | Change::Cancel { .. } => None,
+            Change::NotSent { .. }
+            | Change::SbatchError { .. }
+            | Change::Cancel { .. }
+            | Change::ActiveRound { .. } => None,
         };
         if let Some(s) = &submission {
             write_json(&self.submission_dir(&s.id).join("submission.json"), s)?;

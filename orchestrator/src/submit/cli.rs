@@ -53,6 +53,30 @@ pub struct Retry {
     pub max_attempts: u32,
 }
 
+/// `submit --active`: measure only what the precheck is unsure of, in rounds.
+#[derive(Args, Debug, Clone)]
+pub struct ActiveArgs {
+    /// Active profiling: rounds of the configs whose measurement is worth most;
+    /// the rest predicted (run again to resume a stopped loop).
+    #[arg(long)]
+    pub active: bool,
+    /// Largest band an unmeasured config may keep (`5%` or `0.05`).
+    #[arg(long, default_value = "20%", value_parser = crate::active::parse_share, requires = "active")]
+    pub target_error: f64,
+    /// Runs at most, all rounds together.
+    #[arg(long, requires = "active")]
+    pub max_runs: Option<usize>,
+    /// Configs per round at most (default: a tenth of the sweep, at least 2).
+    #[arg(long, requires = "active")]
+    pub round_size: Option<usize>,
+    /// Seconds between polls while a round runs.
+    #[arg(long, default_value_t = 2.0, requires = "active")]
+    pub poll_interval: f64,
+    /// The final answers as JSON.
+    #[arg(long, requires = "active")]
+    pub json: bool,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
     /// Submit a sweep: one job array (split below MaxArraySize) of every config not yet submitted.
@@ -65,6 +89,8 @@ pub enum ClusterCommand {
         select: Selection,
         #[command(flatten)]
         common: Common,
+        #[command(flatten)]
+        active: ActiveArgs,
     },
     /// Show every config's SLURM state (one squeue + one sacct per poll) and results.
     Status {
@@ -162,6 +188,25 @@ fn experiment_of(arg: &str, overrides: &[String], opts: &Options) -> Result<Swee
     Ok(stored_sweep(&opts.state_root, arg)?.sweep)
 }
 
+fn run_active(sweep: &Sweep, opts: &Options, a: &ActiveArgs) -> Result<()> {
+    let settings = crate::active::Settings {
+        framework: sweep.experiment.runtime.as_str().to_string(),
+        target_error: a.target_error,
+        max_runs: a.max_runs,
+        round_size: a.round_size,
+    };
+    let every = Duration::from_secs_f64(a.poll_interval.max(0.1));
+    let watch = Watch { min: every, max: every.mul_f64(5.0), max_polls: None };
+    let r = block_on(active::run(sweep, opts, &settings, watch, &mut |line| println!("{line}")))?
+        .context("submit --active")?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r).context("serialising the answers")?);
+    } else {
+        print!("{r}");
+    }
+    Ok(())
+}
+
 fn print_submit(r: &SubmitReport) {
     if let Some(c) = &r.cluster {
         println!("cluster: {c}");
@@ -191,7 +236,12 @@ fn print_submit(r: &SubmitReport) {
 
 pub fn run(cmd: ClusterCommand) -> Result<()> {
     match cmd {
-        ClusterCommand::Submit { file, overrides, select, common } => {
+        ClusterCommand::Submit { file, overrides, select, common, active } if active.active => {
+            let opts = options(&common, Some(&select), None);
+            let sweep = crate::sweep::load(&file, &overrides)?;
+            run_active(&sweep, &opts, &active)?;
+        }
+        ClusterCommand::Submit { file, overrides, select, common, .. } => {
             let opts = options(&common, Some(&select), None);
             let sweep = crate::sweep::load(&file, &overrides)?;
             let spin = crate::progress::spinner(&format!(

@@ -39,6 +39,12 @@ pub fn default_worker() -> Option<PathBuf> {
 pub async fn install(opts: &Options, cluster: &str, worker: &Path) -> Result<InstallReport, CommandError> {
     let t0 = Instant::now();
     let target = crate::target::open(opts.clusters_file.as_deref(), cluster, &opts.state_root)?;
+    if target.config.transport == TransportKind::Replay {
+        return Err(CommandError::Refused(format!(
+            "cluster `{}` replays recorded measurements: it runs no worker, so there is nothing to install",
+            target.name
+        )));
+    }
     if target.config.transport == TransportKind::Local {
         return Err(CommandError::Refused(format!(
             "cluster `{}` uses the `local` transport: its jobs run the worker beside the orchestrator \

@@ -30,6 +30,7 @@ use crate::state::{ConfigRecord, StateDir, StateError};
 use crate::sweep::Sweep;
 use crate::transport::TransportError;
 
+pub mod active;
 mod arrays;
 pub mod cancel;
 pub mod install;
@@ -86,6 +87,8 @@ pub struct Options {
     /// before it counts as killed (shared filesystems show the worker's last
     /// lines late).
     pub result_grace: Duration,
+    /// Only these configs (hashes) may be submitted (an active sweep's round).
+    pub only: Option<BTreeSet<String>>,
 }
 
 impl Default for Options {
@@ -100,6 +103,7 @@ impl Default for Options {
             retry: RetryPolicy::default(),
             lock_wait: Duration::from_secs(10),
             result_grace: Duration::from_secs(120),
+            only: None,
         }
     }
 }

@@ -75,6 +75,7 @@ pub(crate) async fn update(
     let got = pull_events(st, target, records, sweep, &changed, settle, grace_s).await;
     pull_logs(st, target, records, &sweep.experiment.name, grace_s).await;
     Ok(PollSummary {
+        polled: true,
         local: target.config.transport == crate::cluster::TransportKind::Local,
         commands: poll.commands,
         errors: poll.errors,
@@ -86,6 +87,8 @@ pub(crate) async fn update(
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PollSummary {
+    /// Whether a poll happened (not for a sweep never submitted).
+    pub polled: bool,
     /// The built-in `local` cluster (processes on this machine, no SLURM).
     pub local: bool,
     /// Scheduler commands the poll ran (2 for SLURM: squeue + sacct).

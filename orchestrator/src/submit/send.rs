@@ -259,6 +259,9 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
             continue;
         }
         let Some(r) = records.get(&c.hash.0) else { continue };
+        if opts.only.as_ref().is_some_and(|only| !only.contains(&c.hash.0)) {
+            continue;
+        }
         match blocker(r, opts, resume) {
             None => todo.push(c),
             Some(why) => report.skipped.push((c.name.clone(), why)),

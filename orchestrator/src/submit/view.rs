@@ -81,10 +81,10 @@ impl StatusReport {
         for r in &self.rows {
             *counts.entry(if r.state == "-" { "not submitted" } else { r.state.as_str() }).or_default() += 1;
         }
-        let polled = match (self.rows.iter().all(|r| r.state == "-"), self.poll.local) {
-            (true, _) => "nothing submitted, nothing polled".to_string(),
-            (false, true) => "local processes, no SLURM".to_string(),
-            (false, false) => format!("{} SLURM commands this poll", self.poll.commands),
+        let polled = match (self.poll.polled, self.poll.local) {
+            (false, _) => "nothing submitted, nothing polled".to_string(),
+            (true, true) => "local processes, no SLURM".to_string(),
+            (true, false) => format!("{} SLURM commands this poll", self.poll.commands),
         };
         s += &format!(
             "{} configs: {}; {polled}{}\n",

@@ -69,15 +69,15 @@ fn ferr(path: &Path, e: impl std::fmt::Display) -> TransportError {
 
 /// The `#SBATCH` options the runner honours.
 #[derive(Debug, Default, PartialEq)]
-struct Directives {
-    array: Option<String>,
-    job_name: Option<String>,
-    comment: Option<String>,
-    output: Option<String>,
-    chdir: Option<String>,
+pub(super) struct Directives {
+    pub(super) array: Option<String>,
+    pub(super) job_name: Option<String>,
+    pub(super) comment: Option<String>,
+    pub(super) output: Option<String>,
+    pub(super) chdir: Option<String>,
 }
 
-fn directives(script: &str) -> Directives {
+pub(super) fn directives(script: &str) -> Directives {
     let mut d = Directives::default();
     for line in script.lines() {
         let Some(rest) = line.strip_prefix("#SBATCH") else { continue };
@@ -96,6 +96,40 @@ fn directives(script: &str) -> Directives {
         }
     }
     d
+}
+
+/// Reserves `n` consecutive job ids under a lock (several orchestrators on
+/// different experiments share the counter). The counter is replaced
+/// atomically, so it is never torn; one that does not parse is an error
+/// (starting again at 1000 would reuse job ids).
+pub(super) fn reserve_ids(jobs_dir: &Path, n: u64) -> Result<u64, TransportError> {
+    use fs2::FileExt;
+    std::fs::create_dir_all(jobs_dir).map_err(|e| ferr(jobs_dir, e))?;
+    let lock_path = jobs_dir.join("next_id.lock");
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|e| ferr(&lock_path, e))?;
+    lock.lock_exclusive().map_err(|e| ferr(&lock_path, e))?;
+    let p = jobs_dir.join("next_id");
+    let first: u64 = match std::fs::read_to_string(&p) {
+        Ok(s) => s.trim().parse().map_err(|_| {
+            TransportError::Other(format!(
+                "{}: `{}` is not a job id counter; job ids would be reused (set it above the \
+                 highest job under {}, or remove it if that folder is empty)",
+                p.display(),
+                s.trim(),
+                jobs_dir.display()
+            ))
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 1000,
+        Err(e) => return Err(ferr(&p, e)),
+    };
+    crate::fsio::write_atomic(&p, (first + n).to_string().as_bytes())
+        .map_err(|e| TransportError::Other(e.to_string()))?;
+    Ok(first)
 }
 
 fn alive(pid: i32) -> bool {
@@ -118,40 +152,6 @@ impl LocalTransport {
             max_parallel: cluster.max_parallel.unwrap_or((cpus / 2).max(1)),
             counters: Counters::default(),
         })
-    }
-
-    /// Reserves `n` consecutive job ids under a lock (several orchestrators on
-    /// different experiments share the counter). The counter is replaced
-    /// atomically, so it is never torn; one that does not parse is an error
-    /// (starting again at 1000 would reuse job ids).
-    fn reserve_ids(&self, n: u64) -> Result<u64, TransportError> {
-        use fs2::FileExt;
-        std::fs::create_dir_all(&self.jobs_dir).map_err(|e| ferr(&self.jobs_dir, e))?;
-        let lock_path = self.jobs_dir.join("next_id.lock");
-        let lock = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| ferr(&lock_path, e))?;
-        lock.lock_exclusive().map_err(|e| ferr(&lock_path, e))?;
-        let p = self.jobs_dir.join("next_id");
-        let first: u64 = match std::fs::read_to_string(&p) {
-            Ok(s) => s.trim().parse().map_err(|_| {
-                TransportError::Other(format!(
-                    "{}: `{}` is not a job id counter; job ids would be reused (set it above the \
-                     highest job under {}, or remove it if that folder is empty)",
-                    p.display(),
-                    s.trim(),
-                    self.jobs_dir.display()
-                ))
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 1000,
-            Err(e) => return Err(ferr(&p, e)),
-        };
-        crate::fsio::write_atomic(&p, (first + n).to_string().as_bytes())
-            .map_err(|e| TransportError::Other(e.to_string()))?;
-        Ok(first)
     }
 
     fn job(&self, dir: &Path) -> Option<LocalJob> {
@@ -292,7 +292,7 @@ impl Scheduler for LocalTransport {
             None => (vec![0], None),
         };
         let max_task = tasks.iter().copied().max().unwrap_or(0) as u64;
-        let id = self.reserve_ids(max_task + 2)?;
+        let id = reserve_ids(&self.jobs_dir, max_task + 2)?;
         let dir = self.jobs_dir.join(id.to_string());
         std::fs::create_dir_all(dir.join("tasks")).map_err(|e| ferr(&dir, e))?;
         let parallel = throttle.map_or(self.max_parallel, |k| k.min(self.max_parallel)).max(1);
@@ -487,10 +487,10 @@ mod tests {
     fn job_ids_count_on_and_a_corrupt_counter_is_an_error_not_a_reset() {
         let d = tempfile::tempdir().expect("tempdir");
         let t = LocalTransport::new(&ClusterConfig::local(), d.path()).expect("transport");
-        assert_eq!(t.reserve_ids(3).expect("first"), 1000);
-        assert_eq!(t.reserve_ids(1).expect("next"), 1003);
+        assert_eq!(reserve_ids(&t.jobs_dir, 3).expect("first"), 1000);
+        assert_eq!(reserve_ids(&t.jobs_dir, 1).expect("next"), 1003);
         std::fs::write(t.jobs_dir.join("next_id"), "10x4").expect("corrupt it");
-        let e = t.reserve_ids(1).expect_err("corrupt");
+        let e = reserve_ids(&t.jobs_dir, 1).expect_err("corrupt");
         assert!(e.to_string().contains("`10x4` is not a job id counter"), "{e}");
     }
 }

@@ -5,7 +5,8 @@
 //! - `ssh`: SLURM on a remote login node; commands over SSH exec channels, files over SFTP;
 //! - `local-slurm`: the SLURM commands of this machine;
 //! - `rest`: SLURM's REST API (slurmrestd), files over SFTP or on this machine ([`rest`]);
-//! - `local`: no SLURM at all; the rendered scripts run as local processes.
+//! - `local`: no SLURM at all; the rendered scripts run as local processes;
+//! - `replay`: no runs; recorded measurements answer each config ([`replay`]).
 //!
 //! The scheduler drives SLURM (commands through a [`Shell`], or HTTP
 //! requests); the files of every SLURM transport are one [`files::Files`]
@@ -20,6 +21,7 @@
 pub mod files;
 pub mod local;
 pub mod local_slurm;
+pub mod replay;
 pub mod rest;
 pub mod ssh;
 
@@ -258,6 +260,7 @@ pub fn open(
         }
         TransportKind::Rest => Arc::new(rest::RestTransport::open(name, cluster)?),
         TransportKind::Local => Arc::new(local::LocalTransport::new(cluster, state_root)?),
+        TransportKind::Replay => Arc::new(replay::ReplayTransport::new(cluster, state_root)?),
     })
 }
 

@@ -1,0 +1,383 @@
+//! The `replay` transport: no GPU, no worker. Each submitted config is
+//! answered with the recorded measurement of the same config (same
+//! [`spec::RunConfig::hash`], same GPU) from a records file (the group's
+//! `data/vram-measurements.jsonl`, or any `measurements.jsonl`).
+//!
+//! (Same hash up to a transformer given by its variant or by its dimensions.)
+//!
+//! It goes through the same path as a real cluster: the rendered sbatch
+//! script and its manifest are read as a job array, every task writes the
+//! event stream a worker would (`start`, one `phase_end` per recorded phase,
+//! `result`) to `<state>/<experiment>/runs/<hash>/events.jsonl`, and polls
+//! answer with SLURM task states and exit codes (0 ok, 3 oom, 1 failed), so
+//! `status`, `report` and `resume` work unchanged. Every output says it
+//! replays: the environment's host and backend are `replay`, the result's
+//! message names the record and the file, the task log says so, and
+//! [`Transport::describe`] too. A config with no record fails with that reason.
+//!
+//! Tasks end at submission (a replay has nothing to wait for); each job is
+//! `<state>/.replay-jobs/<id>.json`.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::local::{directives, reserve_ids};
+use super::{CounterSnapshot, Counters, FileStore, Poll, Scheduler, Transport, TransportError, WorkerProbe};
+use crate::cluster::ClusterConfig;
+use crate::slurm::{expand_ranges, JobId, SlurmState, TaskObservation};
+use spec::event::{Event, Phase, PhasePeaks, RunEnvironment, RunStatus};
+use spec::record::{MeasuredStatus, MeasurementRecord};
+use spec::run::{ConfigHash, Manifest};
+use spec::RunConfig;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The records a replay answers from, by config hash (file order kept).
+#[derive(Debug, Clone, Default)]
+pub struct Records {
+    /// What the records came from, shown in every output.
+    pub source: String,
+    by_hash: BTreeMap<ConfigHash, Vec<(usize, MeasurementRecord)>>,
+}
+
+impl Records {
+    /// Reads a records file; an unreadable line is an error naming file and line.
+    pub fn load(path: &Path) -> Result<Records, TransportError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ferr(path, e))?;
+        let recs = spec::record::read_jsonl(&text)
+            .map_err(|(line, e)| TransportError::Other(format!("{}:{line}: {e}", path.display())))?;
+        Ok(Records::new(path.display().to_string(), recs.into_iter().enumerate().map(|(i, r)| (i + 1, r))))
+    }
+
+    /// Records with their 1-based line numbers; superseded records and records
+    /// that describe no model are left out (a replay answers only with what
+    /// still stands).
+    pub fn new(source: String, recs: impl IntoIterator<Item = (usize, MeasurementRecord)>) -> Records {
+        let mut by_hash: BTreeMap<ConfigHash, Vec<(usize, MeasurementRecord)>> = BTreeMap::new();
+        for (line, r) in recs {
+            if r.superseded.is_some() {
+                continue;
+            }
+            if let Ok(cfg) = r.run_config() {
+                by_hash.entry(key(&cfg)).or_default().push((line, r));
+            }
+        }
+        Records { source, by_hash }
+    }
+
+    /// The first record of `cfg` measured on its GPU, or why there is none.
+    pub fn find(&self, cfg: &RunConfig) -> Result<(usize, &MeasurementRecord), String> {
+        let hash = key(cfg);
+        let all = self.by_hash.get(&hash).map(Vec::as_slice).unwrap_or_default();
+        if let Some((line, r)) = all.iter().find(|(_, r)| r.gpu() == Some(cfg.gpu)) {
+            return Ok((*line, r));
+        }
+        let on: Vec<&str> = all.iter().map(|(_, r)| r.gpu.as_str()).collect();
+        Err(match on.is_empty() {
+            true => format!("replay: {} has no record of config {} (hash {hash})", self.source, cfg.name),
+            false => format!(
+                "replay: {} has config {} (hash {hash}) only on {}, not on {}",
+                self.source,
+                cfg.name,
+                on.join(", "),
+                cfg.gpu.name()
+            ),
+        })
+    }
+}
+
+/// The hash a config is matched by: its [`RunConfig::hash`] with a
+/// transformer's width, heads and depth written out (a record names them, an
+/// experiment may give only the variant: the same model).
+fn key(cfg: &RunConfig) -> ConfigHash {
+    use spec::ModelSpec;
+    let mut c = cfg.clone();
+    if let Some(Ok(d)) = cfg.model.transformer_dims() {
+        match &mut c.model {
+            ModelSpec::Dit(m) => (m.hidden, m.heads, m.depth) = (Some(d.hidden), Some(d.heads), Some(d.depth)),
+            ModelSpec::Uvit(m) => (m.hidden, m.heads, m.depth) = (Some(d.hidden), Some(d.heads), Some(d.depth)),
+            ModelSpec::Hdit(m) => (m.hidden, m.heads) = (Some(d.hidden), Some(d.heads)),
+            ModelSpec::Unet(_) => {}
+        }
+    }
+    c.hash()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ReplayJob {
+    id: u64,
+    name: String,
+    /// Task id → exit code.
+    tasks: BTreeMap<u32, i32>,
+}
+
+pub struct ReplayTransport {
+    jobs_dir: PathBuf,
+    state_root: PathBuf,
+    records: Records,
+    counters: Counters,
+}
+
+fn ferr(path: &Path, e: impl std::fmt::Display) -> TransportError {
+    TransportError::File { target: "replay".into(), path: path.display().to_string(), message: e.to_string() }
+}
+
+impl ReplayTransport {
+    /// The cluster's `records` file (relative to the working directory).
+    pub fn new(cluster: &ClusterConfig, state_root: &Path) -> Result<Self, TransportError> {
+        let path = cluster
+            .records
+            .as_deref()
+            .ok_or_else(|| TransportError::Other("transport `replay` needs `records` (a measurements JSONL)".into()))?;
+        Self::with_records(Records::load(path)?, state_root)
+    }
+
+    pub fn with_records(records: Records, state_root: &Path) -> Result<Self, TransportError> {
+        let state_root = std::path::absolute(state_root).map_err(|e| ferr(state_root, e))?;
+        Ok(ReplayTransport {
+            jobs_dir: state_root.join(".replay-jobs"),
+            state_root,
+            records,
+            counters: Counters::default(),
+        })
+    }
+
+    /// Writes the event stream of array task `task` (its config `cfg`) and its
+    /// log; returns its exit code.
+    fn answer(&self, cfg: &RunConfig, job: u64, task: u32, log: &Path) -> Result<i32, TransportError> {
+        let found = self.records.find(cfg);
+        let env = environment(cfg, found.as_ref().ok().map(|(_, r)| *r), job, task);
+        let t = crate::fsio::now();
+        let mut events = vec![Event::Start { t, config: cfg.name.clone(), config_hash: cfg.hash(), env }];
+        let (code, text) = match &found {
+            Ok((line, r)) => {
+                let message = format!("replayed: record `{}` of {} line {line}", r.id, self.records.source);
+                events.extend(recorded(r, t, message.clone()));
+                (if r.status == MeasuredStatus::Oom { 3 } else { 0 }, message)
+            }
+            Err(why) => {
+                events.push(failed(t, why.clone()));
+                (1, why.clone())
+            }
+        };
+        let path = self.state_root.join(&cfg.experiment).join(cfg.events_rel());
+        let mut bytes = Vec::new();
+        for e in &events {
+            serde_json::to_writer(&mut bytes, e).map_err(|e| TransportError::Other(e.to_string()))?;
+            bytes.push(b'\n');
+        }
+        append(&path, &bytes)?;
+        append(log, format!("replay cluster (no GPU run): {text}\n").as_bytes())?;
+        Ok(code)
+    }
+}
+
+/// The environment a replayed run reports: host and backend `replay`.
+fn environment(cfg: &RunConfig, r: Option<&MeasurementRecord>, job: u64, task: u32) -> RunEnvironment {
+    RunEnvironment {
+        host: "replay".into(),
+        device: r.map(|r| r.gpu.clone()).unwrap_or_else(|| cfg.gpu.name().to_string()),
+        driver: None,
+        backend: "replay".into(),
+        dtype: cfg.precision.name().to_string(),
+        grad_ckpt: cfg.grad_ckpt,
+        requested_dtype: None,
+        checkpointing: None,
+        dtype_policy: None,
+        attention: None,
+        meter: None,
+        device_memory_bytes: r.and_then(|r| r.device_memory_gb).map(bytes),
+        memory_limit_bytes: r.and_then(|r| r.memory_limit_gb).map(bytes),
+        kernel_cache: None,
+        slurm_job_id: Some((job + 1 + u64::from(task)).to_string()),
+        slurm_array_task_id: Some(task.to_string()),
+    }
+}
+
+fn bytes(gib: f64) -> u64 {
+    (gib * GIB).round() as u64
+}
+
+/// `phase_end` lines for the recorded phases, then the `result`.
+fn recorded(r: &MeasurementRecord, t: f64, message: String) -> Vec<Event> {
+    let peaks =
+        PhasePeaks { model: r.model_gb.map(bytes), fwd: r.fwd_gb.map(bytes), bwd: r.bwd_gb.map(bytes), step: None };
+    let mut out: Vec<Event> = [(Phase::Model, peaks.model), (Phase::Fwd, peaks.fwd), (Phase::Bwd, peaks.bwd)]
+        .into_iter()
+        .filter_map(|(phase, p)| {
+            p.map(|peak_bytes| Event::PhaseEnd {
+                t,
+                phase,
+                peak_bytes,
+                seconds: 0.0,
+                nvml_bytes: None,
+                readback: None,
+                step: None,
+            })
+        })
+        .collect();
+    let oom = r.status == MeasuredStatus::Oom;
+    let peak = if oom { r.oom_reported_gb } else { r.peak_gb };
+    out.push(Event::Result {
+        t,
+        status: if oom { RunStatus::Oom } else { RunStatus::Ok },
+        params: r.params_m.map_or(0, |m| (m * 1e6).round() as u64),
+        peaks,
+        peak_bytes: peak.map_or(0, bytes),
+        phase: None,
+        message: Some(message),
+        wall_s: 0.0,
+        nvml_peak_bytes: None,
+    });
+    out
+}
+
+fn failed(t: f64, message: String) -> Event {
+    Event::Result {
+        t,
+        status: RunStatus::Failed,
+        params: 0,
+        peaks: PhasePeaks::default(),
+        peak_bytes: 0,
+        phase: None,
+        message: Some(message),
+        wall_s: 0.0,
+        nvml_peak_bytes: None,
+    }
+}
+
+fn append(path: &Path, data: &[u8]) -> Result<(), TransportError> {
+    use std::io::Write;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| ferr(dir, e))?;
+    }
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| ferr(path, e))?;
+    f.write_all(data).map_err(|e| ferr(path, e))
+}
+
+impl Transport for ReplayTransport {
+    fn describe(&self) -> String {
+        format!("replay of {} (recorded measurements, no GPU runs)", self.records.source)
+    }
+
+    fn files(&self) -> &dyn FileStore {
+        self
+    }
+
+    fn counters(&self) -> CounterSnapshot {
+        self.counters.snapshot()
+    }
+}
+
+impl FileStore for ReplayTransport {
+    fn remote_state_root(&self) -> Result<String, TransportError> {
+        Ok(self.state_root.to_string_lossy().into_owned())
+    }
+
+    fn worker_path(&self) -> Result<String, TransportError> {
+        Ok("replay".into())
+    }
+
+    fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
+        self.counters.file();
+        super::local_slurm::write_local(path, data, executable)
+    }
+
+    fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
+        self.counters.file();
+        match std::fs::read(path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(ferr(Path::new(path), e)),
+        }
+    }
+
+    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
+        self.counters.file();
+        super::local_slurm::read_local_from(path, offset)
+    }
+
+    fn file_digest(&self, _path: &str) -> Result<Option<(u64, String)>, TransportError> {
+        Ok(None)
+    }
+
+    /// No worker runs here: the replay answers for every backend.
+    fn probe_worker(&self, _path: &str, arg: &str) -> Result<WorkerProbe, TransportError> {
+        Ok(WorkerProbe::Runs(match arg {
+            "backends" => "flex\nwgpu\nvulkan\ncuda".into(),
+            _ => "replay cluster (recorded measurements, no worker runs)".to_string(),
+        }))
+    }
+}
+
+impl Scheduler for ReplayTransport {
+    fn max_array_size(&self) -> Result<u32, TransportError> {
+        Ok(100_000)
+    }
+
+    fn submit(&self, script_path: &str) -> Result<JobId, TransportError> {
+        self.counters.command();
+        let script = std::fs::read_to_string(script_path).map_err(|e| ferr(Path::new(script_path), e))?;
+        let d = directives(&script);
+        let array = d.array.clone().unwrap_or_else(|| "0".into());
+        let tasks = expand_ranges(&array).ok_or_else(|| TransportError::Other(format!("bad --array `{array}`")))?;
+        let chdir = d.chdir.clone().ok_or_else(|| TransportError::Other(format!("{script_path}: no --chdir")))?;
+        let manifest_path = Path::new(&chdir).join("manifest.json");
+        let manifest: Manifest = crate::fsio::read_json(&manifest_path)
+            .map_err(|e| ferr(&manifest_path, e))?
+            .ok_or_else(|| ferr(&manifest_path, "no manifest beside the script"))?;
+        let id = reserve_ids(&self.jobs_dir, tasks.iter().copied().max().unwrap_or(0) as u64 + 2)?;
+        let output = d.output.clone().unwrap_or_else(|| format!("{chdir}/%a.out"));
+        let mut job =
+            ReplayJob { id, name: d.job_name.clone().unwrap_or_else(|| "job".into()), tasks: BTreeMap::new() };
+        for t in tasks {
+            let log = PathBuf::from(output.replace("%A", &id.to_string()).replace("%a", &t.to_string()));
+            let code = match manifest.task(t) {
+                Some(cfg) => self.answer(cfg, id, t, &log)?,
+                None => 1,
+            };
+            job.tasks.insert(t, code);
+        }
+        let path = self.jobs_dir.join(format!("{id}.json"));
+        crate::fsio::write_json(&path, &job).map_err(|e| ferr(&path, e))?;
+        Ok(JobId::from(id.to_string()))
+    }
+
+    fn poll(&self, names: &[String], _since: f64) -> Result<Poll, TransportError> {
+        self.counters.command();
+        let mut tasks = BTreeMap::new();
+        let rd = std::fs::read_dir(&self.jobs_dir).into_iter().flatten().filter_map(|e| e.ok());
+        for entry in rd {
+            let Ok(Some(job)) = crate::fsio::read_json::<ReplayJob>(&entry.path()) else { continue };
+            if !names.contains(&job.name) {
+                continue;
+            }
+            let array = JobId::from(job.id.to_string());
+            for (&t, &code) in &job.tasks {
+                tasks.insert(
+                    (array.clone(), t),
+                    TaskObservation {
+                        array_job_id: array.clone(),
+                        task_id: t,
+                        job_id: Some(JobId::from((job.id + 1 + u64::from(t)).to_string())),
+                        name: job.name.clone(),
+                        state: if code == 0 { SlurmState::Completed } else { SlurmState::Failed },
+                        detail: Some(format!("{code}:0")),
+                    },
+                );
+            }
+        }
+        Ok(Poll { tasks, live_ok: true, history_ok: true, errors: vec![], commands: 1 })
+    }
+
+    fn cancel(&self, _job_ids: &[JobId]) -> Result<(), TransportError> {
+        // Every task ended when it was submitted: nothing is left to cancel.
+        self.counters.command();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "replay_tests.rs"]
+mod tests;

@@ -1,0 +1,98 @@
+use super::*;
+use crate::collect::{parse_events, to_record};
+
+fn group_records() -> Records {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/vram-measurements.jsonl");
+    Records::load(&path).expect("the group's records load")
+}
+
+fn first(recs: &Records, status: MeasuredStatus) -> MeasurementRecord {
+    recs.by_hash.values().flatten().map(|(_, r)| r).find(|r| r.status == status).expect("a record").clone()
+}
+
+/// A job array as `submit` renders it: manifest beside the script, `--chdir` there.
+fn job(dir: &Path, configs: Vec<RunConfig>) -> String {
+    let sub = dir.join("sub");
+    std::fs::create_dir_all(&sub).expect("mkdir");
+    let manifest = Manifest { experiment: configs[0].experiment.clone(), task_offset: 0, configs };
+    let n = manifest.configs.len();
+    std::fs::write(sub.join("manifest.json"), serde_json::to_vec(&manifest).expect("json")).expect("write");
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --job-name=sweep-x\n#SBATCH --array=0-{}\n#SBATCH --output={}/%a.out\n#SBATCH --chdir={}\nexec worker run\n",
+        n - 1,
+        sub.display(),
+        sub.display()
+    );
+    let path = sub.join("job.sbatch");
+    std::fs::write(&path, script).expect("write");
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn answers_each_config_with_its_record_through_the_event_stream() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let recs = group_records();
+    let ok = first(&recs, MeasuredStatus::Ok);
+    let oom = first(&recs, MeasuredStatus::Oom);
+    let mut cfgs: Vec<RunConfig> = [&ok, &oom].iter().map(|r| r.run_config().expect("config")).collect();
+    for (i, c) in cfgs.iter_mut().enumerate() {
+        c.experiment = "exp".into();
+        c.name = format!("c{i}");
+    }
+    let mut unknown = cfgs[0].clone();
+    unknown.name = "c2".into();
+    unknown.batch += 1000;
+    cfgs.push(unknown);
+    let t = ReplayTransport::with_records(recs, d.path()).expect("transport");
+    assert!(t.describe().contains("replay of"), "{}", t.describe());
+    let id = t.submit(&job(d.path(), cfgs.clone())).expect("submit");
+    let poll = t.poll(&["sweep-x".to_string()], 0.0).expect("poll");
+    let states: Vec<(SlurmState, Option<String>)> =
+        poll.tasks.values().map(|o| (o.state.clone(), o.detail.clone())).collect();
+    assert_eq!(
+        states,
+        vec![
+            (SlurmState::Completed, Some("0:0".into())),
+            (SlurmState::Failed, Some("3:0".into())),
+            (SlurmState::Failed, Some("1:0".into()))
+        ]
+    );
+    assert!(poll.tasks.keys().all(|(j, _)| *j == id));
+    let events = |i: usize| std::fs::read(d.path().join("exp").join(cfgs[i].events_rel())).expect("events");
+    // The measured config: the record's peak comes back through the collect path.
+    let p = parse_events(&events(0));
+    assert_eq!(p.env.as_ref().map(|e| e.host.as_str()), Some("replay"));
+    let back = to_record(&cfgs[0], &p).expect("a measurement");
+    assert_eq!(back.peak_gb, ok.peak_gb);
+    assert!(back.framework.contains("replay"), "{}", back.framework);
+    assert!(p.result.as_ref().and_then(|r| r.message.clone()).is_some_and(|m| m.contains(&ok.id)));
+    // The OOM: a measured OOM, not a crash.
+    let back = to_record(&cfgs[1], &parse_events(&events(1))).expect("a measurement");
+    assert_eq!(back.status, MeasuredStatus::Oom);
+    // No record: failed, saying why, in the result and the task's log.
+    let p = parse_events(&events(2));
+    let r = p.result.expect("a result");
+    assert_eq!(r.status, RunStatus::Failed);
+    assert!(r.message.as_deref().is_some_and(|m| m.contains("has no record of config c2")), "{:?}", r.message);
+    let log = std::fs::read_to_string(d.path().join("sub/2.out")).expect("log");
+    assert!(log.contains("replay cluster (no GPU run)") && log.contains("no record"), "{log}");
+}
+
+#[test]
+fn a_config_recorded_only_on_another_gpu_is_not_answered() {
+    let recs = group_records();
+    let ok = first(&recs, MeasuredStatus::Ok);
+    let mut cfg = ok.run_config().expect("config");
+    cfg.gpu = spec::Gpu::ALL.into_iter().find(|g| Some(*g) != ok.gpu()).expect("another gpu");
+    let why = recs.find(&cfg).expect_err("not on that gpu");
+    assert!(why.contains("only on"), "{why}");
+}
+
+#[test]
+fn a_bad_records_line_is_named() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = d.path().join("m.jsonl");
+    std::fs::write(&p, "{\"id\": 1}\n").expect("write");
+    let e = Records::load(&p).expect_err("bad line");
+    assert!(e.to_string().contains("m.jsonl:1"), "{e}");
+}
