@@ -19,7 +19,7 @@ use super::{Answer, Group, Refit, Settings};
 use crate::precheck::VerdictKind;
 
 /// Why the loop stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stop {
     /// Every config is measured or settled by its prediction.

@@ -50,7 +50,7 @@ pub fn parse_share(s: &str) -> Result<f64, String> {
 }
 
 /// Where a config's answer came from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(tag = "source", rename_all = "snake_case")]
 pub enum Answer {
     /// Run: its measured peak (`None` for an OOM).
@@ -64,7 +64,7 @@ pub enum Answer {
         band: f64,
         verdict: VerdictKind,
         /// Outside the calibration's coverage (why the band is wide), if so.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         distance: Option<String>,
         calibration: String,
         /// Interval entirely on one side of the capacity and band within the target.
@@ -243,7 +243,7 @@ pub fn answers(
 
 /// What an active sweep saved: runs not spent, and GPU time at the sweep's
 /// measured seconds per run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Savings {
     pub configs: usize,
     pub measured: usize,

@@ -12,6 +12,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
+
+/// The latest answers of an active sweep, in its state directory.
+pub const FILE: &str = "active.json";
+
+/// The answers an active sweep left in the state directory of `experiment`
+/// (`None`: it was never run actively).
+pub fn load(state_root: &std::path::Path, experiment: &str) -> Result<Option<ActiveReport>, crate::fsio::FsError> {
+    crate::fsio::read_json(&state_root.join(experiment).join(FILE))
+}
 use spec::record::MeasurementRecord;
 use spec::RunConfig;
 
@@ -21,8 +30,9 @@ use crate::precheck::Calibration;
 use crate::state::{Change, StateDir};
 use crate::sweep::Sweep;
 
-/// How an active sweep ended: every config's answer and what it saved.
-#[derive(Debug, Clone, Serialize)]
+/// How an active sweep ended: every config's answer and what it saved. Kept
+/// in the state directory as [`FILE`], where `status` and the report read it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ActiveReport {
     pub experiment: String,
     /// Rounds recorded in the journal (this run's and earlier runs').
@@ -91,7 +101,11 @@ pub async fn run(
         let refit = Refit::new(&prior, sweep.experiment.runtime.as_str(), &list).with_limit(limit);
         let answers = active::answers(&configs, &k.measured, &refit, settings.target_error);
         let chosen = match active::choose(&configs, &answers, &refit, settings, k.tried.len(), &k.tried) {
-            Choice::Done(stop) => return Ok(report(sweep, k, stop, answers)),
+            Choice::Done(stop) => {
+                let r = report(sweep, k, stop, answers);
+                crate::fsio::write_json(&opts.state_root.join(&name).join(FILE), &r)?;
+                return Ok(r);
+            }
             Choice::Measure(keys) => keys,
         };
         let round = k.rounds + 1;
