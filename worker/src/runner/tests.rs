@@ -59,8 +59,13 @@ fn device_setup_panic_is_recorded_as_failed() {
         }
         other => panic!("{other:?}"),
     }
-    // The outcome is the result line itself, read back through the spec's type.
-    assert_eq!(RunResult::try_from(ev.last().unwrap().clone()), Ok(out.result));
+    // The outcome is the result line itself, read back through the spec's type
+    // (its floats to within JSON's decimal round trip).
+    let written = RunResult::try_from(ev.last().unwrap().clone()).expect("a result line");
+    let r = out.result;
+    assert!((written.t - r.t).abs() < 1e-6 && (written.wall_s - r.wall_s).abs() < 1e-9, "{written:?} vs {r:?}");
+    let (t, wall_s) = (r.t, r.wall_s);
+    assert_eq!(RunResult { t, wall_s, ..written }, r);
 }
 
 /// A driver that answers but refuses the configuration: `failed`, with the error.
