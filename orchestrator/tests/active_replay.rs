@@ -45,5 +45,27 @@ fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() 
         let events = std::fs::read_to_string(e.expect("run").path().join("events.jsonl")).expect("events");
         assert!(events.contains("\"host\":\"replay\"") && events.contains("replayed: record"), "{events}");
     }
+    assert!(status.contains("replayed from recorded measurements: no SLURM, no GPU run"), "{status}");
+    // status and the report show both kinds of answer and the savings.
+    assert!(
+        status.contains(&format!("active sweep: {n_measured} measured, {n_predicted} predicted without a run")),
+        "{status}"
+    );
     orchestrator(&root, &state, &["report", "exp13"]);
+    let md = std::fs::read_to_string(state.join("exp13/report/report.md")).expect("report.md");
+    assert!(md.contains("## Active sweep"), "{md}");
+    assert!(md.contains(&format!("12 configs: {n_measured} measured, {n_predicted} predicted without a run")), "{md}");
+    // The section lists each predicted config with its interval and calibration.
+    let section = md.split("## Active sweep").nth(1).and_then(|s| s.split("\n## ").next()).expect("section");
+    let predicted_rows = section.lines().filter(|l| l.starts_with("| DiT")).count();
+    assert_eq!(predicted_rows, n_predicted, "each predicted config's row says so:\n{md}");
+    let json: serde_json::Value = serde_json::from_str(
+        &orchestrator(&root, &state, &["report", "exp13", "--json"])
+            .lines()
+            .take_while(|l| !l.starts_with("wrote "))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+    .expect("report --json");
+    assert_eq!(json["active"]["savings"]["predicted"], n_predicted);
 }

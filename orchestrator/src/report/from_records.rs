@@ -83,6 +83,7 @@ pub fn from_records(records: &[MeasurementRecord], source: String, predictor: &P
         precisions,
         predictor: predictor.runtime().to_string(),
         predicted_by: BTreeSet::new(),
+        active: None,
         env,
         rows,
     }

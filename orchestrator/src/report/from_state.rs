@@ -63,6 +63,14 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         rows.push(row);
     }
     bar.finish_and_clear();
+    let active = crate::submit::active::load(state_root, experiment)?;
+    if let Some(a) = &active {
+        for row in rows.iter_mut().filter(|r| r.status.is_unrun()) {
+            if let Some(d) = super::active::row_detail(a, &row.name) {
+                row.detail = Some(d);
+            }
+        }
+    }
     Ok(Report {
         title: format!("{}: memory profiling report", sweep.experiment.name),
         description: sweep.experiment.description.clone(),
@@ -73,6 +81,7 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         budget_set: sweep.experiment.budget_gb.is_some(),
         precisions: sweep.configs.iter().map(|c| c.config.precision.to_string()).collect(),
         predictor: predictor.runtime().to_string(),
+        active,
         predicted_by: records
             .values()
             .filter(|r| r.predicted_gib.is_some())

@@ -161,6 +161,9 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
     let many_sections = report.sections().len() > 1;
     header(&mut out, report);
     counts(&mut out, report, &summary);
+    if let Some(a) = &report.active {
+        super::active::section(&mut out, a);
+    }
     tables(&mut out, report, many_sections);
     summaries(&mut out, report, &summary, many_sections);
     never_run(&mut out, report);

@@ -10,6 +10,7 @@
 //! The state is only read (no lock): every file in it is replaced atomically, so
 //! a report made while `status --watch` polls sees each config whole.
 
+mod active;
 pub mod cli;
 mod from_records;
 mod from_state;
@@ -93,6 +94,10 @@ impl Status {
     /// Measured and ran through (within or over budget).
     pub fn ran(self) -> bool {
         matches!(self, Status::Ok | Status::OverBudget)
+    }
+    /// Never sent to the cluster (an active sweep may have answered it by a prediction).
+    pub fn is_unrun(self) -> bool {
+        matches!(self, Status::SkippedOom | Status::SkippedRisky | Status::NotSubmitted)
     }
 }
 
@@ -184,6 +189,8 @@ pub struct Report {
     /// The calibrations that made the predictions submit stored, before
     /// each run (empty: every prediction is made now, by `predictor`).
     pub predicted_by: BTreeSet<String>,
+    /// The answers of an active sweep (`submit --active`), when it ran as one.
+    pub active: Option<crate::submit::active::ActiveReport>,
     pub env: Environment,
     pub rows: Vec<Row>,
 }
@@ -331,6 +338,7 @@ pub fn json(report: &Report) -> serde_json::Value {
         "precisions": report.precisions,
         "predictor": report.predictor,
         "predicted_by": report.predicted_by,
+        "active": report.active,
         "env": report.env,
         "rows": rows,
         "summary": report.summary(),

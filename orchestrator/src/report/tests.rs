@@ -397,6 +397,7 @@ pub(super) fn report_of(rows: Vec<Row>) -> Report {
         precisions: BTreeSet::new(),
         predictor: "burn-flex/fp32".into(),
         predicted_by: BTreeSet::new(),
+        active: None,
         env: Environment::default(),
         rows,
     }

@@ -138,6 +138,17 @@ fn report(sweep: &Sweep, k: Known, stop: Stop, answers: BTreeMap<String, Answer>
     ActiveReport { experiment: sweep.experiment.name.clone(), rounds: k.rounds, stop, answers, savings }
 }
 
+impl ActiveReport {
+    /// `status`'s line on it: the two kinds of answer and the savings.
+    pub fn status_line(&self) -> String {
+        let s = &self.savings;
+        format!(
+            "active sweep: {} measured, {} predicted without a run ({} runs saved); `orchestrator report {}` lists the predictions",
+            s.measured, s.predicted, s.runs_saved, self.experiment
+        )
+    }
+}
+
 impl std::fmt::Display for ActiveReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "active sweep {}: {} rounds, stopped: {:?}", self.experiment, self.rounds, self.stop)?;

@@ -351,6 +351,9 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
             if let Some(p) = progress {
                 println!("{}", p.line());
             }
+            if let Ok(Some(a)) = active::load(&root, &exp) {
+                println!("{}", a.status_line());
+            }
         }
     };
     let r = block_on(status(&name, &opts, w, &mut show))?.context("status")?;

@@ -77,6 +77,7 @@ pub(crate) async fn update(
     Ok(PollSummary {
         polled: true,
         local: target.config.transport == crate::cluster::TransportKind::Local,
+        replay: target.config.transport == crate::cluster::TransportKind::Replay,
         commands: poll.commands,
         errors: poll.errors,
         changed: changed.len(),
@@ -91,6 +92,8 @@ pub struct PollSummary {
     pub polled: bool,
     /// The built-in `local` cluster (processes on this machine, no SLURM).
     pub local: bool,
+    /// A `replay` cluster (recorded measurements answer, nothing runs).
+    pub replay: bool,
     /// Scheduler commands the poll ran (2 for SLURM: squeue + sacct).
     pub commands: u32,
     pub errors: Vec<String>,

@@ -81,10 +81,11 @@ impl StatusReport {
         for r in &self.rows {
             *counts.entry(if r.state == "-" { "not submitted" } else { r.state.as_str() }).or_default() += 1;
         }
-        let polled = match (self.poll.polled, self.poll.local) {
-            (false, _) => "nothing submitted, nothing polled".to_string(),
-            (true, true) => "local processes, no SLURM".to_string(),
-            (true, false) => format!("{} SLURM commands this poll", self.poll.commands),
+        let polled = match (self.poll.polled, self.poll.local, self.poll.replay) {
+            (false, _, _) => "nothing submitted, nothing polled".to_string(),
+            (true, true, _) => "local processes, no SLURM".to_string(),
+            (true, _, true) => "replayed from recorded measurements: no SLURM, no GPU run".to_string(),
+            (true, false, false) => format!("{} SLURM commands this poll", self.poll.commands),
         };
         s += &format!(
             "{} configs: {}; {polled}{}\n",
