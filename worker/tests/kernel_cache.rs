@@ -48,9 +48,12 @@ fn run(state: &Path, cache: &Path, name: &str) -> (Option<CacheState>, RunStatus
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let text = std::fs::read_to_string(state.join("cache").join("runs").join(name).join("events.jsonl")).unwrap();
+    let text = std::fs::read_to_string(state.join(&cfg.experiment).join(cfg.events_rel())).unwrap();
     let events: Vec<Event> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let Some(Event::Start { env, .. }) = events.first() else { panic!("{events:?}") };
+    // The same computation under another name appends to the same run: this run's start is the last.
+    let Some(Event::Start { env, .. }) = events.iter().rev().find(|e| matches!(e, Event::Start { .. })) else {
+        panic!("{events:?}")
+    };
     let Some(Event::Result { status, .. }) = events.last() else { panic!("{events:?}") };
     (env.kernel_cache, *status, stderr)
 }
