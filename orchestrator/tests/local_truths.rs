@@ -168,6 +168,7 @@ fn a_job_that_fails_before_the_worker_says_why_and_is_retried_at_once() {
 
 #[test]
 fn an_experiment_for_a_gpu_does_not_run_on_this_cpu_unless_asked() {
+    common::worker_binary();
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     let exp9 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/exp9.yaml");
