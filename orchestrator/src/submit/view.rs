@@ -99,9 +99,7 @@ impl StatusReport {
         );
         s
     }
-}
 
-impl StatusReport {
     /// Why configs failed, those failing alike (a missing library) under one heading.
     fn causes(&self) -> String {
         let mut causes: Vec<(&str, Vec<&str>)> = Vec::new();
