@@ -8,29 +8,10 @@ use std::time::{Duration, Instant};
 
 use spec::event::{Event, Phase, RunStatus};
 use spec::run::Manifest;
-use spec::{Gpu, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
+use spec::{Input, Mode, ModelSpec, RunConfig, Spatial};
 
-fn tiny_unet(name: &str) -> RunConfig {
-    RunConfig {
-        experiment: "demo".into(),
-        name: name.into(),
-        model: ModelSpec::Unet(UnetSpec {
-            channels: vec![16, 32],
-            attention_levels: vec![false, true],
-            num_res_blocks: PerLevel::All(1),
-            num_head_channels: PerLevel::All(16),
-            norm_num_groups: 8,
-        }),
-        input: Input { channels: 2, spatial: Spatial::new(8, 8, 8) },
-        out_channels: 1,
-        batch: 1,
-        precision: Precision::Fp32,
-        grad_ckpt: false,
-        mode: Mode::Profile,
-        steps: 1,
-        gpu: Gpu::A100Sxm80,
-    }
-}
+mod common;
+use common::tiny_unet;
 
 fn write_config(dir: &Path, cfg: &RunConfig) -> PathBuf {
     let path = dir.join(format!("{}.json", cfg.name));

@@ -3,53 +3,21 @@
 //! failed run (CPU backend: the cache directory is prepared and checked the
 //! same way; CubeCL only reads it on GPU backends).
 
+mod common;
+
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Command;
+
+use common::{run_worker_with, tiny_unet};
 
 use spec::event::{CacheState, Event, RunStatus};
-use spec::{Gpu, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
-
-fn tiny(name: &str) -> RunConfig {
-    RunConfig {
-        experiment: "cache".into(),
-        name: name.into(),
-        model: ModelSpec::Unet(UnetSpec {
-            channels: vec![8, 16],
-            attention_levels: vec![false, false],
-            num_res_blocks: PerLevel::All(1),
-            num_head_channels: PerLevel::All(8),
-            norm_num_groups: 4,
-        }),
-        input: Input { channels: 1, spatial: Spatial::new(4, 4, 4) },
-        out_channels: 1,
-        batch: 1,
-        precision: Precision::Fp32,
-        grad_ckpt: false,
-        mode: Mode::Profile,
-        steps: 1,
-        gpu: Gpu::A100Sxm80,
-    }
-}
 
 /// Run `name` with `--cache-dir cache`: the cache state of its start event,
 /// its result status and the worker's stderr.
 fn run(state: &Path, cache: &Path, name: &str) -> (Option<CacheState>, RunStatus, String) {
-    let cfg = tiny(name);
-    let path = state.join(format!("{name}.json"));
-    std::fs::write(&path, serde_json::to_string(&cfg).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_worker"))
-        .args(["run", "--config"])
-        .arg(&path)
-        .arg("--state-dir")
-        .arg(state)
-        .arg("--cache-dir")
-        .arg(cache)
-        .output()
-        .unwrap();
+    let (out, events) = run_worker_with(state, &tiny_unet(name), &[OsStr::new("--cache-dir"), cache.as_os_str()]);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let text = std::fs::read_to_string(state.join(&cfg.experiment).join(cfg.events_rel())).unwrap();
-    let events: Vec<Event> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     // The same computation under another name appends to the same run: this run's start is the last.
     let Some(Event::Start { env, .. }) = events.iter().rev().find(|e| matches!(e, Event::Start { .. })) else {
         panic!("{events:?}")

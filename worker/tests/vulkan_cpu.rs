@@ -4,8 +4,9 @@
 //! `--features vulkan`; `scripts/test.sh` runs it so.
 #![cfg(feature = "vulkan")]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::Path;
 
 use spec::event::{AttentionKernel, DtypePolicy, Event, Phase, RunStatus};
 use spec::{
@@ -34,20 +35,9 @@ fn dit(hidden: u32, heads: u32, depth: u32, patch: u32) -> ModelSpec {
 
 /// Run `cfg` on the Vulkan backend; the events it wrote.
 fn run(dir: &Path, cfg: &RunConfig, extra: &[&str]) -> (std::process::ExitStatus, Vec<Event>) {
-    let path: PathBuf = dir.join(format!("{}.json", cfg.name));
-    std::fs::write(&path, serde_json::to_string(cfg).unwrap()).unwrap();
-    let status = Command::new(env!("CARGO_BIN_EXE_worker"))
-        .args(["run", "--backend", "vulkan"])
-        .args(extra)
-        .arg("--config")
-        .arg(&path)
-        .arg("--state-dir")
-        .arg(dir)
-        .status()
-        .unwrap();
-    let events = dir.join(&cfg.experiment).join(cfg.events_rel());
-    let text = std::fs::read_to_string(events).unwrap_or_default();
-    (status, text.lines().map(|l| serde_json::from_str(l).expect("an event")).collect())
+    let args: Vec<&str> = ["--backend", "vulkan"].into_iter().chain(extra.iter().copied()).collect();
+    let (out, events) = common::run_worker_with(dir, cfg, &args);
+    (out.status, events)
 }
 
 fn result(events: &[Event]) -> (RunStatus, Option<Phase>, Option<String>) {

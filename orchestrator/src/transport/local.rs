@@ -232,11 +232,7 @@ impl FileStore for LocalTransport {
 
     fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
         self.counters.file();
-        match std::fs::read(path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(ferr(Path::new(path), e)),
-        }
+        super::local_slurm::read_local_from(path, 0)
     }
 
     fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {

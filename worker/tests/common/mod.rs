@@ -1,24 +1,59 @@
 //! What the end-to-end worker tests share: run the `worker` binary on one
 //! config and read back its events.
+// Each test file uses part of it.
+#![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Command, ExitStatus};
+use std::process::{Command, ExitStatus, Output};
 
 use spec::event::Event;
-use spec::RunConfig;
+use spec::{Gpu, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
+
+/// A 2-level UNet with attention at 8^3: runs on the CPU in well under a second.
+pub fn tiny_unet(name: &str) -> RunConfig {
+    RunConfig {
+        experiment: "demo".into(),
+        name: name.into(),
+        model: ModelSpec::Unet(UnetSpec {
+            channels: vec![16, 32],
+            attention_levels: vec![false, true],
+            num_res_blocks: PerLevel::All(1),
+            num_head_channels: PerLevel::All(16),
+            norm_num_groups: 8,
+        }),
+        input: Input { channels: 2, spatial: Spatial::new(8, 8, 8) },
+        out_channels: 1,
+        batch: 1,
+        precision: Precision::Fp32,
+        grad_ckpt: false,
+        mode: Mode::Profile,
+        steps: 1,
+        gpu: Gpu::A100Sxm80,
+    }
+}
 
 /// Run `cfg` with `worker run` (CPU backend) under `dir`; its exit status and events.
 pub fn run_worker(dir: &Path, cfg: &RunConfig) -> (ExitStatus, Vec<Event>) {
+    let (out, events) = run_worker_with(dir, cfg, &[] as &[&str]);
+    (out.status, events)
+}
+
+/// `worker run ARGS --config <cfg> --state-dir <dir>`: the process's output
+/// and every event of the config's run (earlier runs of the same computation
+/// come first: runs are kept by content).
+pub fn run_worker_with<S: AsRef<OsStr>>(dir: &Path, cfg: &RunConfig, args: &[S]) -> (Output, Vec<Event>) {
     let path = dir.join(format!("{}.json", cfg.name));
     std::fs::write(&path, serde_json::to_string(cfg).unwrap()).unwrap();
-    let status = Command::new(env!("CARGO_BIN_EXE_worker"))
-        .args(["run", "--config"])
+    let out = Command::new(env!("CARGO_BIN_EXE_worker"))
+        .arg("run")
+        .args(args)
+        .arg("--config")
         .arg(&path)
         .arg("--state-dir")
         .arg(dir)
-        .status()
+        .output()
         .unwrap();
-    let events = dir.join(&cfg.experiment).join(cfg.events_rel());
-    let text = std::fs::read_to_string(events).unwrap();
-    (status, text.lines().map(|l| serde_json::from_str(l).unwrap()).collect())
+    let text = std::fs::read_to_string(dir.join(&cfg.experiment).join(cfg.events_rel())).unwrap_or_default();
+    (out, text.lines().map(|l| serde_json::from_str(l).expect("an event")).collect())
 }
