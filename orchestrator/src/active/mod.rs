@@ -141,21 +141,20 @@ impl Refit {
             Ok(p) => p,
             Err(reason) => return Answer::Invalid { reason },
         };
-        let v = pred.verdict(cfg, None);
-        let (peak_gib, band) = match &v {
-            Verdict::Invalid { reasons } => return Answer::Invalid { reason: reasons.join("; ") },
-            _ => match pred.predict_peak(cfg) {
-                Ok(p) => (p.peak_gib(), p.rel_uncertainty),
-                Err(e) => return Answer::Invalid { reason: e.to_string() },
-            },
+        let problems = spec::validate::validate(cfg);
+        if !problems.is_empty() {
+            return Answer::Invalid { reason: problems.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ") };
+        }
+        // One prediction gives the peak, the band and (against the memory limit, if any) the verdict.
+        let prediction = match pred.predict_peak(cfg) {
+            Ok(p) => p,
+            Err(e) => return Answer::Invalid { reason: e.to_string() },
         };
-        let v = match self.limit_gib {
-            Some(limit) => crate::precheck::judge(peak_gib, limit, None, band, None),
-            None => v,
-        };
+        let v = pred.verdict_within(cfg, &prediction, None, self.limit_gib);
+        let (peak_gib, band) = (prediction.peak_gib(), prediction.rel_uncertainty);
         let distance = match &v {
             Verdict::Risky { why, .. } => why.clone(),
-            _ => pred.predict_peak(cfg).ok().and_then(|p| p.distance.map(|d| d.to_string())),
+            _ => prediction.distance.map(|d| d.to_string()),
         };
         let (low_gib, high_gib) = interval(peak_gib, band);
         let decided = matches!(v.kind(), VerdictKind::Fits | VerdictKind::Oom);
