@@ -107,6 +107,17 @@ fn laptop(dir: &Path, worker: &Path) {
     std::fs::write(dir.join("truths.yaml"), format!("cluster: laptop\n{EXPERIMENT}")).expect("experiment");
 }
 
+/// [`laptop`] with a worker script that answers `--version` (as the login
+/// node's check asks) and runs `job` as the job.
+fn laptop_with_fake_worker(dir: &Path, job: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = dir.join("worker.sh");
+    let script = format!("#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'worker 0.1.0'; exit 0; }}\n{job}\n");
+    std::fs::write(&fake, script).expect("fake worker");
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    laptop(dir, &fake);
+}
+
 #[test]
 fn a_worker_that_cannot_run_is_refused_before_anything_is_submitted() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -126,20 +137,14 @@ fn a_worker_that_cannot_run_is_refused_before_anything_is_submitted() {
 
 #[test]
 fn a_job_that_fails_before_the_worker_says_why_and_is_retried_at_once() {
-    use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     // Starts for `--version` (as on a login node), but not on the "compute
     // node": the dynamic loader's message and exit status when a library is missing.
-    let fake = dir.join("worker.sh");
-    std::fs::write(
-        &fake,
-        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'worker 0.1.0'; exit 0; }\n\
-         echo 'worker: error while loading shared libraries: libvulkan.so.1: cannot open shared object file' >&2\nexit 127\n",
-    )
-    .expect("fake worker");
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    laptop(dir, &fake);
+    laptop_with_fake_worker(
+        dir,
+        "echo 'worker: error while loading shared libraries: libvulkan.so.1: cannot open shared object file' >&2\nexit 127",
+    );
     ok(dir, &["submit", "truths.yaml", "--clusters", "clusters.yaml"]);
     ok(
         dir,
@@ -204,14 +209,9 @@ fn a_backend_the_worker_was_built_without_is_named_with_how_to_build_it() {
 
 #[test]
 fn ctrl_c_stops_watching_and_says_the_sweep_goes_on() {
-    use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    let slow = dir.join("worker.sh");
-    std::fs::write(&slow, "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'worker 0.1.0'; exit 0; }\nexec sleep 60\n")
-        .expect("slow worker");
-    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    laptop(dir, &slow);
+    laptop_with_fake_worker(dir, "exec sleep 60");
     ok(dir, &["submit", "truths.yaml"]);
     let child = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .args(["status", "truths", "--watch", "--interval", "0.2", "--state-dir", "state"])
