@@ -42,15 +42,8 @@ fn result(events: &[Event]) -> (RunStatus, Option<Phase>, u64, Option<String>, s
 fn ok_run_records_every_phase() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = tiny_unet("ok");
-    let status = worker()
-        .args(["run", "--config"])
-        .arg(write_config(dir.path(), &cfg))
-        .arg("--state-dir")
-        .arg(dir.path())
-        .status()
-        .unwrap();
+    let (status, ev) = common::run_worker(dir.path(), &cfg);
     assert_eq!(status.code(), Some(0));
-    let ev = events(dir.path(), &cfg);
     match &ev[0] {
         Event::Start { config, config_hash, env, .. } => {
             assert_eq!(config, "ok");
@@ -201,15 +194,9 @@ fn train_steps_number_their_phases() {
     let mut cfg = tiny_unet("two-steps");
     cfg.mode = Mode::Train;
     cfg.steps = 2;
-    let status = worker()
-        .args(["run", "--config"])
-        .arg(write_config(dir.path(), &cfg))
-        .arg("--state-dir")
-        .arg(dir.path())
-        .status()
-        .unwrap();
+    let (status, events) = common::run_worker(dir.path(), &cfg);
     assert_eq!(status.code(), Some(0));
-    let ended: Vec<(Phase, Option<u32>)> = events(dir.path(), &cfg)
+    let ended: Vec<(Phase, Option<u32>)> = events
         .iter()
         .filter_map(|e| match e {
             Event::PhaseEnd { phase, step, seconds, .. } => {
