@@ -147,22 +147,98 @@ pub fn events_rel(hash: &ConfigHash) -> String {
 }
 
 /// What the orchestrator hands a job array: the experiment's resolved configs.
-/// SLURM array task `i` runs `configs[i - task_offset]`, so an array that starts
-/// at a non-zero index (a resubmission of some configs) needs no renumbering.
+/// SLURM array task `i` runs `configs_per_task` configs, starting at
+/// `configs[(i - task_offset) * configs_per_task]`, in turn in one process, so
+/// an array that starts at a non-zero index (a resubmission of some configs)
+/// needs no renumbering.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     pub experiment: String,
-    /// The array index of `configs[0]` (0 unless the array starts elsewhere).
+    /// The array index of the task that runs `configs[0]` (0 unless the array starts elsewhere).
     #[serde(default)]
     pub task_offset: u32,
+    /// How many configs one array task runs (1 unless the experiment asks
+    /// for more: `worker: {configs_per_task: K}`).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub configs_per_task: u32,
     pub configs: Vec<RunConfig>,
 }
 
+fn is_one(k: &u32) -> bool {
+    *k == 1
+}
+
 impl Manifest {
-    /// The config of SLURM array task `task_id`; `None` when the task is outside the manifest.
-    pub fn task(&self, task_id: u32) -> Option<&RunConfig> {
-        let i = task_id.checked_sub(self.task_offset)?;
-        self.configs.get(i as usize)
+    /// The configs SLURM array task `task_id` runs, in order (at most
+    /// `configs_per_task`); `None` when the task is outside the manifest.
+    pub fn task(&self, task_id: u32) -> Option<&[RunConfig]> {
+        let k = self.configs_per_task.max(1) as usize;
+        let first = (task_id.checked_sub(self.task_offset)? as usize).checked_mul(k)?;
+        if first >= self.configs.len() {
+            return None;
+        }
+        Some(&self.configs[first..(first + k).min(self.configs.len())])
+    }
+
+    /// How many array tasks run these configs.
+    pub fn tasks(&self) -> u32 {
+        self.configs.len().div_ceil(self.configs_per_task.max(1) as usize) as u32
+    }
+}
+
+#[cfg(test)]
+mod manifest_tests {
+    use super::*;
+
+    fn manifest(n: usize, task_offset: u32, configs_per_task: u32) -> Manifest {
+        let model = serde_json::json!({"family": "dit", "hidden": 64, "heads": 4, "depth": 2, "patch": 2});
+        let configs = (0..n)
+            .map(|i| RunConfig {
+                experiment: "t".into(),
+                name: format!("c{i}"),
+                model: serde_json::from_value(model.clone()).unwrap(),
+                input: crate::Input { channels: 1, spatial: crate::Spatial::new(8, 8, 8) },
+                out_channels: 1,
+                batch: 1,
+                precision: crate::Precision::Bf16Amp,
+                grad_ckpt: false,
+                mode: Default::default(),
+                steps: 1,
+                gpu: crate::Gpu::A100Sxm80,
+            })
+            .collect();
+        Manifest { experiment: "t".into(), task_offset, configs_per_task, configs }
+    }
+
+    fn names(m: &Manifest, task: u32) -> Option<Vec<String>> {
+        m.task(task).map(|cs| cs.iter().map(|c| c.name.clone()).collect())
+    }
+
+    #[test]
+    fn one_config_per_task_by_default() {
+        let m = manifest(3, 5, 1);
+        assert_eq!(m.tasks(), 3);
+        assert_eq!(names(&m, 4), None);
+        assert_eq!(names(&m, 5).unwrap(), ["c0"]);
+        assert_eq!(names(&m, 7).unwrap(), ["c2"]);
+        assert_eq!(names(&m, 8), None);
+        // Written without the field, read back with it.
+        let json = serde_json::to_value(&m).unwrap();
+        assert!(json.get("configs_per_task").is_none());
+        assert_eq!(serde_json::from_value::<Manifest>(json).unwrap(), m);
+    }
+
+    #[test]
+    fn k_configs_per_task_the_last_task_takes_the_rest() {
+        let m = manifest(5, 2, 2);
+        assert_eq!(m.tasks(), 3);
+        assert_eq!(names(&m, 2).unwrap(), ["c0", "c1"]);
+        assert_eq!(names(&m, 3).unwrap(), ["c2", "c3"]);
+        assert_eq!(names(&m, 4).unwrap(), ["c4"]);
+        assert_eq!(names(&m, 5), None);
+        assert_eq!(names(&m, u32::MAX), None);
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(json["configs_per_task"], 2);
     }
 }

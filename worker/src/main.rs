@@ -119,14 +119,17 @@ fn config_of(args: &RunArgs) -> Result<RunConfig> {
             .parse()
             .context("SLURM_ARRAY_TASK_ID is not a number")?,
     };
-    let cfg = manifest.task(task_id).with_context(|| {
+    let cfgs = manifest.task(task_id).with_context(|| {
         format!(
             "task {task_id} is outside the manifest (offset {}, {} configs)",
             manifest.task_offset,
             manifest.configs.len()
         )
     })?;
-    Ok(cfg.clone())
+    match cfgs {
+        [cfg] => Ok(cfg.clone()),
+        _ => bail!("task {task_id} holds {} configs; this worker runs one per task", cfgs.len()),
+    }
 }
 
 /// `--backend NAME`, else the first GPU backend compiled in, else the CPU.

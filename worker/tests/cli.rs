@@ -219,8 +219,12 @@ fn sigterm_is_recorded_as_cancelled_after_heartbeats() {
     let mut cfg = tiny_unet("killed");
     cfg.mode = Mode::Train;
     cfg.steps = 1_000_000; // runs until killed
-    let manifest =
-        Manifest { experiment: "demo".into(), task_offset: 5, configs: vec![tiny_unet("other"), cfg.clone()] };
+    let manifest = Manifest {
+        experiment: "demo".into(),
+        task_offset: 5,
+        configs_per_task: 1,
+        configs: vec![tiny_unet("other"), cfg.clone()],
+    };
     let mpath = dir.path().join("manifest.json");
     std::fs::write(&mpath, serde_json::to_string(&manifest).unwrap()).unwrap();
     let mut child = worker()

@@ -28,6 +28,7 @@ pub fn measure(
     let manifest = Manifest {
         experiment: table.to_string(),
         task_offset: 0,
+        configs_per_task: 1,
         configs: chosen.iter().map(|(_, c)| c.clone()).collect(),
     };
     let json = serde_json::to_vec_pretty(&manifest).map_err(|e| EvidenceError::Replay(e.to_string()))?;

@@ -126,6 +126,7 @@ fn manifests(experiment: &str, chunk: &[&SweepConfig]) -> Result<(Vec<u8>, Vec<u
     let manifest = spec::run::Manifest {
         experiment: experiment.to_string(),
         task_offset: 0,
+        configs_per_task: 1,
         configs: chunk.iter().map(|c| c.config.clone()).collect(),
     };
     let json = serde_json::to_vec_pretty(&manifest).map_err(refused)?;

@@ -330,7 +330,13 @@ impl Scheduler for ReplayTransport {
         for t in tasks {
             let log = PathBuf::from(output.replace("%A", &id.to_string()).replace("%a", &t.to_string()));
             let code = match manifest.task(t) {
-                Some(cfg) => self.answer(cfg, id, t, &log)?,
+                Some(cfgs) => {
+                    let mut code = 0;
+                    for cfg in cfgs {
+                        code = code.max(self.answer(cfg, id, t, &log)?);
+                    }
+                    code
+                }
                 None => 1,
             };
             job.tasks.insert(t, code);

@@ -14,7 +14,7 @@ fn first(recs: &Records, status: MeasuredStatus) -> MeasurementRecord {
 fn job(dir: &Path, configs: Vec<RunConfig>) -> String {
     let sub = dir.join("sub");
     std::fs::create_dir_all(&sub).expect("mkdir");
-    let manifest = Manifest { experiment: configs[0].experiment.clone(), task_offset: 0, configs };
+    let manifest = Manifest { experiment: configs[0].experiment.clone(), task_offset: 0, configs_per_task: 1, configs };
     let n = manifest.configs.len();
     std::fs::write(sub.join("manifest.json"), serde_json::to_vec(&manifest).expect("json")).expect("write");
     let script = format!(
