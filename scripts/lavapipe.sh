@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # A CPU Vulkan device for the worker's GPU code path (CubeCL's Vulkan runtime):
-# Mesa's lavapipe as Debian trixie ships it (Mesa 25.0.7 on LLVM 19), in a
-# Debian root of its own made by debootstrap, whose loader, C library, Vulkan
-# loader and driver the worker runs with (scripts/lavapipe-run). The host's
-# packages are not touched. Bookworm's lavapipe, its own (Mesa 22.3.6) and
-# backports' (Mesa 25.0.7), both on LLVM 15, segfault inside
-# vkCreateComputePipelines on CubeCL's first kernels (docs/gpu.md); LLVM 19's
-# runs them.
+# Mesa's lavapipe from Debian trixie-backports (Mesa 26.1.6 on LLVM 19), in a
+# Debian trixie root of its own made by debootstrap, whose loader, C library,
+# Vulkan loader and driver the worker runs with (scripts/lavapipe-run). The
+# host's packages are not touched. Every older lavapipe tried segfaults inside
+# the driver on CubeCL's first kernels: bookworm's (Mesa 22.3.6), bookworm-
+# backports' and trixie's (Mesa 25.0.7, on LLVM 15 and 19); Mesa 26 runs them
+# (docs/gpu.md).
 #
 #   scripts/lavapipe.sh          make the root (idempotent), print its path
 #
@@ -19,11 +19,15 @@ if [ ! -f "$icd" ] || [ ! -f "$root/.complete" ]; then
     if ! command -v debootstrap >/dev/null; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
     fi
-    echo "making a Debian trixie root with lavapipe (Mesa 25, LLVM 19) in $root, the CPU Vulkan device of the GPU tests" >&2
+    echo "making a Debian trixie root with lavapipe (Mesa 26 from trixie-backports) in $root, the CPU Vulkan device of the GPU tests" >&2
     rm -rf "$root"
-    debootstrap --variant=minbase --include=mesa-vulkan-drivers,libvulkan1,vulkan-tools \
-        trixie "$root" http://deb.debian.org/debian >"${TMPDIR:-/tmp}/sweep-lavapipe-debootstrap.log" 2>&1 \
-        || { tail -20 "${TMPDIR:-/tmp}/sweep-lavapipe-debootstrap.log" >&2; exit 1; }
+    log=${TMPDIR:-/tmp}/sweep-lavapipe-debootstrap.log
+    {
+        debootstrap --variant=minbase --include=libvulkan1,vulkan-tools trixie "$root" http://deb.debian.org/debian &&
+            echo "deb http://deb.debian.org/debian trixie-backports main" >"$root/etc/apt/sources.list.d/backports.list" &&
+            chroot "$root" apt-get update -qq &&
+            chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t trixie-backports mesa-vulkan-drivers
+    } >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
     touch "$root/.complete"
 fi
 echo "$root"

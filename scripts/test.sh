@@ -6,7 +6,8 @@
 #   3. `cargo fmt --check` and `cargo clippy -D warnings` (spec, orchestrator, worker),
 #   4. `cargo test --workspace`: unit tests, the published-parameter and
 #      precheck-accuracy tests, the Burn worker tests and the cluster tests,
-#   5. the worker's GPU code path on a CPU Vulkan device (scripts/lavapipe.sh).
+#   5. the worker's GPU code path on a CPU Vulkan device (scripts/lavapipe.sh)
+#      and the kernel cache's bench there.
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p orchestrator`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,10 +28,16 @@ cargo fmt --all --check
 cargo clippy -p spec -p orchestrator -p worker --all-targets --locked -- -D warnings
 cargo test --workspace --locked "$@"
 
-# The GPU code path (CubeCL's Vulkan runtime) on a CPU Vulkan device, lavapipe:
-# every run must end with a result (docs/gpu.md). Built with every GPU feature,
-# so wgpu and nvml keep compiling too; then the default (CPU) worker binary is
-# restored for whoever runs it next.
-scripts/lavapipe.sh
+# The GPU code path (CubeCL's Vulkan runtime) on a CPU Vulkan device: lavapipe
+# on LLVM 19 from a Debian trixie root of its own (scripts/lavapipe.sh), which
+# runs CubeCL's kernels: every family ok and read back, a tensor beyond the
+# device never ok, a task of several configs measuring what single processes
+# do (docs/gpu.md); then the kernel cache's bench, cold against warm, in the
+# same (dev) profile so nothing more is compiled. Built with every GPU
+# feature, so wgpu and nvml keep compiling too; then the workspace's worker
+# binary (CPU) is restored for whoever runs it next, from the build above.
+SWEEP_VULKAN_ROOT=$(scripts/lavapipe.sh)
+export SWEEP_VULKAN_ROOT
 cargo test -p worker --features wgpu,vulkan,nvml --locked --test vulkan_cpu
-cargo build -p worker --locked
+cargo bench -p worker --features wgpu,vulkan,nvml --locked --profile dev --bench kernel_cache
+cargo build --workspace --locked

@@ -11,20 +11,22 @@
 //! ran out of memory or failed is not trusted with the next config. The
 //! supervisor then starts a fresh child from the next config without a result.
 //!
-//! Every config the task reaches ends with a result: one its child did not
-//! record (the child was killed, say by the kernel's OOM killer) is recorded
-//! `failed` here. SIGTERM and SIGINT are passed to the child, which records its
-//! config `cancelled`; the task's later configs then get no events at all.
+//! A child killed from outside inside a config (the kernel's OOM killer, say)
+//! leaves that config started and without a result, as a worker of a one-config
+//! task would (the orchestrator retries it once); the task goes on with the
+//! next config, and its log says so. SIGTERM and SIGINT are passed to the
+//! child, which records its config `cancelled`; the task's later configs then
+//! get no events at all.
 
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
-use spec::event::{Event, PhasePeaks, RunResult, RunStatus};
+use spec::event::{Event, RunResult, RunStatus};
 use spec::RunConfig;
 
-use crate::events::{events_path, now, EventLog};
+use crate::events::{events_path, now};
 use crate::runner::{self, RunError, RunOptions, EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_OOM};
 
 /// A child's exit code for "start a fresh process from my next config": one
@@ -63,7 +65,7 @@ pub fn report(cfg: &RunConfig, result: &RunResult) {
 }
 
 /// The supervisor's part: run the task's configs through child workers
-/// started as `child(from)`, until every config has a result or the task is
+/// started as `child(from)`, until every config has been run or the task is
 /// cancelled. Returns the task's exit code: 0 when every config ended `ok`,
 /// 143 when cancelled, else 1 when any failed, else 3 (some ran out of memory).
 pub fn supervise(cfgs: &[RunConfig], state_dir: &Path, child: impl Fn(usize) -> Command) -> anyhow::Result<i32> {
@@ -89,16 +91,24 @@ pub fn supervise(cfgs: &[RunConfig], state_dir: &Path, child: impl Fn(usize) -> 
             return Ok(EXIT_CANCELLED);
         }
         let by_design = exit.code() == Some(EXIT_RESTART) || recorded.last().is_some_and(|s| *s != RunStatus::Ok);
-        from = if by_design && !last_since(state_dir, &cfgs[next], spawned_at).started {
+        let started = last_since(state_dir, &cfgs[next], spawned_at).started;
+        if by_design && !started {
             // The child stopped before config `next`, as it should: after one
             // that did not end `ok`, or for a device set up differently.
-            next
-        } else {
-            // The child ended inside config `next` (or could not start it) without recording it.
-            record_lost(state_dir, &cfgs[next], spawned_at, &exit.to_string())?;
-            statuses.push(RunStatus::Failed);
-            next + 1
-        };
+            from = next;
+            continue;
+        }
+        statuses.push(RunStatus::Failed);
+        if !started {
+            eprintln!("worker: the worker process ended ({exit}) before starting {}; the task stops", cfgs[next].name);
+            break;
+        }
+        eprintln!(
+            "worker: the worker process running {} ended ({exit}) without recording a result: killed from outside \
+             (the kernel's OOM killer, say); going on with the next config",
+            cfgs[next].name
+        );
+        from = next + 1;
     }
     Ok(task_exit_code(&statuses))
 }
@@ -136,28 +146,6 @@ fn last_since(state_dir: &Path, cfg: &RunConfig, since: f64) -> Since {
         }
     }
     out
-}
-
-/// `cfg` was reached (or about to be) by a child that died without recording
-/// it: its result, `failed`, with how the child ended.
-fn record_lost(state_dir: &Path, cfg: &RunConfig, since: f64, how: &str) -> anyhow::Result<()> {
-    let log = EventLog::open(&events_path(state_dir, cfg))?;
-    let t = now();
-    let result = RunResult {
-        t,
-        status: RunStatus::Failed,
-        params: spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap_or(0),
-        peaks: PhasePeaks::default(),
-        peak_bytes: 0,
-        phase: None,
-        message: Some(format!(
-            "the worker process running this config ended ({how}) without recording a result: killed from outside (the kernel's OOM killer, say) or a fault that left no trace"
-        )),
-        wall_s: t - since,
-        nvml_peak_bytes: None,
-    };
-    log.emit(&Event::from(result))?;
-    Ok(())
 }
 
 /// SIGTERM and SIGINT: note the cancellation and pass the signal to the child

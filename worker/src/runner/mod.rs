@@ -154,11 +154,37 @@ fn is_oom_message(msg: &str) -> bool {
     .any(|needle| m.contains(needle))
 }
 
-/// An error or panic text fit for an event: CubeCL's errors carry a captured
-/// backtrace after the first lines, which belongs in the job's log, not the result.
+/// An error or panic text fit for an event: its first line and, for a chain
+/// of causes (CubeCL's execution errors), the root cause and the kernels that
+/// were skipped for it; the captured backtraces belong in the job's log, not
+/// the result.
 fn short_message(msg: &str) -> String {
-    let head: Vec<&str> = msg.lines().take_while(|l| !l.trim_start().starts_with("Backtrace")).take(4).collect();
-    let text = head.join(" ").split_whitespace().collect::<Vec<_>>().join(" ");
+    let lines: Vec<&str> = msg
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Backtrace") && !l.starts_with("Asked at:"))
+        .filter(|l| !l.is_empty() && *l != "No backtrace available")
+        .collect();
+    let text = match lines.iter().rposition(|l| *l == "Caused by:") {
+        Some(i) => {
+            let mut skipped: Vec<&str> = Vec::new();
+            for l in &lines {
+                if let Some(kernel) = l.strip_prefix("skipped `").and_then(|r| r.split('`').next()) {
+                    if !skipped.contains(&kernel) {
+                        skipped.push(kernel);
+                    }
+                }
+            }
+            let skipped = if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" (kernels skipped for it: {})", skipped.join(", "))
+            };
+            format!("{}: {}{skipped}", lines[0], lines[i + 1..].join(" "))
+        }
+        None => lines.iter().take(4).copied().collect::<Vec<_>>().join(" "),
+    };
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match text.char_indices().nth(400) {
         Some((i, _)) => format!("{}…", &text[..i]),
         None => text,

@@ -102,6 +102,36 @@ fn cubecl_out_of_memory_is_oom_without_its_backtrace() {
     assert_eq!(classify("shape mismatch in matmul").0, RunStatus::Failed);
 }
 
+/// The read-back's error when a buffer could not be allocated, as lavapipe's
+/// run of a 1 GiB score tensor printed it (recorded; the Vulkan test makes it
+/// for real): `oom`, with the root cause and the kernels skipped for it.
+#[test]
+fn a_failed_buffer_found_by_the_read_back_is_oom_with_its_root_cause() {
+    let text = "fwd phase: reading back the output mean: An error happened during execution
+Caused by:
+  Several failures at once
+Caused by:
+  The bytes were never written (failure #121, still claiming 22 buffer(s))
+  skipped `ReduceKernel`: it needed memory ManagedMemoryId { value: 492 }, which carried the failure
+  skipped `KernelBinop`: it needed memory ManagedMemoryId { value: 452 }, which carried the failure
+  skipped `MatmulEntry`: it needed memory ManagedMemoryId { value: 449 }, which carried the failure
+  (63 older skip record(s) were dropped; the walk may stop before the root)
+Caused by:
+  An IO error happened
+Caused by:
+  can't allocate buffer of size: 1073741824
+No backtrace available
+Asked at:
+No backtrace available";
+    let (status, msg) = classify(text);
+    assert_eq!(status, RunStatus::Oom);
+    assert_eq!(
+        msg,
+        "fwd phase: reading back the output mean: An error happened during execution: can't allocate buffer of \
+         size: 1073741824 (kernels skipped for it: ReduceKernel, KernelBinop, MatmulEntry)"
+    );
+}
+
 /// An OOM in the middle of a phase keeps the phase and the peak it reached
 /// (the open window of the pool sampler), besides the phases already closed.
 #[test]
