@@ -83,13 +83,16 @@ impl Run {
     }
 }
 
-/// The `ok` runs of an events file (a config's attempts, in order).
+/// The `ok` runs of an events file (a config's attempts, in order), but
+/// for replayed ones.
 fn runs_of(bytes: &[u8]) -> Vec<Run> {
     let (events, _, _) = complete_lines(bytes);
     let mut out: Vec<Run> = Vec::new();
     let mut current: Option<Run> = None;
     for (event, _) in events {
         match event {
+            // A replayed run (the `replay` cluster) measured no time.
+            Event::Start { env, .. } if env.backend == "replay" => current = None,
             Event::Start { t, env, .. } => {
                 current = Some(Run { job: env.slurm_job_id, t, cache: env.kernel_cache, ..Run::default() });
             }

@@ -95,10 +95,12 @@ fn measured_runs_are_cold_or_warm_by_cache_and_by_their_place_in_the_job() {
     );
     write("d", d_runs);
     write("e", format!("{}{}", start(5.0, "10", None), result("oom", 999.0)));
+    let replayed = start(7.0, "11", None).replace("\"backend\":\"vulkan\"", "\"backend\":\"replay\"");
+    write("f", format!("{replayed}{}", result("ok", 0.0)));
     let m = measured(d.path());
     let mut cold = m.cold.clone();
     cold.sort_by(f64::total_cmp);
-    assert_eq!(cold, [280.0, 300.0], "an oom's or a killed run's time is not a config's");
+    assert_eq!(cold, [280.0, 300.0], "an oom's, a killed or a replayed run's time is not a config's");
     let mut warm = m.warm.clone();
     warm.sort_by(f64::total_cmp);
     assert_eq!(warm, [20.0, 35.0]);
