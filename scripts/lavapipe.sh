@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # A CPU Vulkan device for the worker's GPU code path (CubeCL's Vulkan runtime):
-# Mesa's lavapipe from Debian bookworm-backports (Mesa 25), with the Vulkan
-# loader and vulkaninfo. Bookworm's own lavapipe (Mesa 22.3.6) segfaults in
-# vkCreateComputePipelines on CubeCL's first matmul kernel (docs/gpu.md).
-# Idempotent; sourced or run by scripts/test.sh. Needs root (apt).
+# Mesa's lavapipe as Debian trixie ships it (Mesa 25.0.7 on LLVM 19), in a
+# Debian root of its own made by debootstrap, whose loader, C library, Vulkan
+# loader and driver the worker runs with (scripts/lavapipe-run). The host's
+# packages are not touched. Bookworm's lavapipe, its own (Mesa 22.3.6) and
+# backports' (Mesa 25.0.7), both on LLVM 15, segfault inside
+# vkCreateComputePipelines on CubeCL's first kernels (docs/gpu.md); LLVM 19's
+# runs them.
+#
+#   scripts/lavapipe.sh          make the root (idempotent), print its path
+#
+# The root is $SWEEP_VULKAN_ROOT, by default /opt/sweep-lavapipe (about 500 MB,
+# a minute or two to make). Needs root (apt, debootstrap).
 set -euo pipefail
-if dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | grep -q '^2[5-9]\.'; then
-    exit 0
+root=${SWEEP_VULKAN_ROOT:-/opt/sweep-lavapipe}
+icd=$root/usr/share/vulkan/icd.d/lvp_icd.json
+if [ ! -f "$icd" ] || [ ! -f "$root/.complete" ]; then
+    if ! command -v debootstrap >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    fi
+    echo "making a Debian trixie root with lavapipe (Mesa 25, LLVM 19) in $root, the CPU Vulkan device of the GPU tests" >&2
+    rm -rf "$root"
+    debootstrap --variant=minbase --include=mesa-vulkan-drivers,libvulkan1,vulkan-tools \
+        trixie "$root" http://deb.debian.org/debian >"${TMPDIR:-/tmp}/sweep-lavapipe-debootstrap.log" 2>&1 \
+        || { tail -20 "${TMPDIR:-/tmp}/sweep-lavapipe-debootstrap.log" >&2; exit 1; }
+    touch "$root/.complete"
 fi
-. /etc/os-release
-if [ "${VERSION_CODENAME:-}" = bookworm ]; then
-    list=/etc/apt/sources.list.d/bookworm-backports.list
-    [ -f "$list" ] || echo "deb http://deb.debian.org/debian bookworm-backports main" > "$list"
-    target=(-t bookworm-backports)
-else
-    target=()   # trixie and later ship Mesa 25 themselves
-fi
-echo "installing lavapipe (mesa-vulkan-drivers ${target[*]:-}), the CPU Vulkan device of the GPU tests"
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${target[@]}" mesa-vulkan-drivers libvulkan1 vulkan-tools >/dev/null
+echo "$root"

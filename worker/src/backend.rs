@@ -164,13 +164,36 @@ pub fn prepare(backend: Backend, precision: Precision, checkpointing: Checkpoint
         Some(_) => (storage, None),
     };
     let dtype = autocast.unwrap_or(storage);
-    device.configure(storage).map_err(|e| BackendError::Configure(format!("{e:?}")))?;
+    let requested = dtypes(precision).0;
+    match CONFIGURED.get() {
+        Some(done) if *done == requested => {} // an earlier config of this task set the same
+        Some(done) => {
+            return Err(BackendError::Configure(format!(
+                "this process's device stores {done:?}; a config storing {requested:?} needs a process of its own"
+            )))
+        }
+        None => {
+            device.configure(storage).map_err(|e| BackendError::Configure(format!("{e:?}")))?;
+            let _ = CONFIGURED.set(requested);
+        }
+    }
     let device = device.autodiff();
     let device = match checkpointing {
         Checkpointing::BurnBalanced => device.gradient_checkpointing(),
         Checkpointing::Off | Checkpointing::Block => device,
     };
     Ok(Prepared { device, dtype, fell_back_from: (dtype != wanted).then_some(wanted), autocast, checkpointing })
+}
+
+/// The storage type (as a precision asks for it) this process configured its
+/// device with. Burn sets a device's float type once per process
+/// (`AlreadyInitialized` after), so a task's later config of another storage
+/// type runs in a fresh process ([`crate::task`]).
+static CONFIGURED: std::sync::OnceLock<FloatDType> = std::sync::OnceLock::new();
+
+/// Whether a config of `precision` can run in this process after what ran before.
+pub fn fits_this_process(precision: Precision) -> bool {
+    CONFIGURED.get().is_none_or(|done| *done == dtypes(precision).0)
 }
 
 /// The device for the run header: name, driver version, total memory.

@@ -86,7 +86,7 @@ impl KernelCache {
             },
         };
         let cache = KernelCache { dir };
-        for sub in [cache.cubecl_dir(), cache.driver_dir()] {
+        for sub in [cache.cubecl_dir(), cache.driver_dir(), cache.mesa_dir()] {
             std::fs::create_dir_all(&sub).map_err(err(&sub))?;
         }
         if found != Found::Reused {
@@ -139,14 +139,22 @@ impl KernelCache {
         )
     }
 
-    /// The NVIDIA driver's variables for its shader disk cache in
-    /// [`Self::driver_dir`], kept however large it grows (the driver trims to
-    /// its default size otherwise).
-    pub fn driver_env(&self) -> [(&'static str, std::ffi::OsString); 3] {
+    /// Mesa's shader disk cache (RADV, ANV, lavapipe: the pipelines its
+    /// drivers compile from CubeCL's SPIR-V).
+    pub fn mesa_dir(&self) -> PathBuf {
+        self.dir.join("mesa")
+    }
+
+    /// The drivers' variables for their shader disk caches: the NVIDIA
+    /// driver's in [`Self::driver_dir`], kept however large it grows (the
+    /// driver trims to its default size otherwise), and Mesa's in
+    /// [`Self::mesa_dir`].
+    pub fn driver_env(&self) -> [(&'static str, std::ffi::OsString); 4] {
         [
             ("__GL_SHADER_DISK_CACHE", "1".into()),
             ("__GL_SHADER_DISK_CACHE_PATH", self.driver_dir().into_os_string()),
             ("__GL_SHADER_DISK_CACHE_SKIP_CLEANUP", "1".into()),
+            ("MESA_SHADER_CACHE_DIR", self.mesa_dir().into_os_string()),
         ]
     }
 }
@@ -243,7 +251,7 @@ mod tests {
         let (c, found) = KernelCache::open(root.path()).unwrap();
         assert_eq!(found, Found::Fresh);
         assert!(c.dir().starts_with(root.path()));
-        assert!(c.cubecl_dir().is_dir() && c.driver_dir().is_dir());
+        assert!(c.cubecl_dir().is_dir() && c.driver_dir().is_dir() && c.mesa_dir().is_dir());
         let toml = std::fs::read_to_string(c.cubecl_toml()).unwrap();
         assert!(toml.contains("[compilation]\ncache = true\n"), "{toml}");
         assert!(toml.contains(&format!("directory = \"{}\"", c.cubecl_dir().display())), "{toml}");
@@ -252,6 +260,7 @@ mod tests {
         assert_eq!(again.dir(), c.dir());
         let env = c.driver_env();
         assert_eq!(env[1].1, c.driver_dir().into_os_string());
+        assert_eq!(env[3], ("MESA_SHADER_CACHE_DIR", c.mesa_dir().into_os_string()));
     }
 
     /// A corrupt stamp: the directory (with whatever kernels it held) is

@@ -18,6 +18,7 @@ pub mod models;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod runner;
+pub mod task;
 
 pub use backend::Backend;
 pub use runner::{run, Outcome, RunOptions};

@@ -82,6 +82,10 @@ struct RunArgs {
     /// aside with a warning; one that cannot be prepared, skipped.
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// Run the task's configs from this index on (set by the worker itself
+    /// when it restarts a task of several configs: see `worker::task`).
+    #[arg(long, hide = true, requires = "manifest")]
+    from: Option<usize>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -105,9 +109,11 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     serde_path_to_error::deserialize(de).with_context(|| format!("parsing {}", path.display()))
 }
 
-fn config_of(args: &RunArgs) -> Result<RunConfig> {
+/// The configs this task runs: the one `--config`, or the array task's
+/// configs of the manifest (`configs_per_task` of them, in turn).
+fn configs_of(args: &RunArgs) -> Result<Vec<RunConfig>> {
     if let Some(path) = &args.config {
-        return read_json(path);
+        return Ok(vec![read_json(path)?]);
     }
     let Some(path) = &args.manifest else { bail!("give --manifest or --config") };
     let manifest: Manifest = read_json(path)?;
@@ -121,15 +127,13 @@ fn config_of(args: &RunArgs) -> Result<RunConfig> {
     };
     let cfgs = manifest.task(task_id).with_context(|| {
         format!(
-            "task {task_id} is outside the manifest (offset {}, {} configs)",
+            "task {task_id} is outside the manifest (offset {}, {} configs, {} a task)",
             manifest.task_offset,
-            manifest.configs.len()
+            manifest.configs.len(),
+            manifest.configs_per_task
         )
     })?;
-    match cfgs {
-        [cfg] => Ok(cfg.clone()),
-        _ => bail!("task {task_id} holds {} configs; this worker runs one per task", cfgs.len()),
-    }
+    Ok(cfgs.to_vec())
 }
 
 /// `--backend NAME`, else the first GPU backend compiled in, else the CPU.
@@ -168,28 +172,41 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::Run(args) => {
+            let cfgs = configs_of(&args)?;
+            if cfgs.len() > 1 && args.from.is_none() {
+                // Several configs: a child worker runs them, restarted after one that does not end ok.
+                let (exe, through) = this_worker()?;
+                let child = |from: usize| {
+                    let mut c = std::process::Command::new(&exe);
+                    c.args(&through).args(std::env::args_os().skip(1)).arg("--from").arg(from.to_string());
+                    c
+                };
+                std::process::exit(worker::task::supervise(&cfgs, &args.state_dir, child)?);
+            }
             // First, while this process has one thread: it sets the driver's variables.
             let kernel_cache = args.cache_dir.as_deref().map(worker::cache::use_for_this_process);
-            let cfg = config_of(&args)?;
             let backend = backend_of(args.backend.as_deref())?;
             let mut opts = RunOptions::new(&args.state_dir, backend);
             opts.memory_limit = args.memory_limit;
             opts.attention = args.attention.into();
             opts.kernel_cache = kernel_cache;
-            let outcome = worker::run(&cfg, &opts)?;
-            let result = &outcome.result;
-            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-            eprintln!(
-                "{}: {:?}, {} params, peak {:.3} GiB{}",
-                cfg.name,
-                result.status,
-                result.params,
-                gib(result.peak_bytes),
-                result.message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
-            );
-            std::process::exit(outcome.exit_code());
+            std::process::exit(worker::task::run_in_turn(&cfgs, args.from.unwrap_or(0), &opts)?);
         }
     }
+}
+
+/// How to start this worker again: its executable, and the arguments before
+/// its own. Started through an explicit dynamic loader (`ld-linux-x86-64.so.2
+/// worker …`, as `scripts/lavapipe-run` starts it), the executable is that
+/// loader, and this worker's path comes first.
+fn this_worker() -> Result<(PathBuf, Vec<std::ffi::OsString>)> {
+    let exe = std::env::current_exe().context("locating this worker binary")?;
+    let name = exe.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if name.starts_with("ld-linux") || name.starts_with("ld.so") {
+        let me = std::env::args_os().next().context("no argv[0] to start this worker again")?;
+        return Ok((exe, vec![me]));
+    }
+    Ok((exe, Vec::new()))
 }
 
 /// A family by its name, for `--family`.

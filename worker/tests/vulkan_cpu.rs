@@ -1,7 +1,10 @@
 //! The GPU code path (CubeCL's Vulkan runtime) on a real Vulkan device: in CI
-//! a CPU one, Mesa's lavapipe (`scripts/lavapipe.sh` installs it), on a
-//! workstation whatever Vulkan device the loader finds first. Built only with
-//! `--features vulkan`; `scripts/test.sh` runs it so.
+//! a CPU one, Mesa's lavapipe on LLVM 19 from a Debian trixie root
+//! (`scripts/lavapipe.sh` makes it; `SWEEP_VULKAN_ROOT` names it, and the
+//! worker then runs through that root's dynamic loader, as
+//! `scripts/lavapipe-run` does), on a workstation whatever Vulkan device the
+//! loader finds first. Built only with `--features vulkan`; `scripts/test.sh`
+//! runs it so.
 #![cfg(feature = "vulkan")]
 
 mod common;
@@ -36,7 +39,7 @@ fn dit(hidden: u32, heads: u32, depth: u32, patch: u32) -> ModelSpec {
 /// Run `cfg` on the Vulkan backend; the events it wrote.
 fn run(dir: &Path, cfg: &RunConfig, extra: &[&str]) -> (std::process::ExitStatus, Vec<Event>) {
     let args: Vec<&str> = ["--backend", "vulkan"].into_iter().chain(extra.iter().copied()).collect();
-    let (out, events) = common::run_worker_with(dir, cfg, &args);
+    let (out, events) = common::run_worker_as(common::gpu_worker(), dir, cfg, &args);
     (out.status, events)
 }
 

@@ -234,7 +234,7 @@ fn run_with_setup(
     if !opts.backend.is_gpu() {
         alloc::set_limit(opts.memory_limit);
     }
-    spawn_signal_thread(log.clone(), meter.clone());
+    watch_signals(log.clone(), meter.clone());
     // A driver or shader compiler that crashes (SIGSEGV, SIGBUS, SIGABRT) still leaves a result.
     progress::install_crash_handlers();
     let beating = Arc::new(AtomicBool::new(true));
@@ -263,7 +263,11 @@ fn run_with_setup(
         PROGRESS.nvml_peak.fetch_max(b, Ordering::Relaxed);
     }
     let out = finish(&log, &path, params, start, live_peak, ended);
+    set_current(None);
     drop(meter);
+    // Empty the pool for whatever runs next in this process (the next config
+    // of a task: its peaks are measured from the bytes in use, see crate::task).
+    device.memory_cleanup();
     out
 }
 
@@ -489,33 +493,56 @@ fn spawn_heartbeat(
         .ok()
 }
 
-/// SIGTERM (SLURM's time limit and `scancel`) and SIGINT: record `cancelled`, exit 143.
-fn spawn_signal_thread(log: Arc<EventLog>, meter: Arc<Meter>) {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) else {
-        return;
-    };
-    let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            if !PROGRESS.finished.swap(true, Ordering::SeqCst) {
-                let (peaks, peak_bytes) = peaks_so_far(meter.peak());
-                let t = now();
-                let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
-                let _ = log.emit(&Event::from(RunResult {
-                    t,
-                    status: RunStatus::Cancelled,
-                    params: PROGRESS.params.load(Ordering::Relaxed),
-                    peaks,
-                    peak_bytes,
-                    phase: Some(current_phase()),
-                    message: Some(format!("received signal {sig}")),
-                    wall_s: t - start,
-                    nvml_peak_bytes: Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0),
-                }));
+/// The run the signal thread records as `cancelled`: the one under way in this
+/// process (a task of several configs runs them in turn; between two runs
+/// there is none, and a signal then ends the process with nothing to record).
+type Current = Option<(Arc<EventLog>, Arc<Meter>)>;
+static CURRENT: std::sync::Mutex<Current> = std::sync::Mutex::new(None);
+
+fn set_current(current: Current) {
+    *CURRENT.lock().unwrap_or_else(|p| p.into_inner()) = current;
+}
+
+/// SIGTERM (SLURM's time limit and `scancel`) and SIGINT: record the current
+/// run `cancelled`, exit 143. One thread per process, started by its first run.
+fn watch_signals(log: Arc<EventLog>, meter: Arc<Meter>) {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    set_current(Some((log, meter)));
+    STARTED.call_once(|| {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) else {
+            return;
+        };
+        let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let current = CURRENT.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Some((log, meter)) = current {
+                    record_cancelled(&log, &meter, sig);
+                }
+                std::process::exit(EXIT_CANCELLED);
             }
-            std::process::exit(EXIT_CANCELLED);
-        }
+        });
     });
+}
+
+fn record_cancelled(log: &EventLog, meter: &Meter, sig: i32) {
+    if PROGRESS.finished.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let (peaks, peak_bytes) = peaks_so_far(meter.peak());
+    let t = now();
+    let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
+    let _ = log.emit(&Event::from(RunResult {
+        t,
+        status: RunStatus::Cancelled,
+        params: PROGRESS.params.load(Ordering::Relaxed),
+        peaks,
+        peak_bytes,
+        phase: Some(current_phase()),
+        message: Some(format!("received signal {sig}")),
+        wall_s: t - start,
+        nvml_peak_bytes: Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0),
+    }));
 }
 
 #[cfg(test)]

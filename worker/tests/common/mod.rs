@@ -43,17 +43,35 @@ pub fn run_worker(dir: &Path, cfg: &RunConfig) -> (ExitStatus, Vec<Event>) {
 /// and every event of the config's run (earlier runs of the same computation
 /// come first: runs are kept by content).
 pub fn run_worker_with<S: AsRef<OsStr>>(dir: &Path, cfg: &RunConfig, args: &[S]) -> (Output, Vec<Event>) {
+    run_worker_as(Command::new(env!("CARGO_BIN_EXE_worker")), dir, cfg, args)
+}
+
+/// The worker as the GPU tests and benches start it: through the dynamic
+/// loader of the Debian root that `SWEEP_VULKAN_ROOT` names, when set
+/// (`scripts/lavapipe.sh`: its C library, Vulkan loader and lavapipe, the CPU
+/// Vulkan device of CI), else directly (the loader's first device).
+pub fn gpu_worker() -> Command {
+    let exe = env!("CARGO_BIN_EXE_worker");
+    let Some(root) = std::env::var_os("SWEEP_VULKAN_ROOT").map(std::path::PathBuf::from) else {
+        return Command::new(exe);
+    };
+    let libs = format!("{0}/usr/lib/x86_64-linux-gnu:{0}/lib/x86_64-linux-gnu", root.display());
+    let mut c = Command::new(root.join("lib64/ld-linux-x86-64.so.2"));
+    c.env("LD_LIBRARY_PATH", libs).env("VK_DRIVER_FILES", root.join("usr/share/vulkan/icd.d/lvp_icd.json")).arg(exe);
+    c
+}
+
+/// [`run_worker_with`] through `worker`, a command that starts the worker
+/// (directly, or [`gpu_worker`]).
+pub fn run_worker_as<S: AsRef<OsStr>>(
+    mut worker: Command,
+    dir: &Path,
+    cfg: &RunConfig,
+    args: &[S],
+) -> (Output, Vec<Event>) {
     let path = dir.join(format!("{}.json", cfg.name));
     std::fs::write(&path, serde_json::to_string(cfg).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_worker"))
-        .arg("run")
-        .args(args)
-        .arg("--config")
-        .arg(&path)
-        .arg("--state-dir")
-        .arg(dir)
-        .output()
-        .unwrap();
+    let out = worker.arg("run").args(args).arg("--config").arg(&path).arg("--state-dir").arg(dir).output().unwrap();
     let text = std::fs::read_to_string(dir.join(&cfg.experiment).join(cfg.events_rel())).unwrap_or_default();
     (out, text.lines().map(|l| serde_json::from_str(l).expect("an event")).collect())
 }

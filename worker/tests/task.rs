@@ -1,0 +1,197 @@
+//! An array task of several configs (`configs_per_task` in the manifest): one
+//! worker process runs them in turn; each config keeps its own events and
+//! peaks, a config that runs out of memory or is killed does not take the
+//! task's later configs with it, and a cancelled task stops where it was.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::tiny_unet;
+use spec::event::{Event, RunStatus};
+use spec::run::Manifest;
+use spec::{RunConfig, Spatial};
+
+/// Three configs of different content (a task's configs are distinct computations).
+fn three_configs() -> Vec<RunConfig> {
+    (0..3)
+        .map(|i| {
+            let mut c = tiny_unet(&format!("c{i}"));
+            c.input.spatial = Spatial::new(8, 8, 8 + 8 * i);
+            c
+        })
+        .collect()
+}
+
+fn write_manifest(dir: &Path, configs: &[RunConfig], k: u32) -> PathBuf {
+    let manifest = Manifest {
+        experiment: configs[0].experiment.clone(),
+        task_offset: 0,
+        configs_per_task: k,
+        configs: configs.to_vec(),
+    };
+    let path = dir.join("manifest.json");
+    std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    path
+}
+
+/// `worker run --manifest M --task-id 0 --state-dir DIR ARGS`, started.
+fn start_task(dir: &Path, manifest: &Path, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_worker"))
+        .args(["run", "--task-id", "0", "--manifest"])
+        .arg(manifest)
+        .arg("--state-dir")
+        .arg(dir)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+fn events(dir: &Path, cfg: &RunConfig) -> Vec<Event> {
+    let text = std::fs::read_to_string(dir.join(&cfg.experiment).join(cfg.events_rel())).unwrap_or_default();
+    text.lines().map(|l| serde_json::from_str(l).expect("an event")).collect()
+}
+
+/// The config's one result: its status and peak bytes.
+fn result(dir: &Path, cfg: &RunConfig) -> (RunStatus, u64, Option<String>) {
+    let results: Vec<_> = events(dir, cfg)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Result { status, peak_bytes, message, .. } => Some((status, peak_bytes, message)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 1, "{}: one result, got {results:?}", cfg.name);
+    results.into_iter().next().unwrap()
+}
+
+fn started(dir: &Path, cfg: &RunConfig) -> bool {
+    events(dir, cfg).iter().any(|e| matches!(e, Event::Start { .. }))
+}
+
+fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !ready() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait(mut child: Child) -> ExitStatus {
+    child.wait().unwrap()
+}
+
+/// The pid of the supervisor's child worker (the one running the configs).
+fn child_of(pid: u32) -> Option<i32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Each config of a task measures the peak it measures alone: the pool is
+/// emptied between configs and every phase window starts from the bytes in
+/// use. On the CPU's exact allocator what an earlier config left cached in the
+/// process (3.5 MB of the flex backend's buffers after the first tiny UNet)
+/// is mostly reused by the next; measured, the next config's peak was 2.1%
+/// (345 kB) above its peak alone. Within 3% here; the GPU pool's figure is
+/// checked on the Vulkan device (`tests/vulkan_cpu.rs`).
+#[test]
+fn configs_run_in_turn_keep_their_own_peaks() {
+    let configs = three_configs();
+    let alone = tempfile::tempdir().unwrap();
+    let alone_peaks: Vec<u64> = configs
+        .iter()
+        .map(|c| {
+            let (status, _) = common::run_worker(alone.path(), c);
+            assert!(status.success());
+            result(alone.path(), c).1
+        })
+        .collect();
+
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = write_manifest(dir.path(), &configs, 3);
+    let status = wait(start_task(dir.path(), &manifest, &[]));
+    assert!(status.success(), "{status}");
+    for (c, alone) in configs.iter().zip(alone_peaks) {
+        let (status, peak, _) = result(dir.path(), c);
+        assert_eq!(status, RunStatus::Ok, "{}", c.name);
+        let diff = (peak as f64 - alone as f64).abs() / alone as f64;
+        eprintln!("{}: {peak} B in the task, {alone} B alone", c.name);
+        assert!(diff <= 0.03, "{}: {peak} B in the task against {alone} B alone", c.name);
+    }
+}
+
+/// A config over the memory limit ends `oom` (the allocator's hook ends the
+/// process); the task goes on with the next config in a fresh process, and
+/// exits 3 (some config ran out of memory).
+#[test]
+fn an_oom_does_not_take_the_tasks_later_configs_with_it() {
+    let mut configs = three_configs();
+    configs[1].input.spatial = Spatial::new(48, 48, 48);
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = write_manifest(dir.path(), &configs, 3);
+    let status = wait(start_task(dir.path(), &manifest, &["--memory-limit", "60000000"]));
+    assert_eq!(status.code(), Some(3), "{status}");
+    let statuses: Vec<RunStatus> = configs.iter().map(|c| result(dir.path(), c).0).collect();
+    assert_eq!(statuses, [RunStatus::Ok, RunStatus::Oom, RunStatus::Ok]);
+}
+
+/// The process running a config is killed from outside (SIGKILL: the kernel's
+/// OOM killer): that config is recorded `failed`, saying so, and the task
+/// goes on with the next.
+#[test]
+fn a_killed_config_is_recorded_failed_and_the_task_goes_on() {
+    let mut configs = three_configs();
+    configs[1].input.spatial = Spatial::new(32, 32, 32);
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = write_manifest(dir.path(), &configs, 3);
+    let task = start_task(dir.path(), &manifest, &[]);
+    wait_until("the second config to start", || started(dir.path(), &configs[1]));
+    let pid = child_of(task.id()).expect("a child worker runs the configs");
+    // SAFETY: kill(2) of the child worker this test's task started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let status = wait(task);
+    assert_eq!(status.code(), Some(1), "{status}");
+    assert_eq!(result(dir.path(), &configs[0]).0, RunStatus::Ok);
+    let (killed, _, message) = result(dir.path(), &configs[1]);
+    assert_eq!(killed, RunStatus::Failed);
+    assert!(message.unwrap().contains("without recording a result"));
+    assert_eq!(result(dir.path(), &configs[2]).0, RunStatus::Ok);
+}
+
+/// SIGTERM (scancel, the time limit) to the task: the config under way ends
+/// `cancelled`, the later ones get no events, the task exits 143.
+#[test]
+fn a_cancelled_task_stops_where_it_was() {
+    let mut configs = three_configs();
+    configs[1].input.spatial = Spatial::new(32, 32, 32);
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = write_manifest(dir.path(), &configs, 3);
+    let task = start_task(dir.path(), &manifest, &[]);
+    wait_until("the second config to start", || started(dir.path(), &configs[1]));
+    // SAFETY: kill(2) of the task this test started.
+    assert_eq!(unsafe { libc::kill(task.id() as i32, libc::SIGTERM) }, 0);
+    let status = wait(task);
+    assert_eq!(status.code(), Some(143), "{status}");
+    assert_eq!(result(dir.path(), &configs[0]).0, RunStatus::Ok);
+    assert_eq!(result(dir.path(), &configs[1]).0, RunStatus::Cancelled);
+    assert!(events(dir.path(), &configs[2]).is_empty(), "the config after a cancellation never starts");
+}
+
+/// Burn sets a device's float type once per process: a config that stores its
+/// weights in another type than the one before it runs in a fresh process,
+/// and the task goes on as one.
+#[test]
+fn a_config_of_another_storage_type_gets_a_fresh_process() {
+    let mut configs = three_configs();
+    configs[1].precision = spec::Precision::Bf16;
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = write_manifest(dir.path(), &configs, 3);
+    let status = wait(start_task(dir.path(), &manifest, &[]));
+    assert!(status.success(), "{status}");
+    for c in &configs {
+        assert_eq!(result(dir.path(), c).0, RunStatus::Ok, "{}", c.name);
+    }
+}
