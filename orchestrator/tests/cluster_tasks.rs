@@ -160,6 +160,14 @@ fn submit_and_stop(c: &Case, stop: Stop) {
         if result_of(&recs["first"]) == Some("ok") && slow_started && !pids.is_empty() {
             match stop {
                 Stop::Kill => {
+                    // The supervisor first (its children run `--from J`), so none outlives another to
+                    // record anything: every process of the task gone at once, as when its node is lost.
+                    let is_child = |pid: &i32| {
+                        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                        cmdline.split(|b| *b == 0).any(|arg| arg == b"--from")
+                    };
+                    let mut pids = pids.clone();
+                    pids.sort_by_key(is_child);
                     for &pid in &pids {
                         // SAFETY: signalling the worker processes of this test's own job (its unique manifest path).
                         unsafe { libc::kill(pid, libc::SIGKILL) };
