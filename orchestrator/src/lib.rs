@@ -4,7 +4,7 @@
 //!
 //! 1. leaves: `fsio` (file I/O, the clock), `util` (tables, quoting, sizes), `plot`;
 //! 2. planning: `experiment` → `precheck` → `sweep` → `plan`, `advisor`, `active`;
-//! 3. what a worker writes: `collect` (its event stream read into progress and measurements);
+//! 3. what a worker writes: `collect` (its event stream, read), `walltime` (SLURM's time limit from its wall times);
 //! 4. the cluster: `cluster` → `render`, `slurm` → `transport` → `target`;
 //! 5. the state directory: `state`;
 //! 6. commands and what they show: `progress` → `submit` → `report` → `evidence`.
@@ -29,3 +29,4 @@ pub mod sweep;
 pub mod target;
 pub mod transport;
 pub mod util;
+pub mod walltime;

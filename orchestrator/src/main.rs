@@ -5,7 +5,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use orchestrator::{plan, precheck, submit, sweep};
+use orchestrator::{plan, precheck, submit, sweep, walltime};
 
 #[derive(Parser)]
 #[command(
@@ -230,6 +230,11 @@ fn run(command: Command) -> Result<()> {
                          (`cluster:` or --cluster NAME), or pass --cluster local",
                         sweep.experiment.gpu
                     );
+                }
+                let time = walltime::for_sweep(&sweep, &exp.state_dir, sweep.experiment.slurm.time.as_deref());
+                println!("{time}");
+                if let Some(w) = time.warning() {
+                    tracing::warn!("{w}");
                 }
             }
         }

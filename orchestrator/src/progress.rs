@@ -7,7 +7,7 @@
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::Path;
 
@@ -91,6 +91,33 @@ fn started(r: &ConfigRecord) -> Option<f64> {
         .or_else(|| a.history.iter().find(|c| c.state.activity() == Activity::Running).map(|c| c.t))
 }
 
+/// The array tasks, as (submission, task id), that run more than one of
+/// these configs (`configs_per_task` above 1).
+fn shared_tasks(records: &[&ConfigRecord]) -> BTreeSet<(String, u32)> {
+    let mut seen = BTreeSet::new();
+    let mut shared = BTreeSet::new();
+    for a in records.iter().filter_map(|r| r.latest()) {
+        let key = (a.submission.clone(), a.task_id);
+        if !seen.insert(key.clone()) {
+            shared.insert(key);
+        }
+    }
+    shared
+}
+
+/// Where a config of a RUNNING task stands: its own run may have ended (its
+/// result is in) or, in a task of several configs, not begun.
+fn in_running_task(r: &ConfigRecord, shared: &BTreeSet<(String, u32)>) -> Activity {
+    let Some(a) = r.latest() else { return Activity::Queued };
+    if r.result.is_some() {
+        Activity::Ended
+    } else if a.worker.is_not_started() && shared.contains(&(a.submission.clone(), a.task_id)) {
+        Activity::Queued
+    } else {
+        Activity::Running
+    }
+}
+
 /// Counts and ETA over the records of a sweep, as of `now`.
 ///
 /// Run time grows with the model, so the finished runs give seconds per
@@ -99,12 +126,16 @@ fn started(r: &ConfigRecord) -> Option<f64> {
 /// has no prediction). A running config needs its expected time less what
 /// it already ran. The ETA is the remaining work divided by the array's
 /// parallelism (`array_parallelism`, or as many as run now), and never less
-/// than the longest single remaining run.
+/// than the longest single remaining run. In a task of several configs,
+/// each counts as its own run: ended once its result is in, waiting until
+/// its worker reaches it.
 pub fn sweep_progress<'a>(
     records: impl IntoIterator<Item = &'a ConfigRecord>,
     parallelism: Option<u32>,
     now: f64,
 ) -> SweepProgress {
+    let records: Vec<&ConfigRecord> = records.into_iter().collect();
+    let shared = shared_tasks(&records);
     let mut p = SweepProgress { at: now, ..SweepProgress::default() };
     let mut durations = Vec::new();
     let mut per_gib = Vec::new();
@@ -129,7 +160,11 @@ pub fn sweep_progress<'a>(
                     "SUBMITTED".to_string()
                 }
                 Some(s) => {
-                    match s.activity() {
+                    let activity = match s.activity() {
+                        Activity::Running => in_running_task(r, &shared),
+                        other => other,
+                    };
+                    match activity {
                         Activity::Queued => {
                             p.waiting += 1;
                             live.push((r.predicted_gib, 0.0));
@@ -300,7 +335,12 @@ mod tests {
                 submitted_at: Some(0.0),
                 state,
                 history: history.into_iter().map(|(t, state)| StateChange { t, state, detail: None }).collect(),
-                ..Attempt::intended("s001-x", 0, 0.0)
+                // A task of its own (by its name), as with one config per task.
+                ..Attempt::intended(
+                    "s001-x",
+                    hash.bytes().fold(0u32, |t, b| t.wrapping_mul(31).wrapping_add(b.into())),
+                    0.0,
+                )
             }],
             result: wall.map(|w| {
                 serde_json::from_value(serde_json::json!({
@@ -362,6 +402,27 @@ mod tests {
         assert_eq!(p.eta_s, Some(40.0));
         let p = sweep_progress(&all, None, 0.0);
         assert_eq!(p.eta_s, Some(80.0), "no parallelism known, none running: one at a time");
+    }
+
+    #[test]
+    fn configs_of_one_running_task_count_as_ended_running_or_waiting_each() {
+        // One task runs a, b, c in turn: a has its result, b runs, c waits its turn.
+        let task = |h: &str| {
+            let mut r = rec(h, Some(SlurmState::Running), vec![(5.0, SlurmState::Running)], None);
+            r.attempts[0].task_id = 7;
+            r
+        };
+        let mut a = task("a");
+        a.result = rec("x", None, vec![], Some(4.0)).result;
+        let mut b = task("b");
+        b.attempts[0].worker = crate::collect::WorkerOutcome::from_word(Some("started"));
+        let c = task("c");
+        let p = sweep_progress(&[a, b, c.clone()], Some(1), 100.0);
+        assert_eq!((p.ended, p.running, p.waiting), (1, 1, 1));
+        assert_eq!(p.counts["RUNNING"], 3, "SLURM's state, per config");
+        // Alone in its task, a config its worker has not started yet runs (the worker is loading).
+        let p = sweep_progress(&[c], Some(1), 100.0);
+        assert_eq!((p.running, p.waiting), (1, 0));
     }
 
     #[test]

@@ -83,7 +83,11 @@ pub struct JobVars {
     pub comment: String,
     /// `0-N%K`.
     pub array: String,
+    /// How many array tasks (`--array` covers them).
     pub tasks: usize,
+    /// How many configs each task runs, in turn (the last task may run
+    /// fewer): task `i` runs `configs[i*K .. i*K+K]` of the manifest.
+    pub configs_per_task: u32,
     pub slurm: SlurmVars,
     /// Absolute paths on the cluster.
     pub work_dir: String,
@@ -91,7 +95,8 @@ pub struct JobVars {
     pub submission_dir: String,
     pub log_dir: String,
     pub manifest: String,
-    /// One config JSON per line, line `i+1` = task `i` (for templates without a JSON parser).
+    /// One config JSON per line, line `i+1` = config `i` (= task `i` when
+    /// `configs_per_task` is 1; for templates without a JSON parser).
     pub manifest_jsonl: String,
     pub worker: String,
     /// Extra `worker run` arguments from the experiment's `worker:` block
@@ -197,6 +202,7 @@ mod tests {
             comment: "sweep,exp=exp9".into(),
             array: "0-9%4".into(),
             tasks: 10,
+            configs_per_task: 1,
             slurm: SlurmVars {
                 partition: Some("GPUQ".into()),
                 time: Some("00:30:00".into()),
@@ -249,6 +255,7 @@ mod tests {
         let opts = crate::experiment::WorkerOptions {
             backend: Some(crate::experiment::WorkerBackend::Flex),
             memory_limit: Some(512 << 20),
+            configs_per_task: 3,
         };
         v.worker_args = opts.args();
         v.worker_args.push("it's $(x)".into());

@@ -200,3 +200,64 @@ fn a_small_prediction_is_written_with_the_digits_that_matter() {
     let status = text(&run(&["status", "experiments/demo.yaml", "--state-dir", "/nonexistent-state"]).stdout);
     assert!(status.contains("6 configs: 6 not submitted; nothing submitted, nothing polled"), "{status}");
 }
+
+/// A GPU experiment (the Vulkan worker) of five configs, three a task, with a 10-minute limit.
+const THREE_A_TASK: &str = "\
+name: k3
+gpu: H100-80GB-HBM3
+precision: fp32
+input: {channels: 1, spatial: [8, 8, 8]}
+output_channels: 1
+model: {family: dit, hidden: 64, heads: 4, depth: 2, patch: 2}
+slurm: {time: \"00:10:00\"}
+worker: {configs_per_task: 3, backend: vulkan}
+sweep:
+  grid:
+    batch: [1, 2, 3, 4, 5]
+";
+
+#[test]
+fn plan_and_render_size_the_time_limit_per_task_and_warn_when_it_is_short() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let file = d.path().join("k3.yaml");
+    std::fs::write(&file, THREE_A_TASK).expect("write");
+    let (file, state) = (file.to_str().expect("utf-8"), d.path().join("state"));
+    let state = state.to_str().expect("utf-8");
+    let out = run(&["plan", file, "--state-dir", state]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    // (400 + 2 x 60) s, +50%: 13 minutes; nothing measured yet, so the defaults, said so.
+    let want = "time: suggest 00:13:00 per task (3 configs: 1 cold x 400 s + 2 warm x 60 s, +50%); \
+                slurm.time 00:10:00 is too short\n\
+                time: cold 400 s from the default (no cold run of this sweep yet; an H100's first runs took 100-400 s, \
+                docs/gpu.md); warm 60 s from the default (no warm run of this sweep yet)\n";
+    assert!(stdout.ends_with(want), "{stdout}");
+    assert!(stderr.contains("slurm.time 00:10:00 is shorter than the 00:13:00 a task is expected to need"), "{stderr}");
+    // render: the scripts on stdout (two tasks for five configs), the suggestion on stderr.
+    let out = run(&["render", file, "--state-dir", state, "--cluster", "local"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("#SBATCH --array=0-1\n") && stdout.contains("K = 3"), "{stdout}");
+    assert!(stdout.contains("#SBATCH --time=00:10:00\n"), "{stdout}");
+    assert!(stderr.contains(want) && !stdout.contains("time: suggest"), "{stderr}");
+    // A limit long enough: no warning.
+    std::fs::write(d.path().join("k3.yaml"), THREE_A_TASK.replace("00:10:00", "00:15:00")).expect("write");
+    let out = run(&["plan", file, "--state-dir", state]);
+    assert!(text(&out.stdout).contains("slurm.time 00:15:00 is enough"), "{}", text(&out.stdout));
+    assert!(!text(&out.stderr).contains("shorter"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn configs_per_task_below_one_is_an_error_at_its_line() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let file = d.path().join("k0.yaml");
+    std::fs::write(&file, THREE_A_TASK.replace("configs_per_task: 3", "configs_per_task: 0")).expect("write");
+    let out = run(&["plan", file.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    let want = format!(
+        "{}:8:10: worker.configs_per_task: 0 configs per array task would run nothing: use 1 or more",
+        file.display()
+    );
+    assert!(err.contains(&want), "{err}");
+}

@@ -51,7 +51,7 @@ pub struct SlurmResources {
 /// How the worker runs every config of the experiment (`worker:` in the file),
 /// passed to `worker run` as extra arguments by the template (`worker_args`).
 /// Experiment-level because one job array shares one script.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerOptions {
     /// Burn backend; absent: the worker's default (its first GPU backend, else `flex`).
@@ -62,6 +62,31 @@ pub struct WorkerOptions {
     /// out-of-memory result is produced on purpose, e.g. on a CPU-only test cluster.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::util::size::optional")]
     pub memory_limit: Option<u64>,
+    /// How many configs one array task runs, in turn, in one worker process
+    /// (1: one per task). Later configs of a task find the kernel cache warm;
+    /// the manifest carries it to the worker, not `worker_args`.
+    #[serde(default = "one", skip_serializing_if = "is_one", deserialize_with = "at_least_one")]
+    pub configs_per_task: u32,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        WorkerOptions { backend: None, memory_limit: None, configs_per_task: 1 }
+    }
+}
+
+fn is_one(k: &u32) -> bool {
+    *k == 1
+}
+
+/// `configs_per_task`: a whole number of at least 1.
+fn at_least_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let k = u32::deserialize(d)
+        .map_err(|_| serde::de::Error::custom("expected a whole number of configs per array task (1 or more)"))?;
+    if k == 0 {
+        return Err(serde::de::Error::custom("0 configs per array task would run nothing: use 1 or more"));
+    }
+    Ok(k)
 }
 
 /// The backends a worker may be built with (see worker/README.md).

@@ -210,7 +210,7 @@ pub fn array_spec(n: usize, parallel: Option<u32>) -> String {
     }
 }
 
-/// Splits `n` configs into arrays of at most `max_array_size` tasks (ids below it).
+/// Splits `n` array tasks into arrays of at most `max_array_size` tasks (ids below it).
 pub fn chunks(n: usize, max_array_size: u32) -> Vec<std::ops::Range<usize>> {
     let size = (max_array_size.max(1)) as usize;
     (0..n).step_by(size).map(|s| s..(s + size).min(n)).collect()

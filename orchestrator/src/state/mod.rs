@@ -35,7 +35,7 @@ mod submission;
 
 pub use journal::Change;
 pub use record::{Attempt, ConfigRecord, Live, RunDirKey, StateChange, MISSING_GRACE_S};
-pub use submission::Submission;
+pub use submission::{ArrayJob, Submission};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -247,9 +247,9 @@ impl StateDir {
 
     /// The attempts of submission `s` in `records`, brought in line with it and saved.
     fn settle(&self, records: &mut BTreeMap<String, ConfigRecord>, s: &Submission) -> Result<(), StateError> {
-        for (task, hash) in s.tasks.iter().enumerate() {
+        for (i, hash) in s.tasks.iter().enumerate() {
             let Some(r) = records.get_mut(hash) else { continue };
-            if s.settle(r, task as u32) {
+            if s.settle(r, s.task_of(i)) {
                 self.save_record(r)?;
             }
         }
@@ -320,6 +320,7 @@ mod tests {
             comment: "c".into(),
             array: "0".into(),
             tasks: vec!["aaa".into()],
+            configs_per_task: 1,
             intended_at: 1.0,
             array_job_id: None,
             submitted_at: None,
@@ -347,6 +348,7 @@ mod tests {
             comment: "c".into(),
             array: format!("0-{}", tasks.len() - 1),
             tasks: tasks.iter().map(|t| t.to_string()).collect(),
+            configs_per_task: 1,
             intended_at: 1.0,
             array_job_id: None,
             submitted_at: None,

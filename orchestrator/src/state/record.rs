@@ -242,10 +242,24 @@ impl ConfigRecord {
         let code = a.history.iter().rev().find_map(|h| h.detail.as_deref()).unwrap_or("?");
         // The first line says it all (reports show only it); then the log's end.
         let log = a.log_rel();
-        Some(match tail.lines().last() {
-            None => format!("exit code {code} and no result from the worker; its log {log} is empty or missing"),
-            Some(last) if last == tail => format!("{last} (exit code {code}, no result from the worker)\nlog: {log}"),
-            Some(last) => format!("{last} (exit code {code}, no result from the worker)\nthe end of {log}:\n{tail}"),
+        // A task of several configs logs each one's end (`<name>: Ok, …`):
+        // another config's line is no cause of this one's.
+        let others = |l: &&str| {
+            l.split_once(": ").is_some_and(|(name, rest)| {
+                name != self.name && ["Ok,", "Oom,", "Failed,", "Cancelled,"].iter().any(|s| rest.starts_with(s))
+            })
+        };
+        Some(match (tail.lines().rev().find(|l| !others(l)), tail.lines().last()) {
+            (_, None) => format!("exit code {code} and no result from the worker; its log {log} is empty or missing"),
+            (None, Some(_)) => format!(
+                "exit code {code} and no result from the worker for this config; the end of its task's log {log}:\n{tail}"
+            ),
+            (Some(last), _) if last == tail => {
+                format!("{last} (exit code {code}, no result from the worker)\nlog: {log}")
+            }
+            (Some(last), _) => {
+                format!("{last} (exit code {code}, no result from the worker)\nthe end of {log}:\n{tail}")
+            }
         })
     }
     /// Some attempt still occupies the config (queued, running, or an
@@ -394,6 +408,31 @@ mod tests {
         assert_eq!(a.state, Some(SlurmState::Cancelled));
         assert!(!a.is_live());
         assert!(!a.missing(100.0, 1000.0), "an ended attempt stays as it is");
+    }
+
+    #[test]
+    fn another_configs_line_in_a_shared_task_log_is_not_the_cause() {
+        let mut r = ConfigRecord {
+            hash: "h".into(),
+            name: "slow".into(),
+            verdict: None,
+            predicted_gib: None,
+            calibration: None,
+            attempts: vec![Attempt::intended("s001-x", 0, 0.0)],
+            result: None,
+        };
+        r.attempts[0].history.push(StateChange { t: 1.0, state: SlurmState::Failed, detail: Some("0:9".into()) });
+        r.attempts[0].log_tail = Some("first: Ok, 34752 params, peak 0.002 GiB".into());
+        let cause = r.failure_cause().expect("a cause");
+        assert!(cause.starts_with("exit code 0:9 and no result from the worker for this config;"), "{cause}");
+        r.attempts[0].log_tail =
+            Some("first: Ok, 1 params, peak 0.1 GiB\nslurmstepd: error: *** JOB 9 CANCELLED ***".into());
+        let cause = r.failure_cause().expect("a cause");
+        assert!(cause.starts_with("slurmstepd: error: *** JOB 9 CANCELLED *** (exit code 0:9"), "{cause}");
+        // One config a task: the log's last line, as before.
+        r.attempts[0].log_tail = Some("/w/job.sbatch: line 40: exec: worker: not found".into());
+        let cause = r.failure_cause().expect("a cause");
+        assert!(cause.starts_with("/w/job.sbatch: line 40: exec: worker: not found (exit code 0:9"), "{cause}");
     }
 
     /// A record as the version before typed records wrote it (its result a

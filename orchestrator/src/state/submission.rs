@@ -15,8 +15,12 @@ pub struct Submission {
     pub job_name: String,
     pub comment: String,
     pub array: String,
-    /// Config hash of each task, task id = index.
+    /// The hash of each config, in manifest order: config `i` runs in array
+    /// task `i / configs_per_task` (task id = index when one config a task).
     pub tasks: Vec<String>,
+    /// How many configs one array task runs (absent in files written before: 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub configs_per_task: u32,
     pub intended_at: f64,
     /// The protocol's state and its mirrors change only through
     /// [`Submission::set_state`] (read them with [`Submission::state`]).
@@ -35,24 +39,37 @@ pub struct Submission {
     pub(super) intent: IntentState,
 }
 
+fn one() -> u32 {
+    1
+}
+
+fn is_one(k: &u32) -> bool {
+    *k == 1
+}
+
+/// A job array as rendered: its unique name, comment and `--array`, and its
+/// configs (hashes in manifest order) with how many one task runs.
+#[derive(Debug, Clone)]
+pub struct ArrayJob {
+    pub job_name: String,
+    pub comment: String,
+    pub array: String,
+    pub configs: Vec<String>,
+    pub configs_per_task: u32,
+}
+
 impl Submission {
     /// A submission not yet intended: its job array as rendered, the script
     /// at `remote_script` on the cluster. [`Change::Intent`](super::Change)
     /// makes it durable, with its time.
-    pub fn new(
-        id: String,
-        job_name: String,
-        comment: String,
-        array: String,
-        tasks: Vec<String>,
-        remote_script: String,
-    ) -> Self {
+    pub fn new(id: String, job: ArrayJob, remote_script: String) -> Self {
         Submission {
             id,
-            job_name,
-            comment,
-            array,
-            tasks,
+            job_name: job.job_name,
+            comment: job.comment,
+            array: job.array,
+            tasks: job.configs,
+            configs_per_task: job.configs_per_task.max(1),
             intended_at: 0.0,
             array_job_id: None,
             submitted_at: None,
@@ -60,6 +77,19 @@ impl Submission {
             remote_script,
             intent: IntentState::Intended,
         }
+    }
+
+    /// The array task that runs config `index` of [`Submission::tasks`].
+    pub fn task_of(&self, index: usize) -> u32 {
+        (index / self.configs_per_task.max(1) as usize) as u32
+    }
+
+    /// The hashes of the configs array task `task` runs, in order (empty
+    /// for a task outside the array).
+    pub fn configs_of(&self, task: u32) -> &[String] {
+        let k = self.configs_per_task.max(1) as usize;
+        let first = (task as usize).saturating_mul(k).min(self.tasks.len());
+        &self.tasks[first..first.saturating_add(k).min(self.tasks.len())]
     }
 
     /// The protocol state (files written before the protocol had states say
@@ -108,5 +138,50 @@ impl Submission {
             }),
         }
         *r != before
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(hash: &str) -> ConfigRecord {
+        ConfigRecord {
+            hash: hash.into(),
+            name: hash.into(),
+            verdict: None,
+            predicted_gib: None,
+            calibration: None,
+            attempts: vec![],
+            result: None,
+        }
+    }
+
+    #[test]
+    fn configs_share_a_task_k_at_a_time_and_each_gets_its_own_attempt() {
+        let job = ArrayJob {
+            job_name: "n".into(),
+            comment: "c".into(),
+            array: "0-1".into(),
+            configs: ["a", "b", "c"].map(String::from).to_vec(),
+            configs_per_task: 2,
+        };
+        let s = Submission::new("s001-x".into(), job, "/x".into());
+        assert_eq!((s.task_of(0), s.task_of(1), s.task_of(2)), (0, 0, 1));
+        assert_eq!(s.configs_of(0), ["a", "b"]);
+        assert_eq!(s.configs_of(1), ["c"]);
+        assert!(s.configs_of(2).is_empty(), "outside the array");
+        let mut b = record("b");
+        assert!(s.settle(&mut b, s.task_of(1)));
+        assert_eq!((b.attempts.len(), b.attempts[0].task_id), (1, 0));
+        assert!(!s.settle(&mut b, s.task_of(1)), "settled once");
+        // Written with the field, read back; a file without it is one config a task.
+        let json = serde_json::to_value(&s).expect("json");
+        assert_eq!(json["configs_per_task"], 2);
+        let mut old = json.clone();
+        old.as_object_mut().expect("object").remove("configs_per_task");
+        let old: Submission = serde_json::from_value(old).expect("an older submission.json");
+        assert_eq!((old.configs_per_task, old.task_of(2)), (1, 2));
+        assert!(serde_json::to_value(&old).expect("json").get("configs_per_task").is_none());
     }
 }

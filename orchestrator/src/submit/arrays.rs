@@ -13,7 +13,7 @@ use crate::cluster::{merge_resources, ClusterConfig, ClustersFile};
 use crate::fsio;
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
-use crate::state::{self, StateError, Submission};
+use crate::state::{self, ArrayJob, StateError, Submission};
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport;
 
@@ -44,7 +44,8 @@ pub(crate) struct Placement<'a> {
     pub first_seq: usize,
 }
 
-/// Renders job arrays for `configs` (split below MaxArraySize); writes the
+/// Renders job arrays for `configs` (split below MaxArraySize), each task
+/// running the experiment's `configs_per_task` of them in turn; writes the
 /// scripts and manifests under `dir_for(sid)`.
 pub(crate) fn prepare_arrays(
     sweep: &Sweep,
@@ -54,40 +55,39 @@ pub(crate) fn prepare_arrays(
     renderer: &mut Renderer,
     dir_for: &dyn Fn(&str) -> PathBuf,
 ) -> Result<Vec<Prepared>, CommandError> {
-    let Placement { remote_state, worker, max_array, first_seq } = *place;
     let exp = &sweep.experiment;
-    let exph = experiment_hash(&exp.name);
+    let k = exp.worker.configs_per_task.max(1);
     let resources = merge_resources(&exp.slurm, &target.config.defaults);
     let template = exp.template.clone().unwrap_or_else(|| "profile".into());
+    let tasks = configs.len().div_ceil(k as usize);
     let mut out = Vec::new();
-    for (k, range) in slurm::chunks(configs.len(), max_array).into_iter().enumerate() {
-        let chunk = &configs[range];
-        let sid = format!("s{:03}-{}", first_seq + k, random_suffix());
-        let job_name = format!("sw-{}-{exph}-{sid}", slurm::slug(&exp.name, 24));
-        let hashes: Vec<String> = chunk.iter().map(|c| c.hash.0.clone()).collect();
-        let comment = job_comment(&exp.name, &exph, &sid, &hashes);
-        let array = slurm::array_spec(chunk.len(), exp.array_parallelism);
-        let sub_dir = format!("{remote_state}/{}/submissions/{sid}", exp.name);
+    for (n, range) in slurm::chunks(tasks, place.max_array).into_iter().enumerate() {
+        let (first, last) = (range.start * k as usize, (range.end * k as usize).min(configs.len()));
+        let chunk = &configs[first..last];
+        let sid = format!("s{:03}-{}", place.first_seq + n, random_suffix());
+        let job = array_job(exp, &sid, chunk, k);
+        let sub_dir = format!("{}/{}/submissions/{sid}", place.remote_state, exp.name);
         let vars = JobVars {
             experiment: exp.name.clone(),
             description: exp.description.clone(),
             submission: sid.clone(),
-            job_name: job_name.clone(),
-            comment: comment.clone(),
-            array: array.clone(),
-            tasks: chunk.len(),
+            job_name: job.job_name.clone(),
+            comment: job.comment.clone(),
+            array: job.array.clone(),
+            tasks: range.len(),
+            configs_per_task: k,
             slurm: (&resources).into(),
-            work_dir: remote_state.trim_end_matches("/state").to_string(),
-            state_dir: remote_state.to_string(),
+            work_dir: place.remote_state.trim_end_matches("/state").to_string(),
+            state_dir: place.remote_state.to_string(),
             submission_dir: sub_dir.clone(),
             log_dir: sub_dir.clone(),
             manifest: format!("{sub_dir}/manifest.json"),
             manifest_jsonl: format!("{sub_dir}/manifest.jsonl"),
-            worker: worker.to_string(),
+            worker: place.worker.to_string(),
             worker_args: exp.worker.args(),
         };
         let script = renderer.render(&template, &vars)?;
-        let (manifest_json, jsonl) = manifests(&exp.name, chunk)?;
+        let (manifest_json, jsonl) = manifests(&exp.name, chunk, k)?;
         let local_dir = dir_for(&sid);
         let files = vec![
             ("manifest.json".to_string(), manifest_json),
@@ -99,12 +99,26 @@ pub(crate) fn prepare_arrays(
             fsio::write_replace(&local_dir.join(name), data)?;
         }
         out.push(Prepared {
-            sub: Submission::new(sid, job_name, comment, array, hashes, format!("{sub_dir}/job.sbatch")),
+            sub: Submission::new(sid, job, format!("{sub_dir}/job.sbatch")),
             files: files.into_iter().map(|(n, d)| (format!("{sub_dir}/{n}"), d)).collect(),
             script_local: local_dir.join("job.sbatch"),
         });
     }
     Ok(out)
+}
+
+/// The job array of submission `sid`: its unique name, its comment, and
+/// `--array` over the tasks that run `chunk`, `k` configs each.
+fn array_job(exp: &crate::experiment::Experiment, sid: &str, chunk: &[&SweepConfig], k: u32) -> ArrayJob {
+    let exph = experiment_hash(&exp.name);
+    let configs: Vec<String> = chunk.iter().map(|c| c.hash.0.clone()).collect();
+    ArrayJob {
+        job_name: format!("sw-{}-{exph}-{sid}", slurm::slug(&exp.name, 24)),
+        comment: job_comment(&exp.name, &exph, sid, &configs),
+        array: slurm::array_spec(chunk.len().div_ceil(k as usize), exp.array_parallelism),
+        configs,
+        configs_per_task: k,
+    }
 }
 
 /// The job's comment, which SLURM keeps in accounting: the experiment, the
@@ -119,14 +133,15 @@ fn job_comment(experiment: &str, exph: &str, sid: &str, hashes: &[String]) -> St
     comment
 }
 
-/// `manifest.json` (the configs as one document) and `manifest.jsonl` (one
-/// config a line: task N reads line N+1).
-fn manifests(experiment: &str, chunk: &[&SweepConfig]) -> Result<(Vec<u8>, Vec<u8>), CommandError> {
+/// `manifest.json` (the configs as one document, `k` a task) and
+/// `manifest.jsonl` (one config a line: config N on line N+1; task T runs
+/// lines T*k+1 to T*k+k).
+fn manifests(experiment: &str, chunk: &[&SweepConfig], k: u32) -> Result<(Vec<u8>, Vec<u8>), CommandError> {
     let refused = |e: serde_json::Error| CommandError::Refused(e.to_string());
     let manifest = spec::run::Manifest {
         experiment: experiment.to_string(),
         task_offset: 0,
-        configs_per_task: 1,
+        configs_per_task: k,
         configs: chunk.iter().map(|c| c.config.clone()).collect(),
     };
     let json = serde_json::to_vec_pretty(&manifest).map_err(refused)?;
@@ -138,10 +153,17 @@ fn manifests(experiment: &str, chunk: &[&SweepConfig]) -> Result<(Vec<u8>, Vec<u
     Ok((json, jsonl))
 }
 
+/// What `render` made: the scripts (where each was written, its text) and
+/// the time limit a task is expected to need, against the one they set.
+pub struct Rendered {
+    pub scripts: Vec<(PathBuf, String)>,
+    pub time: crate::walltime::Suggestion,
+}
+
 /// `render`: the scripts `submit` would send now, written under
 /// `state/<experiment>/render/` and returned; nothing is submitted and the
 /// state's records are left alone.
-pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, String)>, CommandError> {
+pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandError> {
     if !state::valid_experiment_name(&sweep.experiment.name) {
         return Err(StateError::BadName(sweep.experiment.name.clone()).into());
     }
@@ -172,11 +194,15 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Vec<(PathBuf, Strin
     let dir = opts.state_root.join(&sweep.experiment.name).join("render");
     let place = Placement { remote_state: &remote_state, worker: &worker, max_array: 1001, first_seq: 1 };
     let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| dir.join(sid))?;
-    Ok(prepared
-        .into_iter()
-        .map(|p| {
-            let text = std::fs::read_to_string(&p.script_local).unwrap_or_default();
-            (p.script_local, text)
-        })
-        .collect())
+    let time = merge_resources(&sweep.experiment.slurm, &target.config.defaults).time;
+    Ok(Rendered {
+        scripts: prepared
+            .into_iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(&p.script_local).unwrap_or_default();
+                (p.script_local, text)
+            })
+            .collect(),
+        time: crate::walltime::for_sweep(sweep, &opts.state_root, time.as_deref()),
+    })
 }

@@ -223,8 +223,12 @@ fn print_submit(r: &SubmitReport) {
     for s in &r.unresolved {
         println!("unresolved submission {s}: SLURM has not answered by its job name yet; its configs stay reserved");
     }
+    let per_task = match r.configs_per_task {
+        k if k > 1 => format!(", {k} per task,"),
+        _ => String::new(),
+    };
     println!(
-        "submitted {} configs in {} job array(s) [{}]; {} cluster commands, {} file transfers, {:.1} s",
+        "submitted {} configs{per_task} in {} job array(s) [{}]; {} cluster commands, {} file transfers, {:.1} s",
         r.submitted.len(),
         r.arrays.len(),
         r.arrays.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(", "),
@@ -301,9 +305,15 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
         ClusterCommand::Render { file, overrides, select, common } => {
             let opts = options(&common, Some(&select), None);
             let sweep = crate::sweep::load(&file, &overrides)?;
-            for (path, text) in block_on(render(&sweep, &opts))?.context("render")? {
+            let rendered = block_on(render(&sweep, &opts))?.context("render")?;
+            for (path, text) in &rendered.scripts {
                 println!("# ---- {} ----", path.display());
                 print!("{text}");
+            }
+            // On stderr: stdout is the scripts.
+            eprintln!("{}", rendered.time);
+            if let Some(w) = rendered.time.warning() {
+                tracing::warn!("{w}");
             }
         }
     }

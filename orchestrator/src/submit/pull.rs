@@ -38,10 +38,14 @@ fn ended_at(a: &Attempt) -> Option<f64> {
 }
 
 /// Whether an ended attempt's missing result may still arrive: the states a
-/// worker that wrote its result ends in, within `grace_s` of the end.
+/// worker that wrote its result ends in, within `grace_s` of the end; and a
+/// cancelled or timed-out one whose worker started (in a task of several
+/// configs, its result may have been written before the task was stopped).
 pub(crate) fn awaiting_result(a: &Attempt, grace_s: f64, now: f64) -> bool {
     let Some(state) = &a.state else { return false };
-    matches!(state, SlurmState::Failed | SlurmState::OutOfMemory | SlurmState::Completed)
+    let stopped_after_start =
+        matches!(state, SlurmState::Cancelled | SlurmState::Timeout) && a.worker == WorkerOutcome::NoResult;
+    (matches!(state, SlurmState::Failed | SlurmState::OutOfMemory | SlurmState::Completed) || stopped_after_start)
         && !matches!(a.worker, WorkerOutcome::Result(_))
         && !a.exec_failed()
         && ended_at(a).is_some_and(|t| now - t < grace_s)
@@ -333,6 +337,10 @@ mod tests {
         let mut c = attempt(Some("11"), Some(SlurmState::Cancelled));
         c.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Cancelled, detail: None });
         assert!(!awaiting_result(&c, 120.0, 150.0), "a cancelled task needs no result");
+        // ... but one whose worker started may have written its result just before (a task of several configs).
+        c.worker = WorkerOutcome::from_word(Some("started"));
+        assert!(awaiting_result(&c, 120.0, 150.0));
+        assert!(!awaiting_result(&c, 120.0, 221.0));
         // `exec` of the worker failed (exit 127: not found): no result can come.
         let mut e = attempt(Some("11"), Some(SlurmState::Failed));
         e.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Failed, detail: Some("127:0".into()) });

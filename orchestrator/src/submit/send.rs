@@ -28,6 +28,8 @@ use crate::transport::{CounterSnapshot, TransportError};
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SubmitReport {
     pub submitted: Vec<String>,
+    /// How many configs each array task runs, in turn.
+    pub configs_per_task: u32,
     pub arrays: Vec<JobId>,
     /// (config name, why not submitted).
     pub skipped: Vec<(String, String)>,
@@ -131,8 +133,22 @@ impl SubmitReport {
     }
 }
 
+/// The array tasks, as (submission, task id), whose worker started some
+/// config. A config of such a task with no `start` of its own was not
+/// reached: the task's worker died (or was killed) on an earlier config.
+fn tasks_started(records: &BTreeMap<String, ConfigRecord>) -> BTreeSet<(String, u32)> {
+    let attempts = records.values().flat_map(|r| r.attempts.iter());
+    attempts.filter(|a| !a.abandoned && !a.worker.is_not_started()).map(|a| (a.submission.clone(), a.task_id)).collect()
+}
+
 /// Why a config is not (re)submitted, or `None` when it should be.
-fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option<String> {
+/// `started`: the tasks whose worker started ([`tasks_started`]).
+fn blocker(
+    r: &ConfigRecord,
+    opts: &Options,
+    resubmit_retryable: bool,
+    started: &BTreeSet<(String, u32)>,
+) -> Option<String> {
     let verdict = r.verdict.unwrap_or(VerdictKind::Invalid);
     if !allowed(verdict, opts) {
         if let Some(status) = r.result_status() {
@@ -163,12 +179,18 @@ fn blocker(r: &ConfigRecord, opts: &Options, resubmit_retryable: bool) -> Option
         ));
     }
     let state = last.state.clone().unwrap_or(SlurmState::Pending);
-    let worker = if r.attempts.iter().all(|a| a.worker.is_not_started()) {
+    let mut worker = if r.attempts.iter().all(|a| a.worker.is_not_started()) {
         // Records written before attempts carried the worker's outcome keep it only here.
         legacy_outcome(r)
     } else {
         last.worker
     };
+    if worker.is_not_started() && started.contains(&(last.submission.clone(), last.task_id)) {
+        // Not reached: its task's worker ran an earlier config and ended with
+        // the task, before this one's turn. Nothing was measured; it is
+        // judged as a worker that started and wrote no result.
+        worker = WorkerOutcome::NoResult;
+    }
     if let Some(why) = opts.retry.refusal(&state, worker) {
         return Some(why);
     }
@@ -242,7 +264,8 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     let opts = &Options { result_grace: std::time::Duration::from_secs_f64(grace_s), ..opts.clone() };
     let mut records = prepare(&st, sweep, &cluster)?;
     let before = target.transport.counters();
-    let mut report = SubmitReport { cluster: Some(choice), ..SubmitReport::default() };
+    let configs_per_task = sweep.experiment.worker.configs_per_task;
+    let mut report = SubmitReport { cluster: Some(choice), configs_per_task, ..SubmitReport::default() };
 
     // Settle what a crash left, then learn the current states, before deciding anything.
     // An open intent's configs stay reserved (`ConfigRecord::live`) until SLURM answers by name.
@@ -254,6 +277,7 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
 
     let mut todo: Vec<&SweepConfig> = Vec::new();
     let mut seen = BTreeSet::new();
+    let started = tasks_started(&records);
     for c in &sweep.configs {
         if !seen.insert(&c.hash.0) {
             continue;
@@ -262,7 +286,7 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
         if opts.only.as_ref().is_some_and(|only| !only.contains(&c.hash.0)) {
             continue;
         }
-        match blocker(r, opts, resume) {
+        match blocker(r, opts, resume, &started) {
             None => todo.push(c),
             Some(why) => report.skipped.push((c.name.clone(), why)),
         }
@@ -315,6 +339,10 @@ mod tests {
         }
     }
 
+    fn none() -> BTreeSet<(String, u32)> {
+        BTreeSet::new()
+    }
+
     fn ended(state: SlurmState) -> Attempt {
         Attempt { array_job_id: Some("1".into()), state: Some(state), ..Attempt::intended("s", 0, 0.0) }
     }
@@ -322,33 +350,33 @@ mod tests {
     #[test]
     fn resume_never_resubmits_live_completed_or_measured_oom() {
         let o = Options::default();
-        assert_eq!(blocker(&rec("fits", vec![], None), &o, true), None, "never submitted");
-        assert!(blocker(&rec("fits", vec![ended(SlurmState::Running)], None), &o, true).is_some());
-        assert!(blocker(&rec("fits", vec![ended(SlurmState::Pending)], None), &o, true).is_some());
-        assert!(blocker(&rec("fits", vec![ended(SlurmState::Completed)], None), &o, true).is_some());
-        assert!(blocker(&rec("fits", vec![ended(SlurmState::NodeFail)], Some("oom")), &o, true).is_some());
+        assert_eq!(blocker(&rec("fits", vec![], None), &o, true, &none()), None, "never submitted");
+        assert!(blocker(&rec("fits", vec![ended(SlurmState::Running)], None), &o, true, &none()).is_some());
+        assert!(blocker(&rec("fits", vec![ended(SlurmState::Pending)], None), &o, true, &none()).is_some());
+        assert!(blocker(&rec("fits", vec![ended(SlurmState::Completed)], None), &o, true, &none()).is_some());
+        assert!(blocker(&rec("fits", vec![ended(SlurmState::NodeFail)], Some("oom")), &o, true, &none()).is_some());
         let mut intent = ended(SlurmState::Pending);
         intent.state = None;
         intent.array_job_id = None;
-        assert!(blocker(&rec("fits", vec![intent], None), &o, true).is_some(), "unsettled intent");
-        assert_eq!(blocker(&rec("fits", vec![ended(SlurmState::NodeFail)], None), &o, true), None);
-        assert_eq!(blocker(&rec("fits", vec![ended(SlurmState::Cancelled)], None), &o, true), None);
+        assert!(blocker(&rec("fits", vec![intent], None), &o, true, &none()).is_some(), "unsettled intent");
+        assert_eq!(blocker(&rec("fits", vec![ended(SlurmState::NodeFail)], None), &o, true, &none()), None);
+        assert_eq!(blocker(&rec("fits", vec![ended(SlurmState::Cancelled)], None), &o, true, &none()), None);
         assert!(
-            blocker(&rec("fits", vec![ended(SlurmState::Cancelled)], None), &o, false).is_some(),
+            blocker(&rec("fits", vec![ended(SlurmState::Cancelled)], None), &o, false, &none()).is_some(),
             "submit does not retry"
         );
         let three = vec![ended(SlurmState::NodeFail), ended(SlurmState::NodeFail), ended(SlurmState::NodeFail)];
-        assert!(blocker(&rec("fits", three, None), &o, true).is_some(), "max attempts");
+        assert!(blocker(&rec("fits", three, None), &o, true, &none()).is_some(), "max attempts");
     }
 
     #[test]
     fn verdict_gates() {
         let o = Options::default();
-        assert!(blocker(&rec("invalid", vec![], None), &Options { force: true, ..o.clone() }, true).is_some());
-        assert!(blocker(&rec("oom", vec![], None), &o, true).is_some());
-        assert_eq!(blocker(&rec("oom", vec![], None), &Options { force: true, ..o.clone() }, true), None);
-        assert!(blocker(&rec("risky", vec![], None), &o, true).is_some());
-        assert_eq!(blocker(&rec("risky", vec![], None), &Options { include_risky: true, ..o }, true), None);
+        assert!(blocker(&rec("invalid", vec![], None), &Options { force: true, ..o.clone() }, true, &none()).is_some());
+        assert!(blocker(&rec("oom", vec![], None), &o, true, &none()).is_some());
+        assert_eq!(blocker(&rec("oom", vec![], None), &Options { force: true, ..o.clone() }, true, &none()), None);
+        assert!(blocker(&rec("risky", vec![], None), &o, true, &none()).is_some());
+        assert_eq!(blocker(&rec("risky", vec![], None), &Options { include_risky: true, ..o }, true, &none()), None);
     }
 
     fn with_worker(mut a: Attempt, worker: &str) -> Attempt {
@@ -362,20 +390,48 @@ mod tests {
         let failed = || ended(SlurmState::Failed);
         // Exit 3 makes SLURM say FAILED; the worker's `oom` result wins.
         let oom = rec("fits", vec![with_worker(failed(), "oom")], Some("oom"));
-        assert_eq!(blocker(&oom, &o, true).as_deref(), Some("measured oom"));
+        assert_eq!(blocker(&oom, &o, true, &none()).as_deref(), Some("measured oom"));
         // Started, no result, FAILED (SIGKILL) or OUT_OF_MEMORY (host OOM killer): retried.
-        assert_eq!(blocker(&rec("fits", vec![with_worker(failed(), "started")], None), &o, true), None);
+        assert_eq!(blocker(&rec("fits", vec![with_worker(failed(), "started")], None), &o, true, &none()), None);
         let host_oom = with_worker(ended(SlurmState::OutOfMemory), "started");
-        assert_eq!(blocker(&rec("fits", vec![host_oom], None), &o, true), None);
+        assert_eq!(blocker(&rec("fits", vec![host_oom], None), &o, true, &none()), None);
         // A real error: only with --retry-failed.
         let err = rec("fits", vec![with_worker(failed(), "failed")], Some("failed"));
-        assert!(blocker(&err, &o, true).is_some_and(|w| w.contains("--retry-failed")));
+        assert!(blocker(&err, &o, true, &none()).is_some_and(|w| w.contains("--retry-failed")));
         let retry_failed = Options { retry: RetryPolicy { failed: true, ..o.retry }, ..o.clone() };
-        assert_eq!(blocker(&err, &retry_failed, true), None);
+        assert_eq!(blocker(&err, &retry_failed, true, &none()), None);
         // The latest attempt decides: a first attempt's failure does not stick to a killed retry.
         let r = rec("fits", vec![with_worker(failed(), "failed"), with_worker(failed(), "started")], None);
-        assert_eq!(blocker(&r, &o, true), None);
+        assert_eq!(blocker(&r, &o, true, &none()), None);
         // The job script failed before the worker started (missing binary): a real error.
-        assert!(blocker(&rec("fits", vec![failed()], None), &o, true).is_some());
+        assert!(blocker(&rec("fits", vec![failed()], None), &o, true, &none()).is_some());
+    }
+
+    #[test]
+    fn configs_of_a_task_killed_midway_keep_their_results_and_the_unreached_are_retried() {
+        // One task (s, 0) ran three configs: the first ended ok, the worker was
+        // SIGKILLed in the second (started, no result), the third was never reached.
+        let o = Options::default();
+        let failed = || ended(SlurmState::Failed);
+        let mut records = BTreeMap::new();
+        for (hash, worker, result) in [("a", Some("ok"), Some("ok")), ("b", Some("started"), None), ("c", None, None)] {
+            let mut a = failed();
+            a.worker = WorkerOutcome::from_word(worker);
+            let mut r = rec("fits", vec![a], result);
+            r.hash = hash.into();
+            records.insert(hash.to_string(), r);
+        }
+        let started = tasks_started(&records);
+        assert_eq!(started, BTreeSet::from([("s".to_string(), 0)]));
+        assert_eq!(blocker(&records["a"], &o, true, &started).as_deref(), Some("completed"), "keeps its result");
+        assert_eq!(blocker(&records["b"], &o, true, &started), None, "killed: retried");
+        assert_eq!(blocker(&records["c"], &o, true, &started), None, "not reached: retried as killed");
+        let no_killed = Options { retry: RetryPolicy { killed: false, ..o.retry }, ..o.clone() };
+        assert!(blocker(&records["c"], &no_killed, true, &started).is_some_and(|w| w.contains("--no-retry-killed")));
+        // A task whose worker never started any config failed before the worker: a real error, as with one config.
+        assert!(blocker(&records["c"], &o, true, &none()).is_some_and(|w| w.contains("before the worker started")));
+        // Once retried, the retry's own outcome decides (max attempts per config, as before).
+        let three = vec![failed(), failed(), failed()];
+        assert!(blocker(&rec("fits", three, None), &o, true, &started).is_some_and(|w| w.contains("3 attempts")));
     }
 }

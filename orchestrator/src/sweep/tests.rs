@@ -168,11 +168,18 @@ fn worker_block_parses_sizes_and_names_the_bad_key() {
     let s = plan(&format!("{BASE}worker:\n  memory_limit: 2000000\n"), &[]).unwrap();
     assert_eq!(s.experiment.worker.memory_limit, Some(2_000_000));
     assert_eq!(plan(BASE, &[]).unwrap().experiment.worker.args(), Vec::<String>::new());
+    assert_eq!(plan(BASE, &[]).unwrap().experiment.worker.configs_per_task, 1, "one config per task by default");
+    let s = plan(&format!("{BASE}worker: {{configs_per_task: 3}}\n"), &[]).unwrap();
+    assert_eq!(s.experiment.worker.configs_per_task, 3);
+    assert_eq!(s.experiment.worker.args(), Vec::<String>::new(), "the manifest carries it, not the arguments");
     for (bad, want) in [
         ("worker: {memory_limit: 2 lots}", "worker.memory_limit: invalid size \"2 lots\""),
         ("worker: {memory_limit: 0}", "worker.memory_limit: a memory limit of 0 bytes"),
         ("worker: {backend: rocm}", "worker.backend: unknown variant `rocm`"),
         ("worker: {memry_limit: 1G}", "worker.memry_limit: unknown field `memry_limit`"),
+        ("worker: {configs_per_task: 0}", "worker.configs_per_task: 0 configs per array task would run nothing"),
+        ("worker: {configs_per_task: -2}", "worker.configs_per_task: expected a whole number of configs per array"),
+        ("worker: {configs_per_task: many}", "worker.configs_per_task: expected a whole number"),
     ] {
         let e = plan(&format!("{BASE}{bad}\n"), &[]).unwrap_err();
         assert!(e.starts_with("exp.yaml:12:") && e.contains(want), "{bad}: {e}");

@@ -143,9 +143,9 @@ impl ReplayTransport {
         })
     }
 
-    /// Writes the event stream of array task `task` (its config `cfg`) and its
-    /// log; returns its exit code.
-    fn answer(&self, cfg: &RunConfig, job: u64, task: u32, log: &Path) -> Result<i32, TransportError> {
+    /// Writes the event stream of config `cfg` of array task `task` and its
+    /// log line; returns the status its result says.
+    fn answer(&self, cfg: &RunConfig, job: u64, task: u32, log: &Path) -> Result<RunStatus, TransportError> {
         let found = self.records.find(cfg);
         let env = environment(cfg, found.as_ref().ok().map(|(_, r)| *r), job, task);
         let t = crate::fsio::now();
@@ -154,11 +154,11 @@ impl ReplayTransport {
             Ok((line, r)) => {
                 let message = format!("replayed: record `{}` of {} line {line}", r.id, self.records.source);
                 events.extend(recorded(r, t, message.clone()));
-                (if r.status == MeasuredStatus::Oom { 3 } else { 0 }, message)
+                (if r.status == MeasuredStatus::Oom { RunStatus::Oom } else { RunStatus::Ok }, message)
             }
             Err(why) => {
                 events.push(failed(t, why.clone()));
-                (1, why.clone())
+                (RunStatus::Failed, why.clone())
             }
         };
         let path = self.state_root.join(&cfg.experiment).join(cfg.events_rel());
@@ -231,6 +231,21 @@ fn recorded(r: &MeasurementRecord, t: f64, message: String) -> Vec<Event> {
         nvml_peak_bytes: None,
     });
     out
+}
+
+/// The exit code of a task that ran configs ending in `statuses`, as the
+/// worker exits: 0 when every one was ok, 143 when one was cancelled, else
+/// 1 when one failed, else 3 (an oom).
+fn task_exit_code(statuses: &[RunStatus]) -> i32 {
+    if statuses.contains(&RunStatus::Cancelled) {
+        143
+    } else if statuses.contains(&RunStatus::Failed) {
+        1
+    } else if statuses.contains(&RunStatus::Oom) {
+        3
+    } else {
+        0
+    }
 }
 
 fn failed(t: f64, message: String) -> Event {
@@ -331,11 +346,9 @@ impl Scheduler for ReplayTransport {
             let log = PathBuf::from(output.replace("%A", &id.to_string()).replace("%a", &t.to_string()));
             let code = match manifest.task(t) {
                 Some(cfgs) => {
-                    let mut code = 0;
-                    for cfg in cfgs {
-                        code = code.max(self.answer(cfg, id, t, &log)?);
-                    }
-                    code
+                    let statuses =
+                        cfgs.iter().map(|cfg| self.answer(cfg, id, t, &log)).collect::<Result<Vec<_>, _>>()?;
+                    task_exit_code(&statuses)
                 }
                 None => 1,
             };

@@ -12,10 +12,15 @@ fn first(recs: &Records, status: MeasuredStatus) -> MeasurementRecord {
 
 /// A job array as `submit` renders it: manifest beside the script, `--chdir` there.
 fn job(dir: &Path, configs: Vec<RunConfig>) -> String {
+    job_of(dir, configs, 1)
+}
+
+/// [`job`] with `k` configs per array task.
+fn job_of(dir: &Path, configs: Vec<RunConfig>, k: u32) -> String {
     let sub = dir.join("sub");
     std::fs::create_dir_all(&sub).expect("mkdir");
-    let manifest = Manifest { experiment: configs[0].experiment.clone(), task_offset: 0, configs_per_task: 1, configs };
-    let n = manifest.configs.len();
+    let manifest = Manifest { experiment: configs[0].experiment.clone(), task_offset: 0, configs_per_task: k, configs };
+    let n = manifest.tasks();
     std::fs::write(sub.join("manifest.json"), serde_json::to_vec(&manifest).expect("json")).expect("write");
     let script = format!(
         "#!/bin/bash\n#SBATCH --job-name=sweep-x\n#SBATCH --array=0-{}\n#SBATCH --output={}/%a.out\n#SBATCH --chdir={}\nexec worker run\n",
@@ -76,6 +81,45 @@ fn answers_each_config_with_its_record_through_the_event_stream() {
     assert!(r.message.as_deref().is_some_and(|m| m.contains("has no record of config c2")), "{:?}", r.message);
     let log = std::fs::read_to_string(d.path().join("sub/2.out")).expect("log");
     assert!(log.contains("replay cluster (no GPU run)") && log.contains("no record"), "{log}");
+}
+
+#[test]
+fn a_task_of_several_configs_answers_each_and_exits_as_the_worker_does() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let recs = group_records();
+    let oom = first(&recs, MeasuredStatus::Oom);
+    let oks: Vec<MeasurementRecord> = recs
+        .by_hash
+        .values()
+        .filter_map(|v| v.first().map(|(_, r)| r.clone()))
+        .filter(|r| r.status == MeasuredStatus::Ok && r.gpu().is_some())
+        .take(3)
+        .collect();
+    let config = |r: &MeasurementRecord, name: &str, batch_plus: u32| {
+        let mut c = r.run_config().expect("config");
+        (c.experiment, c.name, c.batch) = ("exp".into(), name.into(), c.batch + batch_plus);
+        c
+    };
+    // Tasks of two: [ok, oom] → 3; [ok, unknown] → 1 (failed wins over oom); [ok] → 0.
+    let cfgs = vec![
+        config(&oks[0], "a", 0),
+        config(&oom, "b", 0),
+        config(&oks[1], "c", 0),
+        config(&oks[0], "d", 1000),
+        config(&oks[2], "e", 0),
+    ];
+    let t = ReplayTransport::with_records(recs, d.path()).expect("transport");
+    t.submit(&job_of(d.path(), cfgs.clone(), 2)).expect("submit");
+    let poll = t.poll(&["sweep-x".to_string()], 0.0).expect("poll");
+    let codes: Vec<(u32, Option<String>)> = poll.tasks.values().map(|o| (o.task_id, o.detail.clone())).collect();
+    assert_eq!(codes, [(0, Some("3:0".into())), (1, Some("1:0".into())), (2, Some("0:0".into()))]);
+    for c in &cfgs {
+        let p = parse_events(&std::fs::read(d.path().join("exp").join(c.events_rel())).expect("events"));
+        assert!(p.result.is_some(), "{}: every config of a task has its own result", c.name);
+    }
+    assert_eq!(task_exit_code(&[RunStatus::Ok, RunStatus::Cancelled, RunStatus::Failed]), 143);
+    assert_eq!(task_exit_code(&[RunStatus::Oom, RunStatus::Ok]), 3);
+    assert_eq!(task_exit_code(&[RunStatus::Ok, RunStatus::Ok]), 0);
 }
 
 #[test]

@@ -84,15 +84,18 @@ impl Env {
 
     /// How many SLURM tasks ran each config of experiment `exp` in the state
     /// dir `state_root`: SLURM's jobs mapped back to configs through the
-    /// submissions' task lists. Jobs of earlier runs (same names, other
-    /// states) are not in those lists and are not counted.
+    /// submissions' task lists (a task that runs several configs counts for
+    /// each). Jobs of earlier runs (same names, other states) are not in
+    /// those lists and are not counted.
     pub fn jobs_per_config(&self, state_root: &Path, exp: &str) -> BTreeMap<String, usize> {
         let by_name: BTreeMap<String, orchestrator::state::Submission> =
             submissions(state_root, exp).into_iter().map(|s| (s.job_name.clone(), s)).collect();
         let mut count: BTreeMap<String, usize> = BTreeMap::new();
         for (_, task, name) in self.slurm_tasks() {
             let Some(s) = by_name.get(&name) else { continue };
-            *count.entry(s.tasks[task as usize].clone()).or_default() += 1;
+            for config in s.configs_of(task) {
+                *count.entry(config.clone()).or_default() += 1;
+            }
         }
         count
     }
