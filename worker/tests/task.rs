@@ -138,18 +138,24 @@ fn an_oom_does_not_take_the_tasks_later_configs_with_it() {
     assert_eq!(statuses, [RunStatus::Ok, RunStatus::Oom, RunStatus::Ok]);
 }
 
-/// The process running a config is killed from outside (SIGKILL: the kernel's
-/// OOM killer): that config is left started and without a result, as a
-/// one-config task's worker would leave it (the orchestrator retries it
-/// once), and the task goes on with the next.
-#[test]
-fn a_killed_config_is_left_without_a_result_and_the_task_goes_on() {
+/// A task of three configs, started, once its second (the slowest) has started.
+fn task_in_its_second_config() -> (tempfile::TempDir, Vec<RunConfig>, Child) {
     let mut configs = three_configs();
     configs[1].input.spatial = Spatial::new(32, 32, 32);
     let dir = tempfile::tempdir().unwrap();
     let manifest = write_manifest(dir.path(), &configs, 3);
     let task = start_task(dir.path(), &manifest, &[]);
     wait_until("the second config to start", || started(dir.path(), &configs[1]));
+    (dir, configs, task)
+}
+
+/// The process running a config is killed from outside (SIGKILL: the kernel's
+/// OOM killer): that config is left started and without a result, as a
+/// one-config task's worker would leave it (the orchestrator retries it
+/// once), and the task goes on with the next.
+#[test]
+fn a_killed_config_is_left_without_a_result_and_the_task_goes_on() {
+    let (dir, configs, task) = task_in_its_second_config();
     let pid = child_of(task.id()).expect("a child worker runs the configs");
     // SAFETY: kill(2) of the child worker this test's task started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
@@ -166,12 +172,7 @@ fn a_killed_config_is_left_without_a_result_and_the_task_goes_on() {
 /// `cancelled`, the later ones get no events, the task exits 143.
 #[test]
 fn a_cancelled_task_stops_where_it_was() {
-    let mut configs = three_configs();
-    configs[1].input.spatial = Spatial::new(32, 32, 32);
-    let dir = tempfile::tempdir().unwrap();
-    let manifest = write_manifest(dir.path(), &configs, 3);
-    let task = start_task(dir.path(), &manifest, &[]);
-    wait_until("the second config to start", || started(dir.path(), &configs[1]));
+    let (dir, configs, task) = task_in_its_second_config();
     // SAFETY: kill(2) of the task this test started.
     assert_eq!(unsafe { libc::kill(task.id() as i32, libc::SIGTERM) }, 0);
     let status = wait(task);
