@@ -246,8 +246,8 @@ fn warm(args: &WarmArgs) -> Result<i32> {
     };
     let warmed = worker::warm::run(&cfgs, &state_dir, run, |w| println!("{}", w.line()))?;
     let ok = warmed.iter().filter(|w| w.ok()).count();
-    println!("warm: {ok} of {} configs ok, kernel cache {}", warmed.len(), args.cache_dir.display());
-    Ok(if ok == warmed.len() { 0 } else { 1 })
+    println!("warm: {ok} of {} configs ok, kernel cache {}", cfgs.len(), args.cache_dir.display());
+    Ok(if ok == cfgs.len() { 0 } else { 1 })
 }
 
 /// A precision by its experiment-file name, for `--precision`.

@@ -124,7 +124,7 @@ pub enum WarmError {
 
 /// Runs each of `cfgs` in a process of its own, `run(config_file)` being the
 /// `worker run --config <file> …` command for it, events under `state_dir`;
-/// `each` sees every run as it ends.
+/// `each` sees every run as it ends. Stops after a run that was cancelled.
 pub fn run(
     cfgs: &[RunConfig],
     state_dir: &Path,
@@ -148,7 +148,11 @@ pub fn run(
         };
         let warmed = Warmed { name: cfg.name.clone(), wall_s, status, detail };
         each(&warmed);
+        let cancelled = warmed.status == Some(RunStatus::Cancelled);
         out.push(warmed);
+        if cancelled {
+            break; // SIGTERM (the job's time limit, scancel): the rest would be cancelled too
+        }
     }
     Ok(out)
 }
