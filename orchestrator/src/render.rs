@@ -21,11 +21,14 @@ use crate::experiment::SlurmResources;
 use crate::util::shell::sh_quote;
 
 /// The built-in templates, used when `templates/` has no file of that name.
-pub const BUILTIN: &[(&str, &str)] = &[("profile", include_str!("../../templates/profile.sbatch.hbs"))];
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("profile", include_str!("../../templates/profile.sbatch.hbs")),
+    ("warm", include_str!("../../templates/warm.sbatch.hbs")),
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderFailure {
-    #[error("template `{name}` not found (looked in {looked}); built-in: profile")]
+    #[error("template `{name}` not found (looked in {looked}); built-in: profile, warm")]
     NotFound { name: String, looked: String },
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
@@ -104,6 +107,21 @@ pub struct JobVars {
     pub worker_args: Vec<String>,
 }
 
+/// What the warm-up job's template (`warm`, `orchestrator install --warm`) may use.
+#[derive(Debug, Clone, Serialize)]
+pub struct WarmVars {
+    pub job_name: String,
+    pub slurm: SlurmVars,
+    /// Absolute paths on the cluster: the work dir (the cache is
+    /// `<work_dir>/cache/<host>`), the job's directory, its log, the worker.
+    pub work_dir: String,
+    pub job_dir: String,
+    pub log: String,
+    pub worker: String,
+    /// `worker warm --backend` (`null`: the worker picks its first GPU backend).
+    pub backend: Option<String>,
+}
+
 /// The job's SLURM resources with every key present (`null` when unset), so
 /// `{{#if slurm.qos}}` works in strict mode while `{{slurm.qso}}` is an error.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -178,6 +196,18 @@ impl Renderer {
         for v in [&vars.job_name, &vars.comment, &vars.array, &vars.log_dir, &vars.submission_dir] {
             sbatch_safe(v).map_err(|message| RenderFailure::Template { name: template.into(), message })?;
         }
+        self.render_value(template, vars)
+    }
+
+    /// The warm-up job's script (template `warm`).
+    pub fn render_warm(&mut self, vars: &WarmVars) -> Result<String, RenderFailure> {
+        for v in [&vars.job_name, &vars.log, &vars.job_dir] {
+            sbatch_safe(v).map_err(|message| RenderFailure::Template { name: "warm".into(), message })?;
+        }
+        self.render_value("warm", vars)
+    }
+
+    fn render_value<T: Serialize>(&mut self, template: &str, vars: &T) -> Result<String, RenderFailure> {
         let (label, text) = self.source(template)?;
         let key = format!("t:{label}");
         if !self.hb.has_template(&key) {
@@ -284,6 +314,41 @@ mod tests {
         v.slurm.partition = Some("gpu".into());
         v.slurm.extra = vec!["--x='a'".into()];
         assert!(Renderer::new(vec![]).render("profile", &v).is_err());
+    }
+
+    fn warm_vars() -> WarmVars {
+        WarmVars {
+            job_name: "sweep-warm-1700000000-ab12".into(),
+            slurm: vars().slurm,
+            work_dir: "/w".into(),
+            job_dir: "/w/warm/1700000000-ab12".into(),
+            log: "/w/warm/1700000000-ab12/warm.out".into(),
+            worker: "/w/bin/worker".into(),
+            backend: None,
+        }
+    }
+
+    #[test]
+    fn warm_template_runs_the_worker_on_the_profile_jobs_cache_with_the_clusters_settings() {
+        let s = Renderer::new(vec![]).render_warm(&warm_vars()).expect("renders");
+        assert!(s.starts_with("#!/bin/bash"), "{s}");
+        for line in ["--partition=GPUQ", "--time=00:30:00", "--gres=gpu:1", "--mail-type=END", "--ntasks=1"] {
+            assert!(s.contains(&format!("\n#SBATCH {line}\n")), "{line}: {s}");
+        }
+        assert!(s.contains("\n#SBATCH --output=/w/warm/1700000000-ab12/warm.out\n"), "{s}");
+        assert!(!s.contains("--array"), "one task: {s}");
+        assert!(s.contains("\ncache_dir=/w/cache/\"$(hostname -s)\"\n"), "{s}");
+        assert!(s.ends_with("\nexec /w/bin/worker warm --cache-dir \"$cache_dir\"\n"), "no --backend: {s}");
+        let mut v = warm_vars();
+        v.backend = Some("vulkan; $(id)".into());
+        v.worker = "/w/my bin/worker".into();
+        let s = Renderer::new(vec![]).render_warm(&v).expect("renders");
+        assert!(
+            s.ends_with("\nexec '/w/my bin/worker' warm --cache-dir \"$cache_dir\" --backend 'vulkan; $(id)'\n"),
+            "{s}"
+        );
+        v.log = "/w/a b/warm.out".into();
+        assert!(Renderer::new(vec![]).render_warm(&v).is_err(), "a space cannot go into --output");
     }
 
     #[test]

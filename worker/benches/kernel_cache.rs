@@ -1,6 +1,7 @@
 //! Where a GPU config's time goes, cold and warm: a small mixed sweep (one
-//! config per model family) run through the Vulkan backend twice, one worker
-//! process per config as SLURM runs them, with one kernel cache
+//! config per model family: `worker::warm::sweep`, what `worker warm` runs)
+//! run through the Vulkan backend twice, one worker process per config as
+//! SLURM runs them, with one kernel cache
 //! (`--cache-dir`): the first pass starts from an empty cache (every kernel
 //! compiled, its pipeline built, matmuls tuned), the second reads what the
 //! first stored. Prints per config the process's wall time, the first
@@ -21,46 +22,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use spec::event::{CacheState, Event};
-use spec::{
-    DitSpec, Gpu, HditSpec, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec, UvitSpec,
-};
-
-fn config(name: &str, model: ModelSpec, spatial: Spatial) -> RunConfig {
-    RunConfig {
-        experiment: "bench".into(),
-        name: name.into(),
-        model,
-        input: Input { channels: 1, spatial },
-        out_channels: 1,
-        batch: 1,
-        precision: Precision::Fp32,
-        grad_ckpt: false,
-        mode: Mode::Profile,
-        steps: 1,
-        gpu: Gpu::A100Sxm80,
-    }
-}
-
-/// One small config of each family.
-fn sweep(s: Spatial) -> Vec<RunConfig> {
-    let unet = ModelSpec::Unet(UnetSpec {
-        channels: vec![16, 32],
-        attention_levels: vec![false, true],
-        num_res_blocks: PerLevel::All(1),
-        num_head_channels: PerLevel::All(16),
-        norm_num_groups: 8,
-    });
-    let dit = ModelSpec::Dit(DitSpec { variant: None, hidden: Some(64), heads: Some(4), depth: Some(2), patch: 2 });
-    let hdit = ModelSpec::Hdit(HditSpec {
-        variant: None,
-        hidden: Some(32),
-        heads: Some(2),
-        patch: 2,
-        level_depths: vec![1, 1, 1],
-    });
-    let uvit = ModelSpec::Uvit(UvitSpec { variant: None, hidden: Some(64), heads: Some(4), depth: Some(3), patch: 2 });
-    vec![config("unet", unet, s), config("dit", dit, s), config("hdit", hdit, s), config("uvit", uvit, s)]
-}
+use spec::{RunConfig, Spatial};
 
 /// One config's run: the process's wall time, the first step's seconds
 /// (fwd + bwd + step), its peak, the cache as the run found it, its status.
@@ -111,7 +73,7 @@ fn main() {
         .unwrap_or(Spatial::new(8, 8, 8));
     let work = tempfile::tempdir().unwrap();
     let cache = work.path().join("cache");
-    let configs = sweep(spatial);
+    let configs = worker::warm::sweep("bench", spatial);
     let mut rows = Vec::new();
     for pass in ["cold", "warm"] {
         // Each pass keeps its own events (runs are kept by content), one cache for both.

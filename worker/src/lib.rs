@@ -19,6 +19,7 @@ pub mod models;
 pub mod nvml;
 pub mod runner;
 pub mod task;
+pub mod warm;
 
 pub use backend::Backend;
 pub use runner::{run, Outcome, RunOptions};

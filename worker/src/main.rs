@@ -26,6 +26,27 @@ enum Command {
     /// this worker, one process each, and print the worker's peak beside the
     /// measured one (markdown).
     Fidelity(FidelityArgs),
+    /// Fill a kernel cache: one small config of each model family through
+    /// `worker run --cache-dir DIR`, one process each, in fp32 and bf16-amp;
+    /// one line per config (wall seconds, status). Exit 0 when all ended ok.
+    Warm(WarmArgs),
+}
+
+#[derive(clap::Args)]
+struct WarmArgs {
+    /// The kernel cache to fill (as `worker run --cache-dir` takes it: one node's).
+    #[arg(long)]
+    cache_dir: PathBuf,
+    /// Backend (default: the first GPU backend compiled in, else `flex`).
+    #[arg(long)]
+    backend: Option<String>,
+    /// Where the warm-up runs' events go (default: a temp dir, removed after).
+    /// Never a sweep's state directory.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Precisions to run each family in (repeat or comma-separate).
+    #[arg(long, value_delimiter = ',', value_parser = precision, default_values = ["fp32", "bf16-amp"])]
+    precision: Vec<spec::Precision>,
 }
 
 #[derive(clap::Args)]
@@ -171,6 +192,7 @@ fn main() -> Result<()> {
             print!("{}", worker::fidelity::markdown(&rows, &device));
             Ok(())
         }
+        Command::Warm(args) => std::process::exit(warm(&args)?),
         Command::Run(args) => {
             let cfgs = configs_of(&args)?;
             if cfgs.len() > 1 && args.from.is_none() {
@@ -193,6 +215,45 @@ fn main() -> Result<()> {
             std::process::exit(worker::task::run_in_turn(&cfgs, args.from.unwrap_or(0), &opts)?);
         }
     }
+}
+
+/// `worker warm`: each warm-up config through `worker run` in a process of
+/// its own (see `worker::warm`); 0 when every one ended ok, else 1.
+fn warm(args: &WarmArgs) -> Result<i32> {
+    let backend = backend_of(args.backend.as_deref())?;
+    let scratch;
+    let state_dir = match &args.state_dir {
+        Some(d) => d.clone(),
+        None => {
+            scratch = tempfile::Builder::new().prefix("worker-warm-").tempdir().context("creating a temp state dir")?;
+            scratch.path().to_path_buf()
+        }
+    };
+    let cfgs = worker::warm::configs(&args.precision);
+    let (exe, through) = this_worker()?;
+    eprintln!(
+        "warming the kernel cache {} on {}: {} configs, events in {}",
+        args.cache_dir.display(),
+        backend.name(),
+        cfgs.len(),
+        state_dir.display()
+    );
+    let run = |config: &Path| {
+        let mut c = std::process::Command::new(&exe);
+        c.args(&through).arg("run").arg("--config").arg(config).arg("--state-dir").arg(&state_dir);
+        c.arg("--cache-dir").arg(&args.cache_dir).arg("--backend").arg(backend.name());
+        c
+    };
+    let warmed = worker::warm::run(&cfgs, &state_dir, run, |w| println!("{}", w.line()))?;
+    let ok = warmed.iter().filter(|w| w.ok()).count();
+    println!("warm: {ok} of {} configs ok, kernel cache {}", cfgs.len(), args.cache_dir.display());
+    Ok(if ok == cfgs.len() { 0 } else { 1 })
+}
+
+/// A precision by its experiment-file name, for `--precision`.
+fn precision(name: &str) -> Result<spec::Precision, String> {
+    serde_json::from_value(serde_json::Value::String(name.into()))
+        .map_err(|_| format!("unknown precision `{name}` (fp32, bf16-amp, fp16-amp or bf16)"))
 }
 
 /// How to start this worker again: its executable, and the arguments before

@@ -24,7 +24,7 @@ pub(crate) struct Prepared {
     pub script_local: PathBuf,
 }
 
-fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     let mut h = Sha256::new();
     h.update(std::process::id().to_le_bytes());
     h.update(fsio::now().to_le_bytes());

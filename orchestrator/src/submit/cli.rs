@@ -135,6 +135,14 @@ pub enum ClusterCommand {
         /// The worker binary (default: `worker` beside this orchestrator executable).
         #[arg(long)]
         worker: Option<PathBuf>,
+        /// Then submit a job (the cluster's `defaults:` resources) that warms the
+        /// kernel cache of the node it lands on: `worker warm`, a short run of
+        /// each model family's kernels, into `<work_dir>/cache/<host>`.
+        #[arg(long)]
+        warm: bool,
+        /// The warm-up job's backend (default: the worker's first GPU backend).
+        #[arg(long, requires = "warm", value_parser = worker_backend)]
+        backend: Option<crate::experiment::WorkerBackend>,
         #[command(flatten)]
         common: Common,
     },
@@ -282,7 +290,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
                 );
             }
         }
-        ClusterCommand::Install { worker, common } => {
+        ClusterCommand::Install { worker, warm, backend, common } => {
             let opts = options(&common, None, None);
             let Some(cluster) = common.cluster.as_deref() else {
                 anyhow::bail!("install needs --cluster NAME (a cluster of the clusters file)");
@@ -291,16 +299,9 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
                 Some(w) => w,
                 None => anyhow::bail!("cannot locate this executable's directory; pass --worker PATH"),
             };
-            let r = block_on(super::install::install(&opts, cluster, &worker))?.context("install")?;
-            println!(
-                "{} {} ({:.1} MiB, sha256 {}) on {}: {:.1} s",
-                if r.uploaded { "installed" } else { "up to date:" },
-                r.path,
-                r.bytes as f64 / (1u64 << 20) as f64,
-                &r.sha256[..12],
-                r.cluster,
-                r.wall_s
-            );
+            let warm = warm.then_some(backend);
+            let done = block_on(super::install::install_and_warm(&opts, cluster, &worker, warm))?.context("install")?;
+            print_installed(cluster, &done);
         }
         ClusterCommand::Render { file, overrides, select, common } => {
             let opts = options(&common, Some(&select), None);
@@ -378,4 +379,41 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
         std::process::exit(130);
     }
     Ok(())
+}
+
+/// `install`'s answer: the upload, then the warm-up job and where its output goes.
+fn print_installed(cluster: &str, done: &super::install::Installed) {
+    match &done.upload {
+        Some(r) => println!(
+            "{} {} ({:.1} MiB, sha256 {}) on {}: {:.1} s",
+            if r.uploaded { "installed" } else { "up to date:" },
+            r.path,
+            r.bytes as f64 / (1u64 << 20) as f64,
+            &r.sha256[..12],
+            r.cluster,
+            r.wall_s
+        ),
+        None => {
+            println!("nothing to install on {cluster} (the `local` transport runs the worker beside the orchestrator)")
+        }
+    }
+    if let Some(w) = &done.warm {
+        println!(
+            "submitted warm-up job {} ({}): worker warm --backend {} into {}",
+            w.job_id, w.job_name, w.backend, w.cache
+        );
+        println!("its output, one line per config and `warm: N of N configs ok` at the end: {}", w.log);
+        if w.on_slurm {
+            println!("(sacct -j {} shows when it ended)", w.job_id);
+        }
+    }
+}
+
+/// A backend by its name, for `install --backend`.
+fn worker_backend(name: &str) -> std::result::Result<crate::experiment::WorkerBackend, String> {
+    use crate::experiment::WorkerBackend::*;
+    [Flex, Wgpu, Vulkan, Cuda]
+        .into_iter()
+        .find(|b| b.name() == name)
+        .ok_or_else(|| format!("unknown backend `{name}` (flex, wgpu, vulkan or cuda)"))
 }

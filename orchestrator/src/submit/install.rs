@@ -7,14 +7,17 @@
 //! or the new one, never half a file. It is skipped when the file on the
 //! cluster already has the same size and SHA-256 (computed there), so running
 //! `install` before every sweep costs one command.
+//!
+//! `--warm` then submits a job that fills a node's kernel cache ([`super::warm`]).
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::{CommandError, Options};
+use super::{CommandError, Options, Target};
 use crate::cluster::TransportKind;
+use crate::experiment::WorkerBackend;
 use crate::target::blocking;
 
 /// What `install` did.
@@ -37,8 +40,40 @@ pub fn default_worker() -> Option<PathBuf> {
 
 /// Uploads `worker` to cluster `cluster` unless it is already there.
 pub async fn install(opts: &Options, cluster: &str, worker: &Path) -> Result<InstallReport, CommandError> {
-    let t0 = Instant::now();
     let target = crate::target::open(opts.clusters_file.as_deref(), cluster, &opts.state_root)?;
+    install_on(&target, worker).await
+}
+
+/// What `install [--warm]` did: the upload (none for the `local` transport,
+/// whose jobs run the worker beside the orchestrator), the warm-up job.
+pub struct Installed {
+    pub upload: Option<InstallReport>,
+    pub warm: Option<super::warm::WarmJob>,
+}
+
+/// `install`, then with `warm` the warm-up job ([`super::warm::submit`]),
+/// with `--backend` when given.
+pub async fn install_and_warm(
+    opts: &Options,
+    cluster: &str,
+    worker: &Path,
+    warm: Option<Option<WorkerBackend>>,
+) -> Result<Installed, CommandError> {
+    let target = crate::target::open(opts.clusters_file.as_deref(), cluster, &opts.state_root)?;
+    let Some(backend) = warm else {
+        return Ok(Installed { upload: Some(install_on(&target, worker).await?), warm: None });
+    };
+    let upload = match target.config.transport {
+        TransportKind::Local => None,
+        _ => Some(install_on(&target, worker).await?),
+    };
+    let job = super::warm::submit(opts, &target, backend).await?;
+    Ok(Installed { upload, warm: Some(job) })
+}
+
+/// Uploads `worker` to `target` unless it is already there.
+pub async fn install_on(target: &Target, worker: &Path) -> Result<InstallReport, CommandError> {
+    let t0 = Instant::now();
     if target.config.transport == TransportKind::Replay {
         return Err(CommandError::Refused(format!(
             "cluster `{}` replays recorded measurements: it runs no worker, so there is nothing to install",
@@ -80,5 +115,12 @@ pub async fn install(opts: &Options, cluster: &str, worker: &Path) -> Result<Ins
             )));
         }
     }
-    Ok(InstallReport { cluster: target.name, path, bytes, sha256, uploaded, wall_s: t0.elapsed().as_secs_f64() })
+    Ok(InstallReport {
+        cluster: target.name.clone(),
+        path,
+        bytes,
+        sha256,
+        uploaded,
+        wall_s: t0.elapsed().as_secs_f64(),
+    })
 }

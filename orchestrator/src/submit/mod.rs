@@ -40,6 +40,7 @@ pub mod protocol;
 mod pull;
 mod send;
 pub mod view;
+pub mod warm;
 mod watch;
 
 pub use arrays::render;
