@@ -58,25 +58,11 @@ fn result(events: &[Event]) -> (RunStatus, Option<Phase>, Option<String>) {
     }
 }
 
-/// One small config of each family, in fp32: lavapipe compiles autocast's f16
-/// kernels ten times slower (a tiny DiT: 47 s cold in fp32, 520 s in bf16-amp).
+/// One small config of each family, in fp32 (what `worker warm` runs):
+/// lavapipe compiles autocast's f16 kernels ten times slower (a tiny DiT:
+/// 47 s cold in fp32, 520 s in bf16-amp).
 fn four_families(s: Spatial) -> Vec<RunConfig> {
-    let unet = ModelSpec::Unet(UnetSpec {
-        channels: vec![16, 32],
-        attention_levels: vec![false, true],
-        num_res_blocks: PerLevel::All(1),
-        num_head_channels: PerLevel::All(16),
-        norm_num_groups: 8,
-    });
-    let hdit = ModelSpec::Hdit(HditSpec {
-        variant: None,
-        hidden: Some(32),
-        heads: Some(2),
-        patch: 2,
-        level_depths: vec![1, 1, 1],
-    });
-    let uvit = ModelSpec::Uvit(UvitSpec { variant: None, hidden: Some(32), heads: Some(2), depth: Some(3), patch: 2 });
-    vec![config("unet", unet, s), config("dit", dit(32, 2, 2, 2), s), config("hdit", hdit, s), config("uvit", uvit, s)]
+    worker::warm::sweep("vulkan", s)
 }
 
 /// Every run on the Vulkan device ends `ok` with every phase read back. On
