@@ -35,9 +35,10 @@ cargo test --workspace --locked "$@"
 # do (docs/gpu.md); then the kernel cache's bench, cold against warm, in the
 # same (dev) profile so nothing more is compiled. Built with every GPU
 # feature, so wgpu and nvml keep compiling too; then the workspace's worker
-# binary (CPU) is restored for whoever runs it next, from the build above.
+# binary (CPU) is restored for whoever runs it next, from the build above
+# (the same targets, so the same features: nothing is compiled again).
 SWEEP_VULKAN_ROOT=$(scripts/lavapipe.sh)
 export SWEEP_VULKAN_ROOT
 cargo test -p worker --features wgpu,vulkan,nvml --locked --test vulkan_cpu
 cargo bench -p worker --features wgpu,vulkan,nvml --locked --profile dev --bench kernel_cache
-cargo build --workspace --locked
+cargo build --workspace --all-targets --locked
