@@ -2,29 +2,16 @@
 //! the same submit, state, status and report path as a real cluster, and
 //! every output says it replays.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn orchestrator(root: &Path, state: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-        .current_dir(root)
-        .args(args)
-        .arg("--state-dir")
-        .arg(state)
-        .output()
-        .expect("orchestrator runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{args:?}: {text}");
-    text
-}
+use common::orchestrator;
 
 #[test]
 fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let d = tempfile::tempdir().expect("tempdir");
     let state = d.path().join("state");
     let args = ["submit", "experiments/exp13.yaml", "--cluster", "replay", "--active", "--poll-interval", "0.2"];
-    let text = orchestrator(&root, &state, &args);
+    let text = orchestrator(&state, &args);
     assert!(text.contains("round 1:"), "{text}");
     let (measured, predicted) = text.split_once("predicted (not run):").expect("measured and predicted apart");
     let n_measured = measured.lines().filter(|l| l.starts_with("  ")).count();
@@ -33,10 +20,10 @@ fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() 
     assert!(n_predicted > n_measured, "most of the sweep is predicted:\n{text}");
     assert!(text.contains(&format!("12 configs: {n_measured} measured, {n_predicted} predicted")), "{text}");
     // Run again: everything is settled, nothing is submitted.
-    let again = orchestrator(&root, &state, &args);
+    let again = orchestrator(&state, &args);
     assert!(!again.contains("round "), "{again}");
     // status and report read the replayed runs as any others; the events say they were replayed.
-    let status = orchestrator(&root, &state, &["status", "exp13"]);
+    let status = orchestrator(&state, &["status", "exp13"]);
     let completed = status.lines().filter(|l| l.split_whitespace().nth(4) == Some("COMPLETED")).count();
     assert_eq!(completed, n_measured, "{status}");
     let runs = std::fs::read_dir(state.join("exp13/runs")).expect("runs").count();
@@ -51,7 +38,7 @@ fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() 
         status.contains(&format!("active sweep: {n_measured} measured, {n_predicted} predicted without a run")),
         "{status}"
     );
-    orchestrator(&root, &state, &["report", "exp13"]);
+    orchestrator(&state, &["report", "exp13"]);
     let md = std::fs::read_to_string(state.join("exp13/report/report.md")).expect("report.md");
     assert!(md.contains("## Active sweep"), "{md}");
     assert!(md.contains(&format!("12 configs: {n_measured} measured, {n_predicted} predicted without a run")), "{md}");
@@ -60,7 +47,7 @@ fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() 
     let predicted_rows = section.lines().filter(|l| l.starts_with("| DiT")).count();
     assert_eq!(predicted_rows, n_predicted, "each predicted config's row says so:\n{md}");
     let json: serde_json::Value = serde_json::from_str(
-        &orchestrator(&root, &state, &["report", "exp13", "--json"])
+        &orchestrator(&state, &["report", "exp13", "--json"])
             .lines()
             .take_while(|l| !l.starts_with("wrote "))
             .collect::<Vec<_>>()

@@ -6,22 +6,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn orchestrator(state: &Path, args: &[&str]) -> String {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-        .current_dir(root)
-        .args(args)
-        .arg("--state-dir")
-        .arg(state)
-        .output()
-        .expect("orchestrator runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{args:?}: {text}");
-    text
-}
+use common::orchestrator;
 
 /// Three DiTs the group measured (batch 1), each followed by the same DiT at
 /// batch 7, which no record has: tasks of two run one of each.

@@ -92,7 +92,7 @@ impl Meter {
                         #[cfg(feature = "nvml")]
                         {
                             tick = tick.wrapping_add(1);
-                            if tick % NVML_EVERY == 0 {
+                            if tick.is_multiple_of(NVML_EVERY) {
                                 if let Some(b) = nvml.as_ref().and_then(|n| n.used_by_this_process()) {
                                     nvml_peak.fetch_max(b, Ordering::Relaxed);
                                 }

@@ -24,7 +24,8 @@ use crate::events::{events_path, now};
 /// The experiment name of the warm-up runs (their events' directory).
 pub const EXPERIMENT: &str = "warm";
 
-fn config(experiment: &str, name: &str, model: ModelSpec, spatial: Spatial) -> RunConfig {
+/// A profile run of `model` at `spatial`, one channel, batch 1, fp32.
+pub fn config(experiment: &str, name: &str, model: ModelSpec, spatial: Spatial) -> RunConfig {
     RunConfig {
         experiment: experiment.into(),
         name: name.into(),

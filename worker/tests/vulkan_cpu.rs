@@ -12,24 +12,10 @@ mod common;
 use std::path::Path;
 
 use spec::event::{AttentionKernel, DtypePolicy, Event, Phase, RunStatus};
-use spec::{
-    DitSpec, Gpu, HditSpec, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec, UvitSpec,
-};
+use spec::{DitSpec, ModelSpec, RunConfig, Spatial};
 
 fn config(name: &str, model: ModelSpec, spatial: Spatial) -> RunConfig {
-    RunConfig {
-        experiment: "vulkan".into(),
-        name: name.into(),
-        model,
-        input: Input { channels: 1, spatial },
-        out_channels: 1,
-        batch: 1,
-        precision: Precision::Fp32,
-        grad_ckpt: false,
-        mode: Mode::Profile,
-        steps: 1,
-        gpu: Gpu::A100Sxm80,
-    }
+    worker::warm::config("vulkan", name, model, spatial)
 }
 
 fn dit(hidden: u32, heads: u32, depth: u32, patch: u32) -> ModelSpec {

@@ -77,7 +77,7 @@ pub(crate) fn prepare_arrays(
             tasks: range.len(),
             configs_per_task: k,
             slurm: (&resources).into(),
-            work_dir: place.remote_state.trim_end_matches("/state").to_string(),
+            work_dir: work_dir_of(place.remote_state).to_string(),
             state_dir: place.remote_state.to_string(),
             submission_dir: sub_dir.clone(),
             log_dir: sub_dir.clone(),
@@ -131,6 +131,11 @@ fn job_comment(experiment: &str, exph: &str, sid: &str, hashes: &[String]) -> St
         comment.push_str(",...");
     }
     comment
+}
+
+/// The cluster's `work_dir`, from its remote state root (`<work_dir>/state`).
+pub(crate) fn work_dir_of(remote_state: &str) -> &str {
+    remote_state.trim_end_matches("/state")
 }
 
 /// `manifest.json` (the configs as one document, `k` a task) and

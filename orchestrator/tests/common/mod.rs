@@ -165,6 +165,22 @@ pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
+/// `orchestrator ARGS --state-dir STATE` run from the repository root (its
+/// `experiments/`, `data/`): stdout and stderr together; it must succeed.
+pub fn orchestrator(state: &Path, args: &[&str]) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .current_dir(root)
+        .args(args)
+        .arg("--state-dir")
+        .arg(state)
+        .output()
+        .expect("orchestrator runs");
+    let text = text(&out);
+    assert!(out.status.success(), "{args:?}: {text}");
+    text
+}
+
 /// A command's stdout and stderr, together.
 pub fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
