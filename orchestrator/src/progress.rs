@@ -73,22 +73,23 @@ pub const RUNS_FOR_ETA: usize = 3;
 /// How long a finished attempt ran: the worker's own wall time when there is a
 /// result, else from the first RUNNING to the end in the SLURM history.
 fn duration(r: &ConfigRecord) -> Option<f64> {
-    if let Some(res) = &r.result {
+    if let Some(res) = &r.result() {
         return Some(res.wall_s);
     }
     let a = r.latest()?;
-    let end = a.history.last().filter(|c| c.state.activity() == Activity::Ended)?.t;
-    let start = a.history.iter().find(|c| c.state.activity() == Activity::Running).map(|c| c.t).or(a.submitted_at)?;
+    let end = a.history().last().filter(|c| c.state.activity() == Activity::Ended)?.t;
+    let start =
+        a.history().iter().find(|c| c.state.activity() == Activity::Running).map(|c| c.t).or(a.submitted_at())?;
     (end >= start).then_some(end - start)
 }
 
 /// When the latest attempt started running (the worker's start, else SLURM's RUNNING).
 fn started(r: &ConfigRecord) -> Option<f64> {
     let a = r.latest()?;
-    a.live
+    a.live()
         .as_ref()
         .and_then(|l| l.started_t)
-        .or_else(|| a.history.iter().find(|c| c.state.activity() == Activity::Running).map(|c| c.t))
+        .or_else(|| a.history().iter().find(|c| c.state.activity() == Activity::Running).map(|c| c.t))
 }
 
 /// The array tasks, as (submission, task id), that run more than one of
@@ -97,7 +98,7 @@ fn shared_tasks(records: &[&ConfigRecord]) -> BTreeSet<(String, u32)> {
     let mut seen = BTreeSet::new();
     let mut shared = BTreeSet::new();
     for a in records.iter().filter_map(|r| r.latest()) {
-        let key = (a.submission.clone(), a.task_id);
+        let key = (a.submission().to_string(), a.task_id());
         if !seen.insert(key.clone()) {
             shared.insert(key);
         }
@@ -109,9 +110,9 @@ fn shared_tasks(records: &[&ConfigRecord]) -> BTreeSet<(String, u32)> {
 /// result is in) or, in a task of several configs, not begun.
 fn in_running_task(r: &ConfigRecord, shared: &BTreeSet<(String, u32)>) -> Activity {
     let Some(a) = r.latest() else { return Activity::Queued };
-    if r.result.is_some() {
+    if r.result().is_some() {
         Activity::Ended
-    } else if a.worker.is_not_started() && shared.contains(&(a.submission.clone(), a.task_id)) {
+    } else if a.worker().is_not_started() && shared.contains(&(a.submission().to_string(), a.task_id())) {
         Activity::Queued
     } else {
         Activity::Running
@@ -148,15 +149,15 @@ pub fn sweep_progress<'a>(
                 p.never_submitted += 1;
                 "not submitted".to_string()
             }
-            Some(a) if a.array_job_id.is_none() => {
+            Some(a) if a.array_job_id().is_none() => {
                 p.waiting += 1;
-                live.push((r.predicted_gib, 0.0));
+                live.push((r.predicted_gib(), 0.0));
                 "SUBMITTING".to_string()
             }
-            Some(a) => match &a.state {
+            Some(a) => match &a.state() {
                 None => {
                     p.waiting += 1;
-                    live.push((r.predicted_gib, 0.0));
+                    live.push((r.predicted_gib(), 0.0));
                     "SUBMITTED".to_string()
                 }
                 Some(s) => {
@@ -167,17 +168,17 @@ pub fn sweep_progress<'a>(
                     match activity {
                         Activity::Queued => {
                             p.waiting += 1;
-                            live.push((r.predicted_gib, 0.0));
+                            live.push((r.predicted_gib(), 0.0));
                         }
                         Activity::Running => {
                             p.running += 1;
-                            live.push((r.predicted_gib, started(r).map_or(0.0, |t| (now - t).max(0.0))));
+                            live.push((r.predicted_gib(), started(r).map_or(0.0, |t| (now - t).max(0.0))));
                         }
                         Activity::Ended => {
                             p.ended += 1;
                             if let Some(d) = duration(r) {
                                 durations.push(d);
-                                if let Some(g) = r.predicted_gib.filter(|g| *g > 0.0) {
+                                if let Some(g) = r.predicted_gib().filter(|g| *g > 0.0) {
                                     per_gib.push(d / g);
                                 }
                             }
@@ -320,35 +321,37 @@ pub fn watch_bar() -> WatchBar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collect::WorkerOutcome;
     use crate::slurm::SlurmState;
-    use crate::state::{Attempt, StateChange};
+    use crate::state::Attempt;
+
+    /// An attempt as array task `task`, seen in the states of `history`, then `state`.
+    fn attempt(task: u32, state: Option<SlurmState>, history: Vec<(f64, SlurmState)>) -> Attempt {
+        let a = Attempt::intended("s001-x", task, 0.0).in_array("7").submitted(0.0);
+        history.into_iter().fold(a, |a, (t, s)| a.seen(s, t, None)).in_state(state)
+    }
+
+    fn ok(wall: f64) -> spec::event::RunResult {
+        serde_json::from_value(serde_json::json!({
+            "event": "result", "t": 0.0, "status": "ok", "params": 0, "peaks": {}, "peak_bytes": 0, "wall_s": wall
+        }))
+        .expect("a result")
+    }
+
+    /// A config predicted at `gib` with attempt `a`, and a result of `wall` seconds.
+    fn rec_of(hash: &str, gib: f64, a: Option<Attempt>, wall: Option<f64>) -> ConfigRecord {
+        let r = ConfigRecord::fixture(hash, hash).with_verdict(Some(crate::precheck::VerdictKind::Fits), Some(gib));
+        let r = match a {
+            Some(a) => r.with_attempt(a),
+            None => r,
+        };
+        r.with_result(wall.map(ok))
+    }
 
     fn rec(hash: &str, state: Option<SlurmState>, history: Vec<(f64, SlurmState)>, wall: Option<f64>) -> ConfigRecord {
-        ConfigRecord {
-            hash: hash.into(),
-            name: hash.into(),
-            verdict: Some(crate::precheck::VerdictKind::Fits),
-            predicted_gib: Some(1.0),
-            calibration: None,
-            attempts: vec![Attempt {
-                array_job_id: Some("7".into()),
-                submitted_at: Some(0.0),
-                state,
-                history: history.into_iter().map(|(t, state)| StateChange { t, state, detail: None }).collect(),
-                // A task of its own (by its name), as with one config per task.
-                ..Attempt::intended(
-                    "s001-x",
-                    hash.bytes().fold(0u32, |t, b| t.wrapping_mul(31).wrapping_add(b.into())),
-                    0.0,
-                )
-            }],
-            result: wall.map(|w| {
-                serde_json::from_value(serde_json::json!({
-                    "event": "result", "t": 0.0, "status": "ok", "params": 0, "peaks": {}, "peak_bytes": 0, "wall_s": w
-                }))
-                .expect("a result")
-            }),
-        }
+        // A task of its own (by its name), as with one config per task.
+        let task = hash.bytes().fold(0u32, |t, b| t.wrapping_mul(31).wrapping_add(b.into()));
+        rec_of(hash, 1.0, Some(attempt(task, state, history)), wall)
     }
 
     #[test]
@@ -360,8 +363,7 @@ mod tests {
         let running = rec("r", Some(SlurmState::Running), vec![(5.0, SlurmState::Running)], None);
         let pending: Vec<ConfigRecord> =
             (0..3).map(|i| rec(&format!("p{i}"), Some(SlurmState::Pending), vec![], None)).collect();
-        let mut never = rec("n", None, vec![], None);
-        never.attempts.clear();
+        let never = rec_of("n", 1.0, None, None);
         let mut all = vec![done("a", 10.0), done("b", 20.0), failed, running, never];
         all.extend(pending);
         let p = sweep_progress(&all, None, 1000.0);
@@ -388,11 +390,9 @@ mod tests {
     fn eta_scales_with_the_prediction_and_divides_by_the_parallelism() {
         let small: Vec<ConfigRecord> =
             (0..3).map(|i| rec(&format!("s{i}"), Some(SlurmState::Completed), vec![], Some(2.0))).collect();
-        let mut big: Vec<ConfigRecord> =
-            (0..4).map(|i| rec(&format!("b{i}"), Some(SlurmState::Pending), vec![], None)).collect();
-        for b in &mut big {
-            b.predicted_gib = Some(10.0);
-        }
+        let big: Vec<ConfigRecord> = (0..4)
+            .map(|i| rec_of(&format!("b{i}"), 10.0, Some(attempt(100 + i, Some(SlurmState::Pending), vec![])), None))
+            .collect();
         // One finished run says too little for an ETA.
         let one: Vec<ConfigRecord> = small[..1].iter().chain(&big).cloned().collect();
         assert_eq!(sweep_progress(&one, Some(2), 0.0).eta_s, None);
@@ -407,16 +407,13 @@ mod tests {
     #[test]
     fn configs_of_one_running_task_count_as_ended_running_or_waiting_each() {
         // One task runs a, b, c in turn: a has its result, b runs, c waits its turn.
-        let task = |h: &str| {
-            let mut r = rec(h, Some(SlurmState::Running), vec![(5.0, SlurmState::Running)], None);
-            r.attempts[0].task_id = 7;
-            r
+        let task = |h: &str, worker: WorkerOutcome, wall: Option<f64>| {
+            let a = attempt(7, Some(SlurmState::Running), vec![(5.0, SlurmState::Running)]).with_worker(worker);
+            rec_of(h, 1.0, Some(a), wall)
         };
-        let mut a = task("a");
-        a.result = rec("x", None, vec![], Some(4.0)).result;
-        let mut b = task("b");
-        b.attempts[0].worker = crate::collect::WorkerOutcome::from_word(Some("started"));
-        let c = task("c");
+        let a = task("a", WorkerOutcome::NotStarted, Some(4.0));
+        let b = task("b", WorkerOutcome::NoResult, None);
+        let c = task("c", WorkerOutcome::NotStarted, None);
         let p = sweep_progress(&[a, b, c.clone()], Some(1), 100.0);
         assert_eq!((p.ended, p.running, p.waiting), (1, 1, 1));
         assert_eq!(p.counts["RUNNING"], 3, "SLURM's state, per config");

@@ -188,13 +188,14 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
     assert_eq!(requests, 2);
     assert!(p.complete() && p.tasks.len() == 2 && p.tasks.values().all(|o| o.state.name() == "COMPLETED"), "{p:?}");
     for (name, rec) in w.records() {
-        let res = rec.result.as_ref().unwrap_or_else(|| panic!("{name}: no result collected"));
+        let res = rec.result().unwrap_or_else(|| panic!("{name}: no result collected"));
         let res = &serde_json::to_value(res).expect("a result serialises");
         assert_eq!(res.get("status").and_then(|s| s.as_str()), Some("ok"), "{name}: {res}");
         assert!(res.get("peak_bytes").and_then(|p| p.as_u64()).is_some_and(|p| p > 0), "{name}: {res}");
-        let events = w.opts.state_root.join(&w.exp).join("runs").join(&rec.hash).join("events.jsonl");
+        let events = w.opts.state_root.join(&w.exp).join("runs").join(rec.hash()).join("events.jsonl");
         assert!(events.is_file(), "{}: the event stream was pulled into the local state", events.display());
     }
+    common::assert_journal_replays(&w.opts.state_root, &w.exp);
 }
 
 /// `cancel` through REST (files over SFTP): the running and the pending
@@ -243,7 +244,7 @@ fn rest_crash_after_submit_then_resume_adopts_without_duplicate() {
     assert_eq!(out.status.signal(), Some(9), "killed after the submit request: {}", text(&out));
     let recs = w.records();
     assert_eq!(recs.len(), 5);
-    assert!(recs.values().all(|r| r.attempts.len() == 1 && r.attempts[0].array_job_id.is_none()), "intent only");
+    assert!(recs.values().all(|r| r.attempts().len() == 1 && r.attempts()[0].array_job_id().is_none()), "intent only");
     let out = w.cli("resume", Path::new(&w.exp)).output().expect("resume runs");
     assert!(out.status.success(), "resume: {}", text(&out));
     let said = text(&out);

@@ -176,7 +176,7 @@ fn cluster_crash_after_sbatch_then_resume_makes_no_duplicate() {
     // The intent is on disk, the job id is not.
     let recs = w.records("ct-crash");
     assert_eq!(recs.len(), 6);
-    assert!(recs.values().all(|r| r.attempts.len() == 1 && r.attempts[0].array_job_id.is_none()));
+    assert!(recs.values().all(|r| r.attempts().len() == 1 && r.attempts()[0].array_job_id().is_none()));
     let out = w.binary("resume", "ct-crash").output().expect("resume runs");
     assert!(out.status.success(), "resume: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -262,9 +262,10 @@ fn cluster_scancel_one_task_shows_cancelled_and_resume_resubmits_it() {
     let r = watch(&w, "ct-scancel", Duration::from_secs(90));
     assert_eq!(r.count("COMPLETED"), 3, "{}", r.table());
     let recs = w.records("ct-scancel");
-    assert_eq!(recs[&sweep.configs[2].name].attempts.len(), 2);
-    let hist = &recs[&sweep.configs[2].name].attempts[0].history;
+    assert_eq!(recs[&sweep.configs[2].name].attempts().len(), 2);
+    let hist = &recs[&sweep.configs[2].name].attempts()[0].history();
     assert!(hist.iter().any(|h| h.state == SlurmState::Cancelled));
+    common::assert_journal_replays(&w.opts.state_root, "ct-scancel");
 }
 
 #[test]

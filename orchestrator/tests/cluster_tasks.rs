@@ -73,7 +73,7 @@ fn watch(opts: &Options, exp: &str, limit: Duration) -> StatusReport {
 }
 
 fn result_of(r: &ConfigRecord) -> Option<&str> {
-    r.result.as_ref().map(|v| v.status.name())
+    r.result().map(|v| v.status.name())
 }
 
 /// The worker processes of this experiment's jobs (found by their manifest paths).
@@ -85,7 +85,7 @@ fn worker_pids(manifests: &str) -> Vec<i32> {
 
 /// How many `start` and `result` lines an events file holds.
 fn starts_and_results(opts: &Options, exp: &str, r: &ConfigRecord) -> (usize, usize) {
-    let path = opts.state_root.join(exp).join(spec::run::events_rel(&spec::run::ConfigHash(r.hash.clone())));
+    let path = opts.state_root.join(exp).join(spec::run::events_rel(&spec::run::ConfigHash(r.hash().to_string())));
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let count = |kind: &str| text.lines().filter(|l| l.contains(&format!("\"event\":\"{kind}\""))).count();
     (count("start"), count("result"))
@@ -152,10 +152,10 @@ fn submit_and_stop(c: &Case, stop: Stop) {
         assert!(t0.elapsed() < Duration::from_secs(180), "slow never started:\n{}", status(opts, exp).table());
         let _ = status(opts, exp);
         let recs = records(opts, exp);
-        if let Some(res) = &recs["slow"].result {
+        if let Some(res) = &recs["slow"].result() {
             panic!("slow ended ({:?}) before it could be stopped: raise SLOW_STEPS", res.status);
         }
-        let slow_started = recs["slow"].attempts.last().and_then(|a| a.worker.word()) == Some("started");
+        let slow_started = recs["slow"].attempts().last().and_then(|a| a.worker().word()) == Some("started");
         let pids = worker_pids(&manifests);
         if result_of(&recs["first"]) == Some("ok") && slow_started && !pids.is_empty() {
             match stop {
@@ -205,16 +205,16 @@ fn resume_retries_the_rest_once(env: &Env, c: &Case) {
     eprintln!("after resume ({:.1} s):\n{}", t0.elapsed().as_secs_f64(), r.table());
     let recs = records(opts, exp);
     for name in ["first", "slow", "last"] {
-        assert_eq!(result_of(&recs[name]), Some("ok"), "{name}: {:?}", recs[name].result);
+        assert_eq!(result_of(&recs[name]), Some("ok"), "{name}: {:?}", recs[name].result());
     }
-    let attempts: Vec<usize> = ["first", "slow", "last"].iter().map(|n| recs[*n].attempts.len()).collect();
+    let attempts: Vec<usize> = ["first", "slow", "last"].iter().map(|n| recs[*n].attempts().len()).collect();
     assert_eq!(attempts, [1, 2, 2], "retried exactly once");
     let rep = rt().block_on(submit::submit(&c.sweep, opts, true)).expect("resume again");
     assert!(rep.submitted.is_empty() && rep.arrays.is_empty(), "{rep:?}");
     // SLURM's own accounting agrees: `first` ran in one task, the others in two.
     let jobs = env.jobs_per_config(&opts.state_root, exp);
     let by_name: BTreeMap<&str, usize> =
-        recs.values().map(|r| (r.name.as_str(), jobs.get(&r.hash).copied().unwrap_or(0))).collect();
+        recs.values().map(|r| (r.name(), jobs.get(r.hash()).copied().unwrap_or(0))).collect();
     assert_eq!(by_name, BTreeMap::from([("first", 1), ("last", 2), ("slow", 2)]));
     // Nothing lost, nothing twice: one measurement per config.
     let ms = std::fs::read_to_string(opts.state_root.join(exp).join("measurements.jsonl")).expect("measurements");
@@ -224,6 +224,7 @@ fn resume_retries_the_rest_once(env: &Env, c: &Case) {
     assert_eq!(measured, ["first", "last", "slow"]);
     assert_eq!(starts_and_results(opts, exp, &recs["first"]), (1, 1));
     assert_eq!(starts_and_results(opts, exp, &recs["last"]), (1, 1), "reached only by the retry");
+    common::assert_journal_replays(&opts.state_root, exp);
 }
 
 #[test]
@@ -235,13 +236,13 @@ fn cluster_tasks_a_task_killed_midway_keeps_what_ended_and_retries_the_rest_once
     submit_and_stop(&c, Stop::Kill);
     let recs = records(&c.opts, &c.exp);
     for name in ["first", "slow", "last"] {
-        let a = recs[name].attempts.last().expect("an attempt");
-        assert_eq!(a.state.as_ref().map(|s| s.name()), Some("FAILED"), "{name}: the task was SIGKILLed");
-        assert_eq!(a.task_id, 0, "{name}");
+        let a = recs[name].attempts().last().expect("an attempt");
+        assert_eq!(a.state().map(|s| s.name()), Some("FAILED"), "{name}: the task was SIGKILLed");
+        assert_eq!(a.task_id(), 0, "{name}");
     }
     assert_eq!(result_of(&recs["first"]), Some("ok"), "the ended config keeps its result");
-    assert_eq!((recs["slow"].attempts[0].worker.word(), result_of(&recs["slow"])), (Some("started"), None));
-    assert_eq!((recs["last"].attempts[0].worker.word(), result_of(&recs["last"])), (None, None), "never reached");
+    assert_eq!((recs["slow"].attempts()[0].worker().word(), result_of(&recs["slow"])), (Some("started"), None));
+    assert_eq!((recs["last"].attempts()[0].worker().word(), result_of(&recs["last"])), (None, None), "never reached");
     resume_retries_the_rest_once(&env, &c);
     let recs = records(&c.opts, &c.exp);
     assert_eq!(starts_and_results(&c.opts, &c.exp, &recs["slow"]), (2, 1), "killed once, then ended");
@@ -257,12 +258,16 @@ fn cluster_tasks_a_task_cancelled_midway_keeps_what_ended_and_retries_the_rest_o
     submit_and_stop(&c, Stop::Cancel);
     let recs = records(&c.opts, &c.exp);
     for name in ["first", "slow", "last"] {
-        let state = recs[name].attempts.last().and_then(|a| a.state.clone());
+        let state = recs[name].attempts().last().and_then(|a| a.state().cloned());
         assert_eq!(state.as_ref().map(|s| s.name()), Some("CANCELLED"), "{name}");
     }
     assert_eq!(result_of(&recs["first"]), Some("ok"), "the ended config keeps its result");
     assert_eq!(result_of(&recs["slow"]), Some("cancelled"), "SIGTERM: the running config says so");
-    assert_eq!((recs["last"].attempts[0].worker.word(), result_of(&recs["last"])), (None, None), "no events at all");
+    assert_eq!(
+        (recs["last"].attempts()[0].worker().word(), result_of(&recs["last"])),
+        (None, None),
+        "no events at all"
+    );
     resume_retries_the_rest_once(&env, &c);
     let recs = records(&c.opts, &c.exp);
     assert_eq!(starts_and_results(&c.opts, &c.exp, &recs["slow"]), (2, 2), "cancelled once, then ended");

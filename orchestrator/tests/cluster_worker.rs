@@ -153,7 +153,7 @@ impl Exp {
 }
 
 fn status_of(r: &orchestrator::state::ConfigRecord) -> Option<&str> {
-    r.result.as_ref().map(|res| res.status.name())
+    r.result().map(|res| res.status.name())
 }
 
 /// A stored result as the JSON of its `result` line.
@@ -233,9 +233,9 @@ fn every_config_measured(exp: &Exp, sweep: &Sweep, r: &StatusReport) {
     let recs = exp.records();
     for c in &sweep.configs {
         let rec = &recs[&c.name];
-        assert_eq!(status_of(rec), Some("ok"), "{}: {:?}", c.name, rec.result);
-        assert_eq!(rec.attempts.last().and_then(|a| a.worker.word()), Some("ok"));
-        let res = &json(rec.result.as_ref().expect("result"));
+        assert_eq!(status_of(rec), Some("ok"), "{}: {:?}", c.name, rec.result());
+        assert_eq!(rec.attempts().last().and_then(|a| a.worker().word()), Some("ok"));
+        let res = &json(rec.result().expect("result"));
         let (params, peak) = (num(res, "params"), num(res, "peak_bytes"));
         assert_eq!(
             params,
@@ -329,13 +329,13 @@ fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
     let r = exp.watch(Duration::from_secs(240));
     eprintln!("{}", r.table());
     let recs = exp.records();
-    assert_eq!(status_of(&recs["small"]), Some("ok"), "{:?}", recs["small"].result);
+    assert_eq!(status_of(&recs["small"]), Some("ok"), "{:?}", recs["small"].result());
     let big = &recs["big"];
-    assert_eq!(status_of(big), Some("oom"), "{:?}", big.result);
+    assert_eq!(status_of(big), Some("oom"), "{:?}", big.result());
     let row = r.rows.iter().find(|x| x.name == "big").expect("row");
     assert_eq!(row.result.as_deref(), Some("oom"), "status shows the oom");
     assert_eq!(row.state, "FAILED", "the worker exits 3 on oom, which SLURM calls FAILED");
-    let msg = big.result.as_ref().and_then(|v| v.message.as_deref()).unwrap_or_default();
+    let msg = big.result().and_then(|v| v.message.as_deref()).unwrap_or_default();
     eprintln!("oom result: {msg}");
     // resume: nothing to do, and the oom config is skipped as measured.
     let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
@@ -349,7 +349,7 @@ fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
     assert!(out.status.success(), "resume: {}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("skip   big: measured oom"), "{text}");
     assert!(text.contains("submitted 0 configs"), "{text}");
-    assert_eq!(exp.records()["big"].attempts.len(), 1, "never resubmitted");
+    assert_eq!(exp.records()["big"].attempts().len(), 1, "never resubmitted");
     // The oom is a measurement too.
     let ms =
         std::fs::read_to_string(exp.opts.state_root.join(&exp.name).join("measurements.jsonl")).expect("measurements");
@@ -357,6 +357,7 @@ fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
     assert!(ms
         .iter()
         .any(|m| m.config_name.as_deref() == Some("big") && m.status == spec::record::MeasuredStatus::Oom));
+    common::assert_journal_replays(&exp.opts.state_root, &exp.name);
 }
 
 /// A worker killed with SIGKILL writes no result: recorded as such, and
@@ -381,7 +382,7 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
     let pid = loop {
         assert!(start.elapsed() < Duration::from_secs(120), "the worker never started:\n{}", exp.status().table());
         let _ = exp.status();
-        let started = exp.records()[name].attempts.last().and_then(|a| a.worker.word()) == Some("started");
+        let started = exp.records()[name].attempts().last().and_then(|a| a.worker().word()) == Some("started");
         let out = Command::new("pgrep")
             .args(["-f", &format!("worker run --manifest {manifest_dir}")])
             .output()
@@ -398,11 +399,11 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
     let r = exp.watch(Duration::from_secs(120));
     eprintln!("{}", r.table());
     let rec = &exp.records()[name];
-    let a = rec.attempts.last().expect("attempt");
-    assert_eq!(a.worker.word(), Some("started"), "started, no result");
-    assert!(rec.result.is_none(), "no result line: {:?}", rec.result);
-    let state = a.state.clone().expect("ended");
-    eprintln!("killed worker: SLURM state {state}, history {:?}", a.history);
+    let a = rec.attempts().last().expect("attempt");
+    assert_eq!(a.worker().word(), Some("started"), "started, no result");
+    assert!(rec.result().is_none(), "no result line: {:?}", rec.result());
+    let state = a.state().cloned().expect("ended");
+    eprintln!("killed worker: SLURM state {state}, history {:?}", a.history());
     assert_eq!(state, orchestrator::slurm::SlurmState::Failed, "SIGKILL: FAILED, exit 0:9");
     let rep = rt().block_on(submit::submit(&sweep, &exp.opts, true)).expect("resume");
     assert_eq!(rep.submitted, vec![name.clone()], "the killed config runs again: {rep:?}");
@@ -416,7 +417,7 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
     assert!(out.contains(rep.arrays[0].as_str()), "{out}");
     let r = exp.watch(Duration::from_secs(120));
     assert_eq!(r.rows[0].state, "CANCELLED", "{}", r.table());
-    assert_eq!(exp.records()[name].attempts.len(), 2);
+    assert_eq!(exp.records()[name].attempts().len(), 2);
 }
 
 /// Stops the test cluster's lagging mirror when dropped.
@@ -486,12 +487,12 @@ fn cluster_worker_lagging_events_are_all_collected_and_a_late_oom_is_not_retried
     let r = exp.watch(Duration::from_secs(120));
     eprintln!("{}", r.table());
     let recs = exp.records();
-    assert_eq!(status_of(&recs["small"]), Some("ok"), "{:?}", recs["small"].result);
-    assert_eq!(status_of(&recs["big"]), Some("oom"), "{:?}", recs["big"].result);
+    assert_eq!(status_of(&recs["small"]), Some("ok"), "{:?}", recs["small"].result());
+    assert_eq!(status_of(&recs["big"]), Some("oom"), "{:?}", recs["big"].result());
     let rep = rt().block_on(submit::submit(&sweep, &exp.opts, true)).expect("resume");
     assert!(rep.submitted.is_empty(), "{rep:?}");
     assert!(rep.skipped.iter().any(|(n, w)| n == "big" && w == "measured oom"), "{:?}", rep.skipped);
-    assert_eq!(exp.records()["big"].attempts.len(), 1, "the late oom is never retried");
+    assert_eq!(exp.records()["big"].attempts().len(), 1, "the late oom is never retried");
     let ms =
         std::fs::read_to_string(exp.opts.state_root.join("cw-lag").join("measurements.jsonl")).expect("measurements");
     let ms = spec::record::read_jsonl(&ms).expect("parse");

@@ -52,11 +52,11 @@ fn tasks_of_two_configs_keep_each_configs_result_and_regroup_the_leftovers() {
     for (i, variant) in ["S", "B", "L"].into_iter().enumerate() {
         let (ok, unknown) = (&recs[&format!("{variant}_b1")], &recs[&format!("{variant}_b7")]);
         for r in [ok, unknown] {
-            let a = &r.attempts[0];
-            assert_eq!((a.task_id, a.state.as_ref().map(|s| s.name())), (i as u32, Some("FAILED")), "{}", r.name);
+            let a = &r.attempts()[0];
+            assert_eq!((a.task_id(), a.state().map(|s| s.name())), (i as u32, Some("FAILED")), "{}", r.name());
         }
-        assert_eq!(ok.result.as_ref().map(|v| v.status.name()), Some("ok"), "{}", ok.name);
-        assert_eq!(unknown.result.as_ref().map(|v| v.status.name()), Some("failed"), "{}", unknown.name);
+        assert_eq!(ok.result().map(|v| v.status.name()), Some("ok"), "{}", ok.name());
+        assert_eq!(unknown.result().map(|v| v.status.name()), Some("failed"), "{}", unknown.name());
     }
 
     // resume leaves the measured ones alone; the failed need --retry-failed.
@@ -68,7 +68,7 @@ fn tasks_of_two_configs_keep_each_configs_result_and_regroup_the_leftovers() {
     subs.sort_by(|a, b| a.id.cmp(&b.id));
     let again = &subs[1];
     let names = |hashes: &[String]| -> Vec<String> {
-        hashes.iter().map(|h| recs.values().find(|r| &r.hash == h).expect("a record").name.clone()).collect()
+        hashes.iter().map(|h| recs.values().find(|r| r.hash() == h).expect("a record").name().to_string()).collect()
     };
     // Three leftovers, two a task: two tasks.
     assert_eq!(again.array, "0-1");
@@ -77,10 +77,10 @@ fn tasks_of_two_configs_keep_each_configs_result_and_regroup_the_leftovers() {
     orchestrator(&state, &["status", "ktasks"]);
     let recs = common::records(&state, "ktasks");
     for v in ["S", "B", "L"] {
-        assert_eq!(recs[&format!("{v}_b1")].attempts.len(), 1, "measured once, never resubmitted");
+        assert_eq!(recs[&format!("{v}_b1")].attempts().len(), 1, "measured once, never resubmitted");
         let r = &recs[&format!("{v}_b7")];
-        assert_eq!(r.attempts.len(), 2, "{}", r.name);
-        assert_eq!(r.attempts[1].task_id, u32::from(v == "L"), "{}", r.name);
+        assert_eq!(r.attempts().len(), 2, "{}", r.name());
+        assert_eq!(r.attempts()[1].task_id(), u32::from(v == "L"), "{}", r.name());
     }
     // One measurement per measured config: nothing lost, nothing twice.
     let ms = std::fs::read_to_string(state.join("ktasks/measurements.jsonl")).expect("measurements");

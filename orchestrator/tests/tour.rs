@@ -56,6 +56,7 @@ fn the_tour_runs_as_written() {
         .output()
         .expect("status --watch runs");
     assert!(watched.status.success(), "{}", String::from_utf8_lossy(&watched.stderr));
+    common::assert_journal_replays(&scratch.path().join("state"), "demo");
     docs_common::cases().case(&b).run();
 
     // The excerpt of the records report the tour quotes is what was written.

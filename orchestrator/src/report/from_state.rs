@@ -84,8 +84,8 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         active,
         predicted_by: records
             .values()
-            .filter(|r| r.predicted_gib.is_some())
-            .filter_map(|r| r.calibration.clone())
+            .filter(|r| r.predicted_gib().is_some())
+            .filter_map(|r| r.calibration().map(str::to_string))
             .collect(),
         env,
         rows,
@@ -124,13 +124,13 @@ impl Reader<'_> {
             return Ok(row);
         }
         // What submit decided on, when it did; otherwise the prediction now.
-        let verdict = match record.and_then(|r| r.verdict) {
+        let verdict = match record.and_then(|r| r.verdict()) {
             Some(v) => v,
             None => self.sweep.verdict(self.predictor, c).kind(),
         };
         let mut row = base_row(&c.config, c.hash.0.clone(), section, verdict);
         row.predicted_gib = record
-            .and_then(|r| r.predicted_gib)
+            .and_then(|r| r.predicted_gib())
             .or_else(|| self.predictor.predict_peak(&c.config).ok().map(|p| p.peak_gib()));
         // The worker's events are the authority (the latest attempt only); the
         // record's copy of the result covers state dirs whose events were not pulled.
@@ -156,7 +156,7 @@ impl Reader<'_> {
         }
         let result = match &progress {
             Some(p) if p.attempts > 0 => p.result.clone(),
-            _ => record.and_then(|r| r.result.clone()),
+            _ => record.and_then(|r| r.result().cloned()),
         };
         match result {
             Some(res) => apply_result(&mut row, &res, self.budget),
@@ -218,7 +218,7 @@ fn unfinished_status(record: Option<&ConfigRecord>, verdict: VerdictKind) -> (St
             _ => (Status::NotSubmitted, None),
         };
     };
-    match &a.state {
+    match a.state() {
         None => (Status::Pending, Some("submitted, not yet seen by SLURM".into())),
         Some(s) => match s.activity() {
             // The state only where it says more than the status (REQUEUED, SUSPENDED).

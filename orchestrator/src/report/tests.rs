@@ -3,10 +3,16 @@
 //! the worker's exact line format; and the records mode.
 
 use super::*;
+use crate::collect::WorkerOutcome;
 use crate::fsio;
 use crate::precheck::Predictor;
+use crate::precheck::Verdict;
+use crate::slurm::JobId;
 use crate::slurm::SlurmState;
-use crate::state::{Attempt, ConfigRecord, StateChange, StateDir, StoredSweep};
+use crate::state::intent::IntentState;
+use crate::state::{ArrayJob, Change, ConfigRecord, EventsRead, Seen, StateDir, StoredSweep, Submission};
+use crate::sweep::SweepConfig;
+use spec::event::RunResult;
 use spec::record::MeasuredStatus;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -40,14 +46,40 @@ fn start(name: &str, hash: &str) -> String {
     )
 }
 
-fn attempt(task: u32, state: Option<SlurmState>) -> Attempt {
-    Attempt {
-        array_job_id: Some("1000".into()),
-        job_id: Some(format!("{}", 1001 + task).into()),
-        submitted_at: Some(1795215781.0),
-        history: state.iter().map(|s| StateChange { t: 1795215790.0, state: s.clone(), detail: None }).collect(),
-        state,
-        ..Attempt::intended("s001-abcd", task, 1795215780.0)
+/// What `submit`, polls and the collector leave for config `c`, through the
+/// store's changes: judged `v`; then, for a `run`, submitted alone as array
+/// job `1000 + task`, seen in its state as job `1001 + task`, and the result
+/// its events gave.
+fn record(st: &mut StateDir, c: &SweepConfig, v: &Verdict, run: Option<(u32, SlurmState, Option<RunResult>)>) {
+    let hash = c.hash.0.clone();
+    st.apply(Change::Config(Seen {
+        hash: hash.clone(),
+        name: c.name.clone(),
+        verdict: Some(v.kind()),
+        predicted_gib: v.predicted_gib(),
+        calibration: None,
+    }))
+    .expect("judged");
+    let Some((task, state, result)) = run else { return };
+    let job = ArrayJob {
+        job_name: format!("rep-{task}"),
+        comment: "c".into(),
+        array: "0".into(),
+        configs: vec![hash.clone()],
+        configs_per_task: 1,
+    };
+    let mut sub = Submission::new(format!("s{task:03}-abcd"), job, "/x".into());
+    sub.intended_at = 1795215780.0;
+    st.apply(Change::Intent { submission: sub.clone() }).expect("intent");
+    let from = sub.state();
+    sub.set_state(IntentState::Submitted { job_id: JobId::from(format!("{}", 1000 + task).as_str()) });
+    st.apply(Change::Move { from, submission: sub.clone() }).expect("submitted");
+    let job_id = Some(JobId::from(format!("{}", 1001 + task).as_str()));
+    st.apply(Change::Observed { submission: sub.id.clone(), task: 0, state, detail: None, job_id }).expect("polled");
+    if let Some(result) = result {
+        let worker = WorkerOutcome::Result(result.status);
+        let read = EventsRead { worker, offset: 0, mine: true, live: None, result: Some(result) };
+        st.apply(Change::Events { hash, read }).expect("events read");
     }
 }
 
@@ -124,63 +156,44 @@ fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("state");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), SWEEP, &[]).expect("sweep parses");
-    let st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
+    let mut st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
     fsio::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
         .expect("sweep.json");
     let p = Predictor::pytorch();
-    let mut records = BTreeMap::new();
     for (task, c) in sweep.configs.iter().enumerate() {
         let v = if c.is_valid() {
             p.verdict(&c.config, Some(60.0))
         } else {
             crate::precheck::Verdict::Invalid { reasons: vec![] }
         };
-        let mut r = ConfigRecord {
-            hash: c.hash.0.clone(),
-            name: c.name.clone(),
-            verdict: Some(v.kind()),
-            predicted_gib: v.predicted_gib(),
-            calibration: None,
-            attempts: vec![],
-            result: None,
-        };
         let h = &c.hash.0;
-        let events: Option<Vec<String>> = match c.name.as_str() {
-            "dit_S_p8" => {
-                r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
-                Some(ok_events(&c.name, h))
+        let (state, events) = match c.name.as_str() {
+            "dit_S_p8" => (SlurmState::Completed, Some(ok_events(&c.name, h))),
+            "dit_B_p8" => (SlurmState::Completed, Some(oom_events(&c.name, h))),
+            "dit_L_p8" => (SlurmState::Running, Some(running_events(&c.name, h))),
+            "dit_XL_p8" => (SlurmState::Failed, None),
+            // Events not pulled (yet): the record's copy of the result is used.
+            "unet_3L" => (SlurmState::Completed, None),
+            _ => {
+                // dit_XL_p2 (predicted oom, never submitted), dit_S_p3 (invalid)
+                record(&mut st, c, &v, None);
+                continue;
             }
-            "dit_B_p8" => {
-                r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
-                Some(oom_events(&c.name, h))
-            }
-            "dit_L_p8" => {
-                r.attempts.push(attempt(task as u32, Some(SlurmState::Running)));
-                Some(running_events(&c.name, h))
-            }
-            "dit_XL_p8" => {
-                r.attempts.push(attempt(task as u32, Some(SlurmState::Failed)));
-                None
-            }
-            "unet_3L" => {
-                // Events not pulled (yet): the record's copy of the result is used.
-                r.attempts.push(attempt(task as u32, Some(SlurmState::Completed)));
-                r.result = Some(stored_result());
-                None
-            }
-            _ => None, // dit_XL_p2 (predicted oom, never submitted), dit_S_p3 (invalid)
         };
-        if let Some(lines) = events {
-            let text = lines.join("\n") + "\n";
-            if r.result.is_none() {
-                r.result = crate::submit::last_result(&text);
-            }
+        let text = events.map(|lines| lines.join("\n") + "\n");
+        let result = match &text {
+            Some(text) => crate::submit::last_result(text),
+            None if c.name == "unet_3L" => Some(stored_result()),
+            None => None,
+        };
+        record(&mut st, c, &v, Some((task as u32, state, result)));
+        if let Some(text) = text {
+            let r = st.record(h).expect("recorded");
             let rel = r.latest().and_then(|a| r.events_rel(a)).expect("a run directory");
             fsio::write_atomic(&st.path(&rel), text.as_bytes()).expect("events");
         }
-        st.save_record(&r).expect("record");
-        records.insert(c.name.clone(), r);
     }
+    let records = st.records().values().map(|r| (r.name().to_string(), r.clone())).collect();
     drop(st);
     Fixture { _dir: dir, root, sweep, records }
 }
@@ -201,10 +214,10 @@ fn rows_match_the_state_directory() {
     assert_eq!(names, sweep_names, "sweep order");
     for r in &rep.rows {
         let rec = &f.records[&r.name];
-        assert_eq!(r.id, rec.hash);
-        assert_eq!(Some(r.verdict), rec.verdict, "{}", r.name);
+        assert_eq!(r.id, rec.hash());
+        assert_eq!(Some(r.verdict), rec.verdict(), "{}", r.name);
         if r.status != Status::Invalid {
-            assert_eq!(r.predicted_gib, rec.predicted_gib, "{}: the prediction submit decided on", r.name);
+            assert_eq!(r.predicted_gib, rec.predicted_gib(), "{}: the prediction submit decided on", r.name);
         }
     }
     each_status_reads_as_its_files_say(&rep);
@@ -409,7 +422,7 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
     let root = dir.path().join("state");
     let text = SWEEP.replace("budget_gb: 60\n", "budget_gb: 60\nworker: {memory_limit: 512MiB}\n");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), &text, &[]).expect("sweep parses");
-    let st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
+    let mut st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
     fsio::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
         .expect("sweep.json");
     let c = &sweep.configs[0];
@@ -418,16 +431,8 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
         "peaks": {"model": 1 << 20}, "peak_bytes": 500 << 20, "phase": "fwd", "wall_s": 0.2
     }))
     .expect("a result");
-    let r = ConfigRecord {
-        hash: c.hash.0.clone(),
-        name: c.name.clone(),
-        verdict: Some(crate::precheck::VerdictKind::Fits),
-        predicted_gib: Some(1.5),
-        calibration: None,
-        attempts: vec![attempt(0, Some(SlurmState::Completed))],
-        result: Some(result),
-    };
-    st.save_record(&r).expect("record");
+    let fits = Verdict::Fits { predicted_gib: 1.5, available_gib: 80.0 };
+    record(&mut st, c, &fits, Some((0, SlurmState::Completed, Some(result))));
     drop(st);
     let rep = from_state(&root, "rep", Some(&Predictor::pytorch())).expect("report");
     let oom = row(&rep, "dit_S_p8");

@@ -1,21 +1,26 @@
-//! `journal.jsonl`: every change to the submissions of a state directory, one
-//! typed, versioned line each, appended by [`super::StateDir::apply`] after
-//! the change is saved. [`replay`] rebuilds the submissions from it: the
-//! journal holds everything `submissions/*/submission.json` does, in order.
+//! `journal.jsonl`: every change to a state directory, one typed, versioned
+//! line each, appended by [`super::StateDir::apply`] as the change is saved.
+//! [`Change::apply_to`] is the one function that changes the config records;
+//! [`replay`] runs it over the journal's lines and rebuilds what
+//! `submissions/*/submission.json` and `configs/*.json` hold.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::events_read::EventsRead;
 use super::intent::IntentState;
+use super::record::{ConfigRecord, Seen};
 use super::submission::Submission;
 use super::StateError;
 use crate::fsio;
-use crate::slurm::JobId;
+use crate::slurm::{JobId, SlurmState};
 
-/// The format of the lines this version writes (lines without `v`, written
-/// before the journal was typed, hold too little to replay and are skipped).
-pub const VERSION: u32 = 1;
+/// The format of the lines this version writes. Version 1 lines (the
+/// submissions' changes only) read as before; lines without `v`, written
+/// before the journal was typed, hold too little to replay and are skipped.
+/// A journal begun at version 2 replays to the records too.
+pub const VERSION: u32 = 2;
 
 /// One change to the state directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +41,93 @@ pub enum Change {
     /// An active sweep's round: the configs (hashes) it chose to measure, and
     /// how many it had measured and left unsettled when it chose them.
     ActiveRound { round: u32, chosen: Vec<String>, measured: usize, open: usize },
+    /// A config as the experiment file and the precheck see it now (its
+    /// record made on first sight).
+    Config(Seen),
+    /// A poll saw array task `task` of `submission` in `state` (with the
+    /// task's own job id once it has one): every config of the task.
+    Observed {
+        submission: String,
+        task: u32,
+        state: SlurmState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job_id: Option<JobId>,
+    },
+    /// New lines of a config's events were read: its latest attempt as they leave it.
+    Events { hash: String, read: EventsRead },
+    /// The last lines of the log of a config's latest attempt, which ended
+    /// without a result from the worker.
+    LogTail { hash: String, tail: String },
+}
+
+impl Change {
+    /// The submission this change saves, if any.
+    pub(super) fn submission(&self) -> Option<&Submission> {
+        match self {
+            Change::Intent { submission } | Change::Move { submission, .. } => Some(submission),
+            _ => None,
+        }
+    }
+
+    /// Whether the change is only about the records (then one that changes
+    /// nothing is not written down).
+    pub(super) fn records_only(&self) -> bool {
+        matches!(self, Change::Config(_) | Change::Observed { .. } | Change::Events { .. } | Change::LogTail { .. })
+    }
+
+    /// Applies the change, made at time `t`, to the config records: the one
+    /// place records change. Returns the hashes of those it changed.
+    pub fn apply_to(&self, records: &mut BTreeMap<String, ConfigRecord>, t: f64) -> Vec<String> {
+        let mut changed = Vec::new();
+        match self {
+            Change::Intent { submission } | Change::Move { submission, .. } => {
+                for (i, hash) in submission.tasks.iter().enumerate() {
+                    if let Some(r) = records.get_mut(hash) {
+                        if submission.settle(r, submission.task_of(i)) {
+                            changed.push(hash.clone());
+                        }
+                    }
+                }
+            }
+            Change::Config(seen) => {
+                let mut fresh = false;
+                let r = records.entry(seen.hash.clone()).or_insert_with(|| {
+                    fresh = true;
+                    ConfigRecord::new(&seen.hash, &seen.name)
+                });
+                if r.refresh(seen) || fresh {
+                    changed.push(seen.hash.clone());
+                }
+            }
+            Change::Observed { submission, task, state, detail, job_id } => {
+                for r in records.values_mut() {
+                    let Some(a) = r.attempt_mut(submission, *task) else { continue };
+                    let before = (a.state().cloned(), a.job_id().cloned());
+                    a.observe(state.clone(), detail.clone(), job_id.clone(), t);
+                    if (a.state().cloned(), a.job_id().cloned()) != before {
+                        changed.push(r.hash().to_string());
+                    }
+                }
+            }
+            Change::Events { hash, read } => {
+                if records.get_mut(hash).is_some_and(|r| r.set_events(read)) {
+                    changed.push(hash.clone());
+                }
+            }
+            Change::LogTail { hash, tail } => {
+                if records.get_mut(hash).is_some_and(|r| r.set_log_tail(tail)) {
+                    changed.push(hash.clone());
+                }
+            }
+            Change::NotSent { .. }
+            | Change::SbatchError { .. }
+            | Change::Cancel { .. }
+            | Change::ActiveRound { .. } => {}
+        }
+        changed
+    }
 }
 
 /// A journal line: the format version, when, and the change.
@@ -66,19 +158,21 @@ pub fn read(path: &Path) -> Result<Option<Vec<Line>>, StateError> {
     Ok(Some(out))
 }
 
-/// The submissions the journal's lines leave, by id.
-pub fn replay(lines: &[Line]) -> BTreeMap<String, Submission> {
-    let mut subs = BTreeMap::new();
+/// What a journal's lines leave: the submissions by id, the config records by hash.
+#[derive(Debug, Default, PartialEq)]
+pub struct Replayed {
+    pub submissions: BTreeMap<String, Submission>,
+    pub records: BTreeMap<String, ConfigRecord>,
+}
+
+/// Applies every line, in order, to an empty state directory.
+pub fn replay(lines: &[Line]) -> Replayed {
+    let mut out = Replayed::default();
     for l in lines {
-        match &l.change {
-            Change::Intent { submission } | Change::Move { submission, .. } => {
-                subs.insert(submission.id.clone(), submission.clone());
-            }
-            Change::NotSent { .. }
-            | Change::SbatchError { .. }
-            | Change::Cancel { .. }
-            | Change::ActiveRound { .. } => {}
+        if let Some(s) = l.change.submission() {
+            out.submissions.insert(s.id.clone(), s.clone());
         }
+        l.change.apply_to(&mut out.records, l.t);
     }
-    subs
+    out
 }

@@ -28,13 +28,17 @@ use std::time::{Duration, Instant};
 
 use crate::fsio::{self, now, read_json, write_json, FsError};
 
+mod events_read;
+#[cfg(test)]
+mod fixture;
 pub mod intent;
 pub mod journal;
 mod record;
 mod submission;
 
+pub use events_read::{EventsRead, Live};
 pub use journal::Change;
-pub use record::{Attempt, ConfigRecord, Live, RunDirKey, StateChange, MISSING_GRACE_S};
+pub use record::{Attempt, ConfigRecord, RunDirKey, Seen, StateChange, MISSING_GRACE_S};
 pub use submission::{ArrayJob, Submission};
 
 #[derive(Debug, thiserror::Error)]
@@ -134,10 +138,12 @@ impl View {
 }
 
 /// An open state directory, locked for the lifetime of this value: the one
-/// writer. Submissions change only through [`StateDir::apply`].
+/// writer. It owns the config records; they and the submissions change only
+/// through [`StateDir::apply`].
 pub struct StateDir {
     view: View,
     experiment: String,
+    records: BTreeMap<String, ConfigRecord>,
     _lock: File,
 }
 
@@ -179,7 +185,9 @@ impl StateDir {
         // Who holds it, for the message another orchestrator prints (not a lock itself).
         let _ = lock.set_len(0);
         let _ = writeln!(lock, "pid {} since {:.0}", std::process::id(), now());
-        Ok(StateDir { view, experiment: experiment.to_string(), _lock: lock })
+        let mut st = StateDir { view, experiment: experiment.to_string(), records: BTreeMap::new(), _lock: lock };
+        st.repair()?;
+        Ok(st)
     }
 
     /// The directory read as anyone may read it.
@@ -199,7 +207,7 @@ impl StateDir {
         self.view.path(rel)
     }
 
-    pub fn record_path(&self, hash: &str) -> PathBuf {
+    fn record_path(&self, hash: &str) -> PathBuf {
         self.root().join("configs").join(format!("{hash}.json"))
     }
 
@@ -207,64 +215,61 @@ impl StateDir {
         self.root().join("submissions").join(id)
     }
 
-    pub fn load_records(&self) -> Result<BTreeMap<String, ConfigRecord>, StateError> {
-        self.view.records()
+    /// Every config's record, by hash.
+    pub fn records(&self) -> &BTreeMap<String, ConfigRecord> {
+        &self.records
+    }
+
+    pub fn record(&self, hash: &str) -> Option<&ConfigRecord> {
+        self.records.get(hash)
     }
 
     /// Records are rebuilt from the submissions by [`StateDir::repair`] and
     /// re-polled from SLURM, so they are replaced atomically but not fsynced.
-    pub fn save_record(&self, r: &ConfigRecord) -> Result<(), StateError> {
-        Ok(fsio::replace_json(&self.record_path(&r.hash), r)?)
+    fn save_record(&self, hash: &str) -> Result<(), StateError> {
+        match self.records.get(hash) {
+            Some(r) => Ok(fsio::replace_json(&self.record_path(hash), r)?),
+            None => Ok(()),
+        }
     }
 
     pub fn load_submissions(&self) -> Result<Vec<Submission>, StateError> {
         self.view.submissions()
     }
 
-    /// Applies one change: the submission it names saved (fsynced: the
-    /// protocol's record), the journal line appended, and the configs'
-    /// attempts brought in line (created for an intent, the job id adopted,
-    /// abandoned with their submission) and saved.
-    pub fn apply(&self, records: &mut BTreeMap<String, ConfigRecord>, change: Change) -> Result<(), StateError> {
-        let submission = match &change {
-            Change::Intent { submission } | Change::Move { submission, .. } => Some(submission.clone()),
-            Change::NotSent { .. }
-            | Change::SbatchError { .. }
-            | Change::Cancel { .. }
-            | Change::ActiveRound { .. } => None,
-        };
-        if let Some(s) = &submission {
+    /// Applies one change ([`Change::apply_to`]): the submission it names
+    /// saved first (fsynced: the protocol's record), the journal line
+    /// appended, and the records it changed saved. A change of the records
+    /// that changes nothing writes nothing. Returns the hashes of the
+    /// records it changed.
+    pub fn apply(&mut self, change: Change) -> Result<Vec<String>, StateError> {
+        let t = now();
+        if let Some(s) = change.submission() {
             write_json(&self.submission_dir(&s.id).join("submission.json"), s)?;
         }
-        // For humans, audits and replay; `submission.json` is the record, so no fsync here.
-        let line = journal::Line { v: journal::VERSION, t: now(), change };
-        fsio::append_jsonl(&self.path("journal.jsonl"), &line)?;
-        if let Some(s) = submission {
-            self.settle(records, &s)?;
+        let changed = change.apply_to(&mut self.records, t);
+        if changed.is_empty() && change.records_only() {
+            return Ok(changed);
         }
-        Ok(())
+        // For humans, audits and replay; `submission.json` is the record, so no fsync here.
+        fsio::append_jsonl(&self.path("journal.jsonl"), &journal::Line { v: journal::VERSION, t, change })?;
+        for hash in &changed {
+            self.save_record(hash)?;
+        }
+        Ok(changed)
     }
 
-    /// The attempts of submission `s` in `records`, brought in line with it and saved.
-    fn settle(&self, records: &mut BTreeMap<String, ConfigRecord>, s: &Submission) -> Result<(), StateError> {
-        for (i, hash) in s.tasks.iter().enumerate() {
-            let Some(r) = records.get_mut(hash) else { continue };
-            if s.settle(r, s.task_of(i)) {
-                self.save_record(r)?;
+    /// Reads the records and brings them in line with the submissions (the
+    /// intent and job id live in `submission.json` first; a crash may have
+    /// stopped before the records were updated), saving those it changed.
+    fn repair(&mut self) -> Result<(), StateError> {
+        self.records = self.view.records()?;
+        for s in self.load_submissions()? {
+            for hash in (Change::Intent { submission: s }).apply_to(&mut self.records, now()) {
+                self.save_record(&hash)?;
             }
         }
         Ok(())
-    }
-
-    /// Brings the per-config records in line with the submissions (the intent
-    /// and job id live in `submission.json` first; a crash may have stopped
-    /// before the records were updated). Returns the records, saved.
-    pub fn repair(&self) -> Result<BTreeMap<String, ConfigRecord>, StateError> {
-        let mut records = self.load_records()?;
-        for s in self.load_submissions()? {
-            self.settle(&mut records, &s)?;
-        }
-        Ok(records)
     }
 }
 
@@ -300,112 +305,116 @@ mod tests {
         }
     }
 
-    #[test]
-    fn repair_fills_records_from_submissions() {
-        let d = tempfile::tempdir().expect("tempdir");
-        let st = StateDir::open(d.path(), "e", Duration::ZERO).expect("open");
-        let rec = ConfigRecord {
-            hash: "aaa".into(),
-            name: "c".into(),
-            verdict: None,
-            predicted_gib: None,
-            calibration: None,
-            attempts: vec![],
-            result: None,
-        };
-        st.save_record(&rec).expect("save");
-        let mut sub = Submission {
-            id: "s001-x".into(),
-            job_name: "n".into(),
-            comment: "c".into(),
-            array: "0".into(),
-            tasks: vec!["aaa".into()],
-            configs_per_task: 1,
-            intended_at: 1.0,
-            array_job_id: None,
-            submitted_at: None,
-            abandoned: false,
-            remote_script: "/x".into(),
-            intent: IntentState::Intended,
-        };
-        // A crash after the intent was saved, before the records were.
-        let sub_path = st.submission_dir(&sub.id).join("submission.json");
-        write_json(&sub_path, &sub).expect("sub");
-        let r = st.repair().expect("repair");
-        assert_eq!(r["aaa"].attempts.len(), 1);
-        assert!(r["aaa"].occupied(), "an unsettled intent occupies the config");
-        sub.array_job_id = Some("42".into());
-        write_json(&sub_path, &sub).expect("sub");
-        let r = st.repair().expect("repair");
-        assert_eq!(r["aaa"].attempts.len(), 1, "no second attempt");
-        assert_eq!(r["aaa"].attempts[0].array_job_id.as_deref(), Some("42"));
+    fn seen(hash: &str) -> Change {
+        Change::Config(Seen {
+            hash: hash.into(),
+            name: hash.into(),
+            verdict: Some(crate::precheck::VerdictKind::Fits),
+            predicted_gib: Some(1.5),
+            calibration: Some("shipped burn-flex/fp32".into()),
+        })
     }
 
     fn submission(id: &str, tasks: &[&str]) -> Submission {
-        Submission {
-            id: id.into(),
+        let job = ArrayJob {
             job_name: format!("job-{id}"),
             comment: "c".into(),
             array: format!("0-{}", tasks.len() - 1),
-            tasks: tasks.iter().map(|t| t.to_string()).collect(),
+            configs: tasks.iter().map(|t| t.to_string()).collect(),
             configs_per_task: 1,
-            intended_at: 1.0,
-            array_job_id: None,
-            submitted_at: None,
-            abandoned: false,
-            remote_script: "/x".into(),
-            intent: IntentState::Intended,
-        }
-    }
-
-    fn record(hash: &str) -> ConfigRecord {
-        ConfigRecord {
-            hash: hash.into(),
-            name: hash.into(),
-            verdict: None,
-            predicted_gib: None,
-            calibration: None,
-            attempts: vec![],
-            result: None,
-        }
+        };
+        let mut s = Submission::new(id.into(), job, "/x".into());
+        s.intended_at = 1.0;
+        s
     }
 
     #[test]
-    fn the_journal_replays_to_the_submissions_on_disk() {
-        use crate::slurm::JobId;
+    fn opening_repairs_records_from_submissions() {
         let d = tempfile::tempdir().expect("tempdir");
+        let mut st = StateDir::open(d.path(), "e", Duration::ZERO).expect("open");
+        st.apply(seen("aaa")).expect("seen");
+        drop(st);
+        // A crash after the intent was saved, before the records were.
+        let mut sub = submission("s001-x", &["aaa"]);
+        let sub_path = d.path().join("e/submissions/s001-x/submission.json");
+        write_json(&sub_path, &sub).expect("sub");
         let st = StateDir::open(d.path(), "e", Duration::ZERO).expect("open");
-        let mut records: BTreeMap<String, ConfigRecord> =
-            ["a", "b", "c"].into_iter().map(|h| (h.to_string(), record(h))).collect();
+        assert_eq!(st.records()["aaa"].attempts().len(), 1);
+        assert!(st.records()["aaa"].occupied(), "an unsettled intent occupies the config");
+        assert_eq!(st.view().records().expect("records"), *st.records(), "and saved");
+        drop(st);
+        sub.set_state(IntentState::Submitted { job_id: "42".into() });
+        write_json(&sub_path, &sub).expect("sub");
+        let st = StateDir::open(d.path(), "e", Duration::ZERO).expect("open");
+        let r = &st.records()["aaa"];
+        assert_eq!(r.attempts().len(), 1, "no second attempt");
+        assert_eq!(r.attempts()[0].array_job_id().map(|j| j.as_str()), Some("42"));
+    }
+
+    #[test]
+    fn the_journal_replays_to_the_state_directory() {
+        use crate::collect::WorkerOutcome;
+        use crate::slurm::{JobId, SlurmState};
+        let d = tempfile::tempdir().expect("tempdir");
+        let mut st = StateDir::open(d.path(), "e", Duration::ZERO).expect("open");
         // Old lines (before the journal was typed) are kept but not replayed.
         fsio::append_jsonl(&st.path("journal.jsonl"), &serde_json::json!({"t": 0.5, "op": "intent"})).expect("old");
+        for h in ["a", "b", "c"] {
+            st.apply(seen(h)).expect("seen");
+        }
+        assert!(st.apply(seen("a")).expect("seen again").is_empty(), "nothing new: no line");
         let mut s1 = submission("s001", &["a", "b"]);
-        st.apply(&mut records, Change::Intent { submission: s1.clone() }).expect("intent");
+        st.apply(Change::Intent { submission: s1.clone() }).expect("intent");
         let from = s1.state();
         s1.set_state(IntentState::Submitted { job_id: JobId::from("41") });
-        s1.submitted_at = Some(2.5); // exact in JSON (serde_json may round a clock reading's last bit)
-        st.apply(&mut records, Change::Move { from, submission: s1.clone() }).expect("submitted");
+        st.apply(Change::Move { from, submission: s1.clone() }).expect("submitted");
+        let observed = |task, state, job: &str| Change::Observed {
+            submission: "s001".into(),
+            task,
+            state,
+            detail: None,
+            job_id: Some(JobId::from(job)),
+        };
+        st.apply(observed(0, SlurmState::Running, "42")).expect("running");
+        st.apply(observed(1, SlurmState::Failed, "43")).expect("failed");
+        let ok = serde_json::from_value(serde_json::json!({
+            "event": "result", "t": 3.0, "status": "ok", "params": 1, "peaks": {}, "peak_bytes": 4096, "wall_s": 2.0
+        }))
+        .expect("a result");
+        let read = EventsRead {
+            worker: WorkerOutcome::Result(spec::event::RunStatus::Ok),
+            offset: 812,
+            mine: true,
+            live: None,
+            result: Some(ok),
+        };
+        st.apply(Change::Events { hash: "a".into(), read }).expect("events");
+        st.apply(observed(0, SlurmState::Completed, "42")).expect("completed");
+        st.apply(Change::LogTail { hash: "b".into(), tail: "exec: worker: not found".into() }).expect("log");
         let mut s2 = submission("s002", &["c"]);
-        st.apply(&mut records, Change::Intent { submission: s2.clone() }).expect("intent");
-        st.apply(&mut records, Change::SbatchError { submission: s2.id.clone(), error: "timeout".into() })
-            .expect("error");
+        st.apply(Change::Intent { submission: s2.clone() }).expect("intent");
+        st.apply(Change::SbatchError { submission: s2.id.clone(), error: "timeout".into() }).expect("error");
         for next in [IntentState::Unresolved, IntentState::Absent { since: 3.0 }, IntentState::Abandoned] {
             let from = s2.state();
             s2.set_state(next);
-            st.apply(&mut records, Change::Move { from, submission: s2.clone() }).expect("move");
+            st.apply(Change::Move { from, submission: s2.clone() }).expect("move");
         }
-        st.apply(&mut records, Change::Cancel { jobs: vec![JobId::from("41")] }).expect("cancel");
+        st.apply(Change::Cancel { jobs: vec![JobId::from("41")] }).expect("cancel");
 
         let lines = st.view().journal().expect("journal");
-        assert_eq!(lines.len(), 8, "every change a line, the old one left out");
+        assert_eq!(lines.len(), 16, "every change a line, the old one and the no-op left out");
         assert!(lines.iter().all(|l| l.v == journal::VERSION));
+        let records = st.records().clone();
+        assert_eq!(records["a"].result_status(), Some(spec::event::RunStatus::Ok));
+        assert_eq!(records["b"].latest().and_then(Attempt::log_tail), Some("exec: worker: not found"));
+        assert!(records["c"].attempts()[0].abandoned() && !records["c"].occupied());
+        drop(st);
+        // What is on disk, read afresh, is what the journal replays to.
+        let view = View::new(d.path(), "e").expect("view");
         let on_disk: BTreeMap<String, Submission> =
-            st.load_submissions().expect("submissions").into_iter().map(|s| (s.id.clone(), s)).collect();
-        assert_eq!(journal::replay(&lines), on_disk);
-        // The records followed every change, as a repair from the submissions would make them.
-        assert_eq!(records["a"].attempts[0].array_job_id.as_deref(), Some("41"));
-        assert!(records["c"].attempts[0].abandoned && !records["c"].occupied());
-        assert_eq!(st.load_records().expect("records"), records);
-        assert_eq!(st.repair().expect("repair"), records);
+            view.submissions().expect("submissions").into_iter().map(|s| (s.id.clone(), s)).collect();
+        let replayed = journal::replay(&view.journal().expect("journal"));
+        assert_eq!(replayed.submissions, on_disk);
+        assert_eq!(replayed.records, view.records().expect("records"));
     }
 }

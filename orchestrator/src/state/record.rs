@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsio::now;
+use super::events_read::{EventsRead, Live};
 use crate::precheck::VerdictKind;
-use spec::event::{Event, Phase, RunResult, RunStatus};
+use spec::event::{RunResult, RunStatus};
 
 use crate::collect::WorkerOutcome;
 use crate::slurm::{Activity, JobId, SlurmState};
@@ -22,49 +22,49 @@ pub struct StateChange {
 /// One submission of one config: an array task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attempt {
-    pub submission: String,
-    pub task_id: u32,
+    pub(super) submission: String,
+    pub(super) task_id: u32,
     /// The array's job id; `None` while only the intent is recorded.
     #[serde(default)]
-    pub array_job_id: Option<JobId>,
+    pub(super) array_job_id: Option<JobId>,
     /// The task's own job id (SLURM gives each array task one when it starts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<JobId>,
-    pub intended_at: f64,
+    pub(super) job_id: Option<JobId>,
+    pub(super) intended_at: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub submitted_at: Option<f64>,
+    pub(super) submitted_at: Option<f64>,
     /// The latest state seen; `None` before the first poll.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<SlurmState>,
+    pub(super) state: Option<SlurmState>,
     #[serde(default)]
-    pub history: Vec<StateChange>,
+    pub(super) history: Vec<StateChange>,
     /// The sbatch never happened (settled by `resume`: SLURM has no such job).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub abandoned: bool,
+    pub(super) abandoned: bool,
     /// What this attempt's worker wrote in its events (matched by SLURM job
     /// id): `started` once its `start` line is seen, then its result status
     /// (`ok`, `oom`, `failed`, `cancelled`). Absent: not seen (yet).
     #[serde(default, skip_serializing_if = "WorkerOutcome::is_not_started")]
-    pub worker: WorkerOutcome,
+    pub(super) worker: WorkerOutcome,
     /// Bytes of `events.jsonl` read while this attempt was the latest (the
     /// next read starts here: one poll reads only what is new).
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub events_offset: u64,
+    pub(super) events_offset: u64,
     /// The last `start` line read was this attempt's own (its lines follow).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub events_mine: bool,
+    pub(super) events_mine: bool,
     /// The worker's last reported phase and peak, while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub live: Option<Live>,
+    pub(super) live: Option<Live>,
     /// How the run directory this attempt's worker writes is named (absent:
     /// by name, as every attempt recorded before runs were kept by content).
     #[serde(default, skip_serializing_if = "RunDirKey::is_name")]
-    pub run_dir: RunDirKey,
+    pub(super) run_dir: RunDirKey,
     /// The last lines of the job's own log (`<task>.out`), read once when it
     /// ended without a result from the worker: why it failed before or
     /// outside the worker (`exec: worker: not found`, a module load error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log_tail: Option<String>,
+    pub(super) log_tail: Option<String>,
 }
 
 /// How a run directory under `runs/` is named. Runs are kept by what ran
@@ -88,18 +88,6 @@ impl RunDirKey {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
-}
-
-/// Live progress of a running attempt, from its heartbeats.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Live {
-    pub phase: spec::event::Phase,
-    pub peak_bytes: u64,
-    /// When the worker started (its `start` line).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_t: Option<f64>,
-    /// Time of the last event.
-    pub t: f64,
 }
 
 /// How long a submitted task may be absent from both squeue and sacct before
@@ -155,21 +143,16 @@ impl Attempt {
         }
     }
 
-    /// A complete poll (squeue and sacct both answered) did not list this task.
-    /// A pending array task cancelled before it ever started leaves the queue
-    /// without any accounting record (SLURM 22.05), so once the absence
-    /// outlasts [`MISSING_GRACE_S`] the task is recorded as CANCELLED. Returns
-    /// whether the state changed.
-    /// `since` is when the absence was first seen (kept in `missing.json`).
-    pub fn missing(&mut self, since: f64, now: f64) -> bool {
+    /// A complete poll (squeue and sacct both answered) did not list this task
+    /// since `since` (kept in `missing.json`). A pending array task cancelled
+    /// before it ever started leaves the queue without any accounting record
+    /// (SLURM 22.05), so once the absence outlasts [`MISSING_GRACE_S`] the
+    /// task counts as CANCELLED: returns that observation.
+    pub fn gone(&self, since: f64, now: f64) -> Option<(SlurmState, String)> {
         if !self.is_live() || self.array_job_id.is_none() || now - since < MISSING_GRACE_S {
-            return false;
+            return None;
         }
-        self.observe(
-            SlurmState::Cancelled,
-            Some("left the queue without running; SLURM keeps no record of it".into()),
-            None,
-        )
+        Some((SlurmState::Cancelled, "left the queue without running; SLURM keeps no record of it".into()))
     }
 
     /// The key of this attempt in `missing.json`.
@@ -177,41 +160,123 @@ impl Attempt {
         format!("{}/{}", self.submission, self.task_id)
     }
 
-    /// Records `state` if it differs from the latest; returns whether it changed.
-    pub fn observe(&mut self, state: SlurmState, detail: Option<String>, job_id: Option<JobId>) -> bool {
+    /// Whether a poll's view of this task (`state`, its own job id) tells
+    /// anything new.
+    pub fn would_observe(&self, state: &SlurmState, job_id: Option<&JobId>) -> bool {
+        self.state.as_ref() != Some(state) || job_id.is_some_and(|j| self.job_id.as_ref() != Some(j))
+    }
+
+    /// Records `state` (seen at `t`) if it differs from the latest, and the
+    /// task's job id; returns whether the state changed.
+    pub(super) fn observe(&mut self, state: SlurmState, detail: Option<String>, job_id: Option<JobId>, t: f64) -> bool {
         if job_id.is_some() && self.job_id != job_id {
             self.job_id = job_id;
         }
         if self.state.as_ref() == Some(&state) {
             return false;
         }
-        self.history.push(StateChange { t: now(), state: state.clone(), detail });
+        self.history.push(StateChange { t, state: state.clone(), detail });
         self.state = Some(state);
         true
     }
+
+    /// What this attempt's events said so far (with the config's result).
+    pub fn events_read(&self, result: Option<&RunResult>) -> EventsRead {
+        EventsRead {
+            worker: self.worker,
+            offset: self.events_offset,
+            mine: self.events_mine,
+            live: self.live.clone(),
+            result: result.cloned(),
+        }
+    }
+
+    pub fn submission(&self) -> &str {
+        &self.submission
+    }
+    pub fn task_id(&self) -> u32 {
+        self.task_id
+    }
+    /// The array's job id; `None` while only the intent is recorded.
+    pub fn array_job_id(&self) -> Option<&JobId> {
+        self.array_job_id.as_ref()
+    }
+    /// The task's own job id (SLURM gives each array task one when it starts).
+    pub fn job_id(&self) -> Option<&JobId> {
+        self.job_id.as_ref()
+    }
+    pub fn intended_at(&self) -> f64 {
+        self.intended_at
+    }
+    pub fn submitted_at(&self) -> Option<f64> {
+        self.submitted_at
+    }
+    /// The latest SLURM state seen; `None` before the first poll.
+    pub fn state(&self) -> Option<&SlurmState> {
+        self.state.as_ref()
+    }
+    /// Every SLURM state seen, in order.
+    pub fn history(&self) -> &[StateChange] {
+        &self.history
+    }
+    /// The sbatch never happened (settled by `resume`).
+    pub fn abandoned(&self) -> bool {
+        self.abandoned
+    }
+    /// What this attempt's worker wrote in its events.
+    pub fn worker(&self) -> WorkerOutcome {
+        self.worker
+    }
+    pub fn events_offset(&self) -> u64 {
+        self.events_offset
+    }
+    /// The worker's last reported phase and peak, while it runs.
+    pub fn live(&self) -> Option<&Live> {
+        self.live.as_ref()
+    }
+    pub fn run_dir(&self) -> RunDirKey {
+        self.run_dir
+    }
+    /// The last lines of the job's log, read when it ended without a result.
+    pub fn log_tail(&self) -> Option<&str> {
+        self.log_tail.as_deref()
+    }
+}
+
+/// A config as the experiment file and the precheck see it ([`Change::Config`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Seen {
+    pub hash: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<VerdictKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_gib: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
 }
 
 /// The state directory's record of one config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfigRecord {
-    pub hash: String,
-    pub name: String,
+    pub(super) hash: String,
+    pub(super) name: String,
     /// The precheck's verdict (`fits`, `risky`, `oom`, `invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verdict: Option<VerdictKind>,
+    pub(super) verdict: Option<VerdictKind>,
     /// The predicted peak: made before the config first ran, and kept after
     /// (a run is judged by the prediction made without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub predicted_gib: Option<f64>,
+    pub(super) predicted_gib: Option<f64>,
     /// The calibration that made `predicted_gib` (`shipped burn-flex/fp32`,
     /// `local burn-flex/fp32 on cpu, 6 runs`); absent in records written before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub calibration: Option<String>,
+    pub(super) calibration: Option<String>,
     #[serde(default)]
-    pub attempts: Vec<Attempt>,
+    pub(super) attempts: Vec<Attempt>,
     /// The worker's final `result` event of the latest attempt (its line's JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<RunResult>,
+    pub(super) result: Option<RunResult>,
 }
 
 impl ConfigRecord {
@@ -272,76 +337,95 @@ impl ConfigRecord {
         self.result.as_ref().map(|r| r.status)
     }
 
-    /// Folds newly read events into the latest attempt and the record. `events`
-    /// carry the byte offset where each line ends. Returns where folding stopped
-    /// early (a `start` of a job the poll has not named yet is left for a later
-    /// read), `None` when every event was used; and whether the result changed.
-    pub fn fold_events(&mut self, events: Vec<(Event, usize)>) -> (Option<usize>, bool) {
-        let r = self;
-        let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) else { return (None, false) };
-        let before = r.result.clone();
-        let (mut last_end, mut stopped) = (0, None);
-        for (event, end) in events {
-            match event {
-                Event::Start { t, env, .. } => {
-                    let mine = match (env.slurm_job_id.as_deref(), a.job_id.as_deref()) {
-                        (None, _) => true, // a worker run by hand: the latest attempt's
-                        (Some(_), None) => {
-                            stopped = Some(last_end); // not decidable yet: keep it for the next read
-                            break;
-                        }
-                        (Some(j), Some(ours)) => j == ours,
-                    };
-                    a.events_mine = mine;
-                    if mine {
-                        a.worker = WorkerOutcome::NoResult;
-                        a.live = Some(Live { phase: Phase::Model, peak_bytes: 0, started_t: Some(t), t });
-                        r.result = None;
-                    }
-                }
-                Event::Heartbeat { t, phase, peak_bytes, .. } | Event::PhaseEnd { t, phase, peak_bytes, .. }
-                    if a.events_mine =>
-                {
-                    let l = a.live.get_or_insert(Live { phase, peak_bytes: 0, started_t: None, t });
-                    l.phase = phase;
-                    l.peak_bytes = l.peak_bytes.max(peak_bytes);
-                    l.t = t;
-                }
-                e @ Event::Result { .. } if a.events_mine => {
-                    if let Ok(res) = RunResult::try_from(e) {
-                        a.worker = WorkerOutcome::Result(res.status);
-                        r.result = Some(res);
-                    }
-                }
-                _ => {}
-            }
-            last_end = end;
-        }
-        let changed = r.result != before;
-        (stopped, changed)
+    /// What the events of the latest attempt said so far (the default
+    /// when nothing was submitted).
+    pub fn events_read(&self) -> EventsRead {
+        self.latest().map(|a| a.events_read(self.result.as_ref())).unwrap_or_default()
     }
 
-    /// The config as the sweep names it now, and the precheck's verdict on it
-    /// (`None`: no verdict). Returns whether anything changed.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The precheck's verdict.
+    pub fn verdict(&self) -> Option<VerdictKind> {
+        self.verdict
+    }
+    /// The predicted peak, made before the config first ran.
+    pub fn predicted_gib(&self) -> Option<f64> {
+        self.predicted_gib
+    }
+    /// The calibration that made [`ConfigRecord::predicted_gib`].
+    pub fn calibration(&self) -> Option<&str> {
+        self.calibration.as_deref()
+    }
+    /// Every attempt, abandoned ones included, oldest first.
+    pub fn attempts(&self) -> &[Attempt] {
+        &self.attempts
+    }
+    /// The worker's final `result` event of the latest attempt.
+    pub fn result(&self) -> Option<&RunResult> {
+        self.result.as_ref()
+    }
+
+    /// The attempt that array task `task` of `submission` runs (abandoned ones are not).
+    pub(super) fn attempt_mut(&mut self, submission: &str, task: u32) -> Option<&mut Attempt> {
+        self.attempts.iter_mut().find(|a| !a.abandoned && a.submission == submission && a.task_id == task)
+    }
+
+    /// A config first seen, not yet judged or submitted.
+    pub(super) fn new(hash: &str, name: &str) -> ConfigRecord {
+        ConfigRecord {
+            hash: hash.to_string(),
+            name: name.to_string(),
+            verdict: None,
+            predicted_gib: None,
+            calibration: None,
+            attempts: vec![],
+            result: None,
+        }
+    }
+
     /// The record as the current file and precheck see it: its name, and,
     /// until it is first submitted, its verdict, prediction and the
     /// calibration that made them. Once submitted, the prediction stays the
     /// one made before the run (a later fit may include the run itself).
     /// Returns whether anything changed.
-    pub fn refresh(
-        &mut self,
-        name: &str,
-        verdict: Option<&crate::precheck::Verdict>,
-        calibration: Option<&str>,
-    ) -> bool {
+    pub(super) fn refresh(&mut self, seen: &Seen) -> bool {
         let before = (self.name.clone(), self.verdict, self.predicted_gib, self.calibration.clone());
-        self.name = name.to_string();
+        self.name.clone_from(&seen.name);
         if !self.attempts.iter().any(|a| !a.abandoned) {
-            self.verdict = verdict.map(crate::precheck::Verdict::kind);
-            self.predicted_gib = verdict.and_then(crate::precheck::Verdict::predicted_gib);
-            self.calibration = calibration.map(str::to_string);
+            self.verdict = seen.verdict;
+            self.predicted_gib = seen.predicted_gib;
+            self.calibration.clone_from(&seen.calibration);
         }
         (self.name.clone(), self.verdict, self.predicted_gib, self.calibration.clone()) != before
+    }
+
+    /// Takes what the latest attempt's events said; returns whether anything changed.
+    pub(super) fn set_events(&mut self, read: &EventsRead) -> bool {
+        let before = self.clone();
+        if let Some(a) = self.attempts.iter_mut().rev().find(|a| !a.abandoned) {
+            a.worker = read.worker;
+            a.events_offset = read.offset;
+            a.events_mine = read.mine;
+            a.live.clone_from(&read.live);
+            self.result.clone_from(&read.result);
+        }
+        *self != before
+    }
+
+    /// Keeps the log's last lines as the latest attempt's; returns whether anything changed.
+    pub(super) fn set_log_tail(&mut self, tail: &str) -> bool {
+        match self.attempts.iter_mut().rev().find(|a| !a.abandoned) {
+            Some(a) if a.log_tail.as_deref() != Some(tail) => {
+                a.log_tail = Some(tail.to_string());
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -351,15 +435,7 @@ mod tests {
 
     #[test]
     fn runs_are_kept_by_content_and_old_attempts_still_read_by_name() {
-        let mut r = ConfigRecord {
-            hash: "0123456789ab".into(),
-            name: "unet_2L".into(),
-            verdict: None,
-            predicted_gib: None,
-            calibration: None,
-            attempts: vec![Attempt::intended("s001-abcd", 0, 1.0)],
-            result: None,
-        };
+        let mut r = ConfigRecord::new("0123456789ab", "unet_2L").with_attempt(Attempt::intended("s001-abcd", 0, 1.0));
         assert_eq!(r.events_rel(&r.attempts[0]).as_deref(), Some("runs/0123456789ab/events.jsonl"));
         // An attempt recorded before runs were kept by content has no `run_dir`: by name.
         let old: Attempt =
@@ -373,54 +449,39 @@ mod tests {
 
     #[test]
     fn a_prediction_is_the_one_made_before_the_run() {
-        use crate::precheck::Verdict;
-        let fits = |gib: f64| Verdict::Fits { predicted_gib: gib, available_gib: 80.0 };
-        let mut r = ConfigRecord {
+        let seen = |name: &str, gib: f64, calibration: Option<&str>| Seen {
             hash: "0123456789ab".into(),
-            name: "a".into(),
-            verdict: None,
-            predicted_gib: None,
-            calibration: None,
-            attempts: vec![],
-            result: None,
+            name: name.into(),
+            verdict: Some(VerdictKind::Fits),
+            predicted_gib: Some(gib),
+            calibration: calibration.map(str::to_string),
         };
-        assert!(r.refresh("a", Some(&fits(2.0)), Some("shipped burn-flex/fp32")));
-        assert!(r.refresh("a", Some(&fits(2.1)), Some("shipped burn-flex/fp32")), "not run yet: the latest word");
+        let mut r = ConfigRecord::new("0123456789ab", "a");
+        assert!(r.refresh(&seen("a", 2.0, Some("shipped burn-flex/fp32"))));
+        assert!(r.refresh(&seen("a", 2.1, Some("shipped burn-flex/fp32"))), "not run yet: the latest word");
         r.attempts.push(Attempt::intended("s001-abcd", 0, 1.0));
         // A refit that includes the run itself predicts it better: the record keeps the prediction it was judged by.
-        assert!(!r.refresh("a", Some(&fits(2.5)), Some("local burn-flex/fp32 on cpu, 6 runs")));
+        assert!(!r.refresh(&seen("a", 2.5, Some("local burn-flex/fp32 on cpu, 6 runs"))));
         assert_eq!((r.predicted_gib, r.calibration.as_deref()), (Some(2.1), Some("shipped burn-flex/fp32")));
-        assert!(r.refresh("b", Some(&fits(2.5)), None), "a rename is taken");
+        assert!(r.refresh(&seen("b", 2.5, None)), "a rename is taken");
         assert_eq!(r.name, "b");
     }
 
     #[test]
     fn a_task_gone_from_squeue_and_sacct_counts_as_cancelled_after_the_grace() {
-        let mut a = Attempt {
-            array_job_id: Some("34".into()),
-            submitted_at: Some(0.0),
-            state: Some(SlurmState::Pending),
-            ..Attempt::intended("s", 2, 0.0)
-        };
-        assert!(!a.missing(100.0, 105.0), "within the grace");
+        let mut a = Attempt::intended("s", 2, 0.0).in_array("34").submitted(0.0).in_state(Some(SlurmState::Pending));
+        assert_eq!(a.gone(100.0, 105.0), None, "within the grace");
         assert!(a.is_live());
-        assert!(a.missing(100.0, 100.0 + MISSING_GRACE_S), "gone");
-        assert_eq!(a.state, Some(SlurmState::Cancelled));
+        let (state, detail) = a.gone(100.0, 100.0 + MISSING_GRACE_S).expect("gone");
+        assert_eq!(state, SlurmState::Cancelled);
+        assert!(a.observe(state, Some(detail), None, 110.0));
         assert!(!a.is_live());
-        assert!(!a.missing(100.0, 1000.0), "an ended attempt stays as it is");
+        assert_eq!(a.gone(100.0, 1000.0), None, "an ended attempt stays as it is");
     }
 
     #[test]
     fn another_configs_line_in_a_shared_task_log_is_not_the_cause() {
-        let mut r = ConfigRecord {
-            hash: "h".into(),
-            name: "slow".into(),
-            verdict: None,
-            predicted_gib: None,
-            calibration: None,
-            attempts: vec![Attempt::intended("s001-x", 0, 0.0)],
-            result: None,
-        };
+        let mut r = ConfigRecord::new("h", "slow").with_attempt(Attempt::intended("s001-x", 0, 0.0));
         r.attempts[0].history.push(StateChange { t: 1.0, state: SlurmState::Failed, detail: Some("0:9".into()) });
         r.attempts[0].log_tail = Some("first: Ok, 34752 params, peak 0.002 GiB".into());
         let cause = r.failure_cause().expect("a cause");

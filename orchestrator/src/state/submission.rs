@@ -146,15 +146,7 @@ mod tests {
     use super::*;
 
     fn record(hash: &str) -> ConfigRecord {
-        ConfigRecord {
-            hash: hash.into(),
-            name: hash.into(),
-            verdict: None,
-            predicted_gib: None,
-            calibration: None,
-            attempts: vec![],
-            result: None,
-        }
+        ConfigRecord::new(hash, hash)
     }
 
     #[test]

@@ -54,7 +54,6 @@ struct Known {
 
 fn known(opts: &Options, experiment: &str) -> Result<Known, CommandError> {
     let st = StateDir::open(&opts.state_root, experiment, opts.lock_wait)?;
-    let records = st.load_records()?;
     let mut measured = BTreeMap::new();
     if let Ok(text) = std::fs::read_to_string(st.path("measurements.jsonl")) {
         let recs = spec::record::read_jsonl(&text).map_err(|(line, e)| {
@@ -66,9 +65,10 @@ fn known(opts: &Options, experiment: &str) -> Result<Known, CommandError> {
             }
         }
     }
-    let tried = records.values().filter(|r| !r.attempts.is_empty()).map(|r| r.hash.clone()).collect();
-    let seconds = records.values().filter_map(|r| r.result.as_ref().map(|x| x.wall_s)).collect();
-    let lines = crate::state::journal::read(&st.path("journal.jsonl"))?.unwrap_or_default();
+    let records = st.records().values();
+    let tried = records.clone().filter(|r| !r.attempts().is_empty()).map(|r| r.hash().to_string()).collect();
+    let seconds = records.filter_map(|r| r.result().map(|x| x.wall_s)).collect();
+    let lines = st.view().journal()?;
     let rounds = lines.iter().filter(|l| matches!(l.change, Change::ActiveRound { .. })).count() as u32;
     Ok(Known { measured, tried, rounds, seconds })
 }
@@ -111,9 +111,8 @@ pub async fn run(
         let round = k.rounds + 1;
         let open = answers.values().filter(|a| !a.is_settled()).count();
         {
-            let st = StateDir::open(&opts.state_root, &name, opts.lock_wait)?;
-            let change = Change::ActiveRound { round, chosen: chosen.clone(), measured: k.measured.len(), open };
-            st.apply(&mut BTreeMap::new(), change)?;
+            let mut st = StateDir::open(&opts.state_root, &name, opts.lock_wait)?;
+            st.apply(Change::ActiveRound { round, chosen: chosen.clone(), measured: k.measured.len(), open })?;
         }
         let names: Vec<&str> =
             sweep.configs.iter().filter(|c| chosen.contains(&c.hash.0)).map(|c| c.name.as_str()).collect();

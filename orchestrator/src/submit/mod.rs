@@ -26,7 +26,7 @@ use crate::precheck::overlay::CalibrationSource;
 use crate::precheck::{Predictor, Verdict, VerdictKind};
 use crate::render::RenderFailure;
 use crate::slurm::RetryPolicy;
-use crate::state::{ConfigRecord, StateDir, StateError};
+use crate::state::{Change, ConfigRecord, Seen, StateDir, StateError};
 use crate::sweep::Sweep;
 use crate::transport::TransportError;
 
@@ -171,11 +171,7 @@ pub(crate) fn allowed(verdict: VerdictKind, opts: &Options) -> bool {
 
 /// Opens the state, records the sweep and a record per config (new ones
 /// created, verdicts refreshed). The cluster is fixed at the first submission.
-pub(crate) fn prepare(
-    st: &StateDir,
-    sweep: &Sweep,
-    cluster: &str,
-) -> Result<BTreeMap<String, ConfigRecord>, CommandError> {
+pub(crate) fn prepare(st: &mut StateDir, sweep: &Sweep, cluster: &str) -> Result<(), CommandError> {
     let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     if let Some(prev) = &prev {
         if prev.cluster != cluster && !st.load_submissions()?.is_empty() {
@@ -188,10 +184,9 @@ pub(crate) fn prepare(
             )));
         }
     }
-    let mut records = st.repair()?;
     fsio::write_json(
         &st.path("sweep.json"),
-        &StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, &records) },
+        &StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, st.records()) },
     )?;
     let v = judged(sweep, st.root().parent().unwrap_or(Path::new(".")));
     let mut seen = BTreeSet::new();
@@ -200,24 +195,16 @@ pub(crate) fn prepare(
             tracing::warn!("config `{}` computes the same as an earlier one (hash {}): run once", c.name, c.hash);
             continue;
         }
-        let (verdict, calibration) = match v.get(&c.hash.0) {
-            Some((verdict, calibration)) => (Some(verdict), Some(calibration.as_str())),
-            None => (None, None),
-        };
-        let r = records.entry(c.hash.0.clone()).or_insert_with(|| ConfigRecord {
+        let found = v.get(&c.hash.0);
+        st.apply(Change::Config(Seen {
             hash: c.hash.0.clone(),
             name: c.name.clone(),
-            verdict: None,
-            predicted_gib: None,
-            calibration: None,
-            attempts: vec![],
-            result: None,
-        });
-        if r.refresh(&c.name, verdict, calibration) || !st.record_path(&r.hash).exists() {
-            st.save_record(r)?;
-        }
+            verdict: found.map(|(v, _)| v.kind()),
+            predicted_gib: found.and_then(|(v, _)| v.predicted_gib()),
+            calibration: found.map(|(_, calibration)| calibration.clone()),
+        }))?;
     }
-    Ok(records)
+    Ok(())
 }
 
 /// The sweep to store: the new file's configs, then every config of the
@@ -228,7 +215,7 @@ fn merged(prev: Option<StoredSweep>, sweep: &Sweep, records: &BTreeMap<String, C
     let Some(prev) = prev else { return out };
     let have: BTreeSet<String> = out.configs.iter().map(|c| c.hash.0.clone()).collect();
     for c in prev.sweep.configs {
-        let submitted = records.get(&c.hash.0).is_some_and(|r| r.attempts.iter().any(|a| !a.abandoned));
+        let submitted = records.get(&c.hash.0).is_some_and(|r| r.attempts().iter().any(|a| !a.abandoned()));
         if submitted && !have.contains(&c.hash.0) {
             out.configs.push(c);
         }
@@ -350,17 +337,9 @@ mod tests {
         let mut edited = full.clone();
         let removed_submitted = edited.configs.remove(0);
         let removed_never = edited.configs.remove(0);
-        let attempt = Attempt { array_job_id: Some("5".into()), ..Attempt::intended("s001-x", 0, 0.0) };
-        let rec = ConfigRecord {
-            hash: removed_submitted.hash.0.clone(),
-            name: removed_submitted.name.clone(),
-            verdict: None,
-            predicted_gib: None,
-            calibration: None,
-            attempts: vec![attempt],
-            result: None,
-        };
-        let records = BTreeMap::from([(rec.hash.clone(), rec)]);
+        let attempt = Attempt::intended("s001-x", 0, 0.0).in_array("5");
+        let rec = ConfigRecord::fixture(&removed_submitted.hash.0, &removed_submitted.name).with_attempt(attempt);
+        let records = BTreeMap::from([(removed_submitted.hash.0.clone(), rec)]);
         let prev = StoredSweep { cluster: "local".into(), sweep: full };
         let m = merged(Some(prev), &edited, &records);
         let names: Vec<&str> = m.configs.iter().map(|c| c.name.as_str()).collect();

@@ -7,45 +7,48 @@ use std::collections::BTreeMap;
 use super::pull::{pull_events, pull_logs};
 use super::{blocking, CommandError, Target};
 use crate::fsio;
+use crate::slurm::{JobId, SlurmState};
 use crate::state::intent::IntentState;
-use crate::state::{ConfigRecord, StateDir};
+use crate::state::{Change, StateDir};
 use crate::sweep::Sweep;
 use crate::transport::Poll;
 
 /// Applies one poll to the records; returns the configs whose state changed.
 /// Tasks a complete poll does not list are timed in `missing.json` (see
-/// [`crate::state::Attempt::missing`]).
-pub(crate) fn apply(
-    st: &StateDir,
-    records: &mut BTreeMap<String, ConfigRecord>,
-    poll: &Poll,
-) -> Result<Vec<String>, CommandError> {
-    let mut changed = Vec::new();
+/// [`crate::state::Attempt::gone`]).
+pub(crate) fn apply(st: &mut StateDir, poll: &Poll) -> Result<Vec<String>, CommandError> {
     let now = fsio::now();
     let missing_path = st.path("missing.json");
     let mut missing: BTreeMap<String, f64> = fsio::read_json(&missing_path)?.unwrap_or_default();
     let missing_before = missing.clone();
-    for r in records.values_mut() {
-        let mut dirty = false;
-        for a in r.attempts.iter_mut().filter(|a| !a.abandoned) {
-            let Some(array) = &a.array_job_id else { continue };
-            if let Some(o) = poll.tasks.get(&(array.clone(), a.task_id)) {
+    // One observation per array task (a task of several configs is one line).
+    let mut seen: BTreeMap<(String, u32), Change> = BTreeMap::new();
+    for a in st.records().values().flat_map(|r| r.attempts()).filter(|a| !a.abandoned()) {
+        let Some(array) = a.array_job_id() else { continue };
+        let key = (a.submission().to_string(), a.task_id());
+        let observed = |state: SlurmState, detail: Option<String>, job_id: Option<JobId>| Change::Observed {
+            submission: key.0.clone(),
+            task: key.1,
+            state,
+            detail,
+            job_id,
+        };
+        if let Some(o) = poll.tasks.get(&(array.clone(), a.task_id())) {
+            missing.remove(&a.key());
+            if a.would_observe(&o.state, o.job_id.as_ref()) {
+                seen.insert(key.clone(), observed(o.state.clone(), o.detail.clone(), o.job_id.clone()));
+            }
+        } else if poll.complete() && a.is_live() {
+            let since = *missing.entry(a.key()).or_insert(now);
+            if let Some((state, detail)) = a.gone(since, now) {
                 missing.remove(&a.key());
-                if a.observe(o.state.clone(), o.detail.clone(), o.job_id.clone()) {
-                    dirty = true;
-                }
-            } else if poll.complete() && a.is_live() {
-                let since = *missing.entry(a.key()).or_insert(now);
-                if a.missing(since, now) {
-                    missing.remove(&a.key());
-                    dirty = true;
-                }
+                seen.insert(key.clone(), observed(state, Some(detail), None));
             }
         }
-        if dirty {
-            st.save_record(r)?;
-            changed.push(r.hash.clone());
-        }
+    }
+    let mut changed = Vec::new();
+    for change in seen.into_values() {
+        changed.extend(st.apply(change)?);
     }
     if missing != missing_before {
         fsio::write_json(&missing_path, &missing)?;
@@ -58,9 +61,8 @@ pub(crate) fn apply(
 /// re-reads the events of ended attempts whose worker result is not known yet,
 /// since the retry decision depends on it.
 pub(crate) async fn update(
-    st: &StateDir,
+    st: &mut StateDir,
     target: &Target,
-    records: &mut BTreeMap<String, ConfigRecord>,
     sweep: &Sweep,
     settle: bool,
     grace_s: f64,
@@ -71,9 +73,9 @@ pub(crate) async fn update(
     let since = subs.iter().map(|s| s.intended_at).fold(f64::INFINITY, f64::min);
     let since = if since.is_finite() { since } else { fsio::now() };
     let poll = blocking(&target.transport, move |t| t.poll(&names, since)).await?;
-    let changed = apply(st, records, &poll)?;
-    let got = pull_events(st, target, records, sweep, &changed, settle, grace_s).await;
-    pull_logs(st, target, records, &sweep.experiment.name, grace_s).await;
+    let changed = apply(st, &poll)?;
+    let got = pull_events(st, target, sweep, &changed, settle, grace_s).await;
+    pull_logs(st, target, &sweep.experiment.name, grace_s).await;
     Ok(PollSummary {
         polled: true,
         local: target.config.transport == crate::cluster::TransportKind::Local,

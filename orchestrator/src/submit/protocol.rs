@@ -3,13 +3,13 @@
 //! states and their rules are [`crate::state::intent`]; this module applies
 //! what `sbatch` and polls answered to the state directory.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::{blocking, CommandError, Target};
 use crate::fsio;
 use crate::slurm::JobId;
 use crate::state::intent::{IntentEvent, IntentState, CONFIRM_S};
-use crate::state::{Change, ConfigRecord, StateDir, Submission};
+use crate::state::{Change, StateDir, Submission};
 use crate::transport::Poll;
 
 /// What one reconciliation did, by submission id.
@@ -24,12 +24,7 @@ pub struct Settled {
 /// Applies `event` to submission `sub`: the protocol's next state, applied
 /// to the state directory ([`StateDir::apply`]: `submission.json`, the
 /// journal, the records' attempts).
-pub(crate) fn advance(
-    st: &StateDir,
-    records: &mut BTreeMap<String, ConfigRecord>,
-    sub: &mut Submission,
-    event: &IntentEvent,
-) -> Result<(), CommandError> {
+pub(crate) fn advance(st: &mut StateDir, sub: &mut Submission, event: &IntentEvent) -> Result<(), CommandError> {
     let before = sub.state();
     let next = before
         .next(event)
@@ -38,7 +33,7 @@ pub(crate) fn advance(
         return Ok(());
     }
     sub.set_state(next);
-    st.apply(records, Change::Move { from: before, submission: sub.clone() })?;
+    st.apply(Change::Move { from: before, submission: sub.clone() })?;
     Ok(())
 }
 
@@ -46,12 +41,7 @@ pub(crate) fn advance(
 /// for all of them) and moves each on. With `wait_confirm` (`submit`,
 /// `resume`), an intent seen absent once is asked again after [`CONFIRM_S`]
 /// within this call, so a resume after a stall can resubmit at once.
-pub(crate) async fn reconcile(
-    st: &StateDir,
-    target: &Target,
-    records: &mut BTreeMap<String, ConfigRecord>,
-    wait_confirm: bool,
-) -> Result<Settled, CommandError> {
+pub(crate) async fn reconcile(st: &mut StateDir, target: &Target, wait_confirm: bool) -> Result<Settled, CommandError> {
     let mut settled = Settled::default();
     for round in 0..3 {
         let open: Vec<Submission> = st.load_submissions()?.into_iter().filter(|s| s.state().is_open()).collect();
@@ -80,7 +70,7 @@ pub(crate) async fn reconcile(
             } else {
                 IntentEvent::Found(ids)
             };
-            advance(st, records, &mut s, &event)?;
+            advance(st, &mut s, &event)?;
             match s.state() {
                 IntentState::Submitted { .. } => settled.adopted.push(s.id.clone()),
                 IntentState::Abandoned => settled.abandoned.push(s.id.clone()),

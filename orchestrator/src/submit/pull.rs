@@ -22,7 +22,7 @@ use super::{blocking, same_file, Target};
 use crate::collect::{complete_lines, parse_events, to_record, WorkerOutcome};
 use crate::fsio;
 use crate::slurm::{Activity, JobId, SlurmState};
-use crate::state::{Attempt, ConfigRecord, StateDir};
+use crate::state::{Attempt, Change, EventsRead, StateDir};
 use crate::sweep::Sweep;
 
 /// What one collection pass read.
@@ -34,7 +34,7 @@ pub(crate) struct Collected {
 
 /// When SLURM's end of this attempt was first seen (the grace starts there).
 fn ended_at(a: &Attempt) -> Option<f64> {
-    a.history.iter().rev().find(|h| h.state.is_ended()).map(|h| h.t)
+    a.history().iter().rev().find(|h| h.state.is_ended()).map(|h| h.t)
 }
 
 /// Whether an ended attempt's missing result may still arrive: the states a
@@ -42,36 +42,35 @@ fn ended_at(a: &Attempt) -> Option<f64> {
 /// cancelled or timed-out one whose worker started (in a task of several
 /// configs, its result may have been written before the task was stopped).
 pub(crate) fn awaiting_result(a: &Attempt, grace_s: f64, now: f64) -> bool {
-    let Some(state) = &a.state else { return false };
+    let Some(state) = a.state() else { return false };
     let stopped_after_start =
-        matches!(state, SlurmState::Cancelled | SlurmState::Timeout) && a.worker == WorkerOutcome::NoResult;
+        matches!(state, SlurmState::Cancelled | SlurmState::Timeout) && a.worker() == WorkerOutcome::NoResult;
     (matches!(state, SlurmState::Failed | SlurmState::OutOfMemory | SlurmState::Completed) || stopped_after_start)
-        && !matches!(a.worker, WorkerOutcome::Result(_))
+        && !matches!(a.worker(), WorkerOutcome::Result(_))
         && !a.exec_failed()
         && ended_at(a).is_some_and(|t| now - t < grace_s)
 }
 
 fn wants_read(a: &Attempt, changed: bool, settle: bool, grace_s: f64, now: f64) -> bool {
-    let activity = a.state.as_ref().map(SlurmState::activity);
+    let activity = a.state().map(SlurmState::activity);
     // A queued task's job id is its array's (squeue, sacct): its worker's
     // `start` (with the task's own id) could not be told apart. A task that
     // started between polls is read at the next one, under its own id.
     if matches!(activity, None | Some(Activity::Queued)) {
         return false;
     }
-    let no_result = !matches!(a.worker, WorkerOutcome::Result(_));
+    let no_result = !matches!(a.worker(), WorkerOutcome::Result(_));
     activity == Some(Activity::Running)
         || changed
         || awaiting_result(a, grace_s, now)
-        || (settle && activity == Some(Activity::Ended) && a.job_id.is_some() && no_result)
+        || (settle && activity == Some(Activity::Ended) && a.job_id().is_some() && no_result)
 }
 
 /// Reads the new events of the configs that need it (see the module doc).
 /// Failures only warn: the job states are what a poll must not lose.
 pub(crate) async fn pull_events(
-    st: &StateDir,
+    st: &mut StateDir,
     target: &Target,
-    records: &mut BTreeMap<String, ConfigRecord>,
     sweep: &Sweep,
     changed: &[String],
     settle: bool,
@@ -82,20 +81,21 @@ pub(crate) async fn pull_events(
     let configs: BTreeMap<&str, &spec::RunConfig> =
         sweep.configs.iter().map(|c| (c.hash.0.as_str(), &c.config)).collect();
     let now = fsio::now();
-    for r in records.values_mut() {
-        let Some(latest) = r.latest() else { continue };
-        if latest.array_job_id.is_none() || !wants_read(latest, changed.contains(&r.hash), settle, grace_s, now) {
-            continue;
-        }
-        let Some(cfg) = configs.get(r.hash.as_str()) else { continue };
-        let Some(rel) = r.events_rel(latest) else {
-            continue; // not a safe path component: the worker cannot have written it either
-        };
-        // A new attempt reads on from where the one before it (in the same run directory) stopped.
-        let prev = r.attempts.iter().filter(|a| !a.abandoned).rev().nth(1);
-        let prev_offset = prev.filter(|a| a.run_dir == latest.run_dir).map_or(0, |a| a.events_offset);
-        let offset = latest.events_offset.max(prev_offset);
+    let due: Vec<String> = st
+        .records()
+        .values()
+        .filter(|r| {
+            r.latest().is_some_and(|a| {
+                a.array_job_id().is_some() && wants_read(a, changed.iter().any(|h| h == r.hash()), settle, grace_s, now)
+            })
+        })
+        .map(|r| r.hash().to_string())
+        .collect();
+    for hash in due {
+        let Some(cfg) = configs.get(hash.as_str()) else { continue };
+        let Some((rel, read)) = events_to_read(st, &hash) else { continue };
         let remote = format!("{remote_state}/{}/{rel}", sweep.experiment.name);
+        let offset = read.offset;
         let data = match blocking(&target.transport, {
             let remote = remote.clone();
             move |t| t.files().read_from(&remote, offset)
@@ -112,27 +112,43 @@ pub(crate) async fn pull_events(
         got.files += 1;
         got.bytes += data.len() as u64;
         let (events, consumed, _) = complete_lines(&data);
-        let (stopped, result_changed) = r.fold_events(events);
-        let used = stopped.unwrap_or(consumed);
-        if let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) {
-            a.events_offset = offset + used as u64;
-        }
+        let job_id = st.record(&hash).and_then(|r| r.latest()).and_then(|a| a.job_id().cloned());
+        let mut after = read.clone();
+        let used = after.fold(job_id.as_ref(), events).unwrap_or(consumed);
+        after.offset = offset + used as u64;
         let local = st.path(&rel);
         if used > 0 && !same_file(&local, &remote) {
             if let Err(e) = append_local(&local, offset, &data[..used]) {
                 tracing::warn!("{}: {e}", local.display());
             }
         }
-        if result_changed && r.result.is_some() {
+        let new_result = after.result.is_some() && after.result != read.result;
+        if let Err(e) = st.apply(Change::Events { hash: hash.clone(), read: after }) {
+            tracing::warn!("{e}");
+        }
+        if new_result {
             if let Err(e) = append_measurement(st, cfg, &local) {
                 tracing::warn!("{e}");
             }
         }
-        if let Err(e) = st.save_record(r) {
-            tracing::warn!("{e}");
-        }
     }
     got
+}
+
+/// Where the latest attempt of config `hash` reads its events (relative to
+/// the experiment's state directory), and what it read so far: a new
+/// attempt reads on from where the one before it (in the same run
+/// directory) stopped. `None`: a run directory that is no safe path (the
+/// worker cannot have written it either).
+fn events_to_read(st: &StateDir, hash: &str) -> Option<(String, EventsRead)> {
+    let r = st.record(hash)?;
+    let latest = r.latest()?;
+    let rel = r.events_rel(latest)?;
+    let prev = r.attempts().iter().filter(|a| !a.abandoned()).rev().nth(1);
+    let prev_offset = prev.filter(|a| a.run_dir() == latest.run_dir()).map_or(0, Attempt::events_offset);
+    let mut read = r.events_read();
+    read.offset = read.offset.max(prev_offset);
+    Some((rel, read))
 }
 
 /// Lines of a job log kept as its cause of failure.
@@ -142,34 +158,32 @@ const LOG_TAIL_LINES: usize = 5;
 /// result from the worker and can get none any more (its grace is over, or
 /// `exec` of the worker failed): what `status`, `--json` and the report show
 /// as its cause. Returns how many were read.
-pub(crate) async fn pull_logs(
-    st: &StateDir,
-    target: &Target,
-    records: &mut BTreeMap<String, ConfigRecord>,
-    experiment: &str,
-    grace_s: f64,
-) -> u32 {
+pub(crate) async fn pull_logs(st: &mut StateDir, target: &Target, experiment: &str, grace_s: f64) -> u32 {
     let Ok(remote_state) = blocking(&target.transport, |t| t.files().remote_state_root()).await else { return 0 };
     let now = fsio::now();
+    let due: Vec<(String, String, String)> = st
+        .records()
+        .values()
+        .filter_map(|r| {
+            let a = r.latest()?;
+            let ended_without_result = a.state().is_some_and(|s| s.is_ended() && *s != SlurmState::Cancelled)
+                && !matches!(a.worker(), WorkerOutcome::Result(_));
+            (ended_without_result && a.log_tail().is_none() && !awaiting_result(a, grace_s, now))
+                .then(|| (r.hash().to_string(), r.name().to_string(), a.log_rel()))
+        })
+        .collect();
     let mut read = 0;
-    for r in records.values_mut() {
-        let Some(a) = r.attempts.iter_mut().rev().find(|a| !a.abandoned) else { continue };
-        let ended_without_result = a.state.as_ref().is_some_and(|s| s.is_ended() && *s != SlurmState::Cancelled)
-            && !matches!(a.worker, WorkerOutcome::Result(_));
-        if !ended_without_result || a.log_tail.is_some() || awaiting_result(a, grace_s, now) {
-            continue;
-        }
-        let remote = format!("{remote_state}/{experiment}/{}", a.log_rel());
+    for (hash, name, log) in due {
+        let remote = format!("{remote_state}/{experiment}/{log}");
         let bytes = match blocking(&target.transport, move |t| t.files().get_file(&remote)).await {
             Ok(b) => b.unwrap_or_default(),
             Err(e) => {
-                tracing::warn!("cannot read the log of {}: {e}", r.name);
+                tracing::warn!("cannot read the log of {name}: {e}");
                 continue;
             }
         };
         read += 1;
-        a.log_tail = Some(log_tail(&bytes));
-        if let Err(e) = st.save_record(r) {
+        if let Err(e) = st.apply(Change::LogTail { hash, tail: log_tail(&bytes) }) {
             tracing::warn!("{e}");
         }
     }
@@ -213,19 +227,10 @@ fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::P
 /// `job_id`: whether its worker wrote `start`, and its `result` event (the
 /// same fold a poll uses).
 pub fn attempt_events(text: &str, job_id: Option<&str>) -> (bool, Option<RunResult>) {
-    let mut r = ConfigRecord {
-        hash: String::new(),
-        name: String::new(),
-        verdict: None,
-        predicted_gib: None,
-        calibration: None,
-        attempts: vec![],
-        result: None,
-    };
-    r.attempts.push(Attempt { job_id: job_id.map(JobId::from), ..Attempt::intended(String::new(), 0, 0.0) });
+    let mut read = EventsRead::default();
     let (events, _, _) = complete_lines(text.as_bytes());
-    r.fold_events(events);
-    (!r.attempts[0].worker.is_not_started(), r.result)
+    read.fold(job_id.map(JobId::from).as_ref(), events);
+    (!read.worker.is_not_started(), read.result)
 }
 
 /// The `result` event of the last attempt in an events file, whichever job ran it.
@@ -236,27 +241,37 @@ pub fn last_result(text: &str) -> Option<RunResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::event::Phase;
 
-    fn attempt(job: Option<&str>, state: Option<SlurmState>) -> Attempt {
-        Attempt {
-            array_job_id: Some("1".into()),
-            job_id: job.map(JobId::from),
-            state,
-            ..Attempt::intended("s", 0, 0.0)
-        }
+    fn attempt(job: Option<&str>, state: SlurmState) -> Attempt {
+        Attempt::intended("s", 0, 0.0).in_array("1").ran_as(job).in_state(Some(state))
     }
 
-    fn record(a: Attempt) -> ConfigRecord {
-        ConfigRecord {
-            hash: "h".into(),
-            name: "n".into(),
-            verdict: None,
-            predicted_gib: None,
-            calibration: None,
-            attempts: vec![a],
-            result: None,
-        }
+    #[test]
+    fn a_queued_task_is_not_read_its_job_id_is_the_arrays() {
+        let q = attempt(Some("303"), SlurmState::Pending);
+        assert!(!wants_read(&q, true, true, 120.0, 0.0), "pending: the id is the array's, not the task's");
+        let r = attempt(Some("305"), SlurmState::Running);
+        assert!(wants_read(&r, false, false, 120.0, 0.0));
+    }
+
+    #[test]
+    fn an_ended_job_without_a_result_is_awaited_for_the_grace_only() {
+        let failed = attempt(Some("11"), SlurmState::Failed).seen(SlurmState::Failed, 100.0, None);
+        let a = failed.clone().with_worker(WorkerOutcome::NoResult);
+        assert!(awaiting_result(&a, 120.0, 150.0));
+        assert!(!awaiting_result(&a, 120.0, 221.0), "grace over: classified (killed)");
+        let a = failed.with_worker(WorkerOutcome::from_word(Some("oom")));
+        assert!(!awaiting_result(&a, 120.0, 150.0), "a result is final");
+        let c = attempt(Some("11"), SlurmState::Cancelled).seen(SlurmState::Cancelled, 100.0, None);
+        assert!(!awaiting_result(&c, 120.0, 150.0), "a cancelled task needs no result");
+        // ... but one whose worker started may have written its result just before (a task of several configs).
+        let c = c.with_worker(WorkerOutcome::NoResult);
+        assert!(awaiting_result(&c, 120.0, 150.0));
+        assert!(!awaiting_result(&c, 120.0, 221.0));
+        // `exec` of the worker failed (exit 127: not found): no result can come.
+        let e = attempt(Some("11"), SlurmState::Failed).seen(SlurmState::Failed, 100.0, Some("127:0"));
+        assert!(e.exec_failed());
+        assert!(!awaiting_result(&e, 120.0, 150.0), "the worker never ran");
     }
 
     const START_11: &str = "{\"event\":\"start\",\"t\":1.0,\"config\":\"n\",\"config_hash\":\"0\",\"env\":{\"host\":\"h\",\"device\":\"cpu\",\"backend\":\"flex\",\"dtype\":\"f32\",\"grad_ckpt\":false,\"slurm_job_id\":\"11\"}}\n";
@@ -264,89 +279,6 @@ mod tests {
     const BEAT: &str =
         "{\"event\":\"heartbeat\",\"t\":2.0,\"phase\":\"fwd\",\"current_bytes\":10,\"peak_bytes\":2048}\n";
     const OOM: &str = "{\"event\":\"result\",\"t\":3.0,\"status\":\"oom\",\"params\":1,\"peaks\":{},\"peak_bytes\":4096,\"phase\":\"bwd\",\"wall_s\":2.0}\n";
-
-    /// Reads `text` in pieces (a lagging or live file), as a poll would: from the offset, complete lines only.
-    fn read_in_pieces(r: &mut ConfigRecord, text: &str, cuts: &[usize]) {
-        let bytes = text.as_bytes();
-        for &cut in cuts.iter().chain([bytes.len()].iter()) {
-            let off = r.attempts[0].events_offset as usize;
-            let (events, consumed, _) = complete_lines(&bytes[off..cut]);
-            let (stopped, _) = r.fold_events(events);
-            r.attempts[0].events_offset = (off + stopped.unwrap_or(consumed)) as u64;
-        }
-    }
-
-    #[test]
-    fn incremental_reads_in_any_pieces_give_the_same_result_and_read_each_byte_once() {
-        let text = format!("{START_11}{BEAT}{OOM}");
-        for cuts in [vec![], vec![10], vec![START_11.len()], vec![START_11.len() + 5, START_11.len() + BEAT.len() + 3]]
-        {
-            let mut r = record(attempt(Some("11"), Some(SlurmState::Running)));
-            read_in_pieces(&mut r, &text, &cuts);
-            assert_eq!(r.attempts[0].worker.word(), Some("oom"), "{cuts:?}");
-            assert_eq!(r.result.as_ref().map(|v| v.peak_bytes), Some(4096));
-            assert_eq!(r.attempts[0].events_offset as usize, text.len(), "everything consumed once");
-        }
-    }
-
-    #[test]
-    fn live_phase_and_peak_come_from_heartbeats() {
-        let mut r = record(attempt(Some("11"), Some(SlurmState::Running)));
-        read_in_pieces(&mut r, &format!("{START_11}{BEAT}"), &[]);
-        let live = r.attempts[0].live.clone().expect("live");
-        assert_eq!((live.phase, live.peak_bytes, live.started_t), (Phase::Fwd, 2048, Some(1.0)));
-        assert!(r.result.is_none());
-    }
-
-    #[test]
-    fn another_jobs_lines_are_not_this_attempts() {
-        // A retry (job 12) reads on after the first attempt (job 11)'s lines.
-        let mut r = record(attempt(Some("12"), Some(SlurmState::Running)));
-        read_in_pieces(&mut r, &format!("{START_11}{OOM}{START_12}{BEAT}"), &[]);
-        assert_eq!(r.attempts[0].worker.word(), Some("started"));
-        assert!(r.result.is_none(), "job 11's oom is not job 12's");
-    }
-
-    #[test]
-    fn a_start_of_an_unnamed_job_waits_for_the_poll_to_name_it() {
-        let mut r = record(attempt(None, Some(SlurmState::Running)));
-        read_in_pieces(&mut r, &format!("{START_11}{OOM}"), &[]);
-        assert_eq!(r.attempts[0].events_offset, 0, "nothing consumed");
-        r.attempts[0].job_id = Some("11".into());
-        read_in_pieces(&mut r, &format!("{START_11}{OOM}"), &[]);
-        assert_eq!(r.attempts[0].worker.word(), Some("oom"));
-    }
-
-    #[test]
-    fn a_queued_task_is_not_read_its_job_id_is_the_arrays() {
-        let q = attempt(Some("303"), Some(SlurmState::Pending));
-        assert!(!wants_read(&q, true, true, 120.0, 0.0), "pending: the id is the array's, not the task's");
-        let r = attempt(Some("305"), Some(SlurmState::Running));
-        assert!(wants_read(&r, false, false, 120.0, 0.0));
-    }
-
-    #[test]
-    fn an_ended_job_without_a_result_is_awaited_for_the_grace_only() {
-        let mut a = attempt(Some("11"), Some(SlurmState::Failed));
-        a.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Failed, detail: None });
-        a.worker = WorkerOutcome::from_word(Some("started"));
-        assert!(awaiting_result(&a, 120.0, 150.0));
-        assert!(!awaiting_result(&a, 120.0, 221.0), "grace over: classified (killed)");
-        a.worker = WorkerOutcome::from_word(Some("oom"));
-        assert!(!awaiting_result(&a, 120.0, 150.0), "a result is final");
-        let mut c = attempt(Some("11"), Some(SlurmState::Cancelled));
-        c.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Cancelled, detail: None });
-        assert!(!awaiting_result(&c, 120.0, 150.0), "a cancelled task needs no result");
-        // ... but one whose worker started may have written its result just before (a task of several configs).
-        c.worker = WorkerOutcome::from_word(Some("started"));
-        assert!(awaiting_result(&c, 120.0, 150.0));
-        assert!(!awaiting_result(&c, 120.0, 221.0));
-        // `exec` of the worker failed (exit 127: not found): no result can come.
-        let mut e = attempt(Some("11"), Some(SlurmState::Failed));
-        e.history.push(crate::state::StateChange { t: 100.0, state: SlurmState::Failed, detail: Some("127:0".into()) });
-        assert!(e.exec_failed());
-        assert!(!awaiting_result(&e, 120.0, 150.0), "the worker never ran");
-    }
 
     #[test]
     fn a_log_tail_is_its_last_non_empty_lines() {

@@ -60,9 +60,8 @@ fn crash_hook() {
 /// protocol needs), sbatch, outcome. An sbatch error leaves the intent
 /// unresolved and stops: the controller is likely not answering.
 async fn send(
-    st: &StateDir,
+    st: &mut StateDir,
     target: &Target,
-    records: &mut BTreeMap<String, ConfigRecord>,
     prepared: Vec<Prepared>,
     report: &mut SubmitReport,
 ) -> Result<(), CommandError> {
@@ -77,21 +76,21 @@ async fn send(
         // 2. The intent, durable before sbatch. The records' attempts follow
         // from it (`StateDir::repair`), so they are written without fsync.
         p.sub.intended_at = fsio::now();
-        st.apply(records, Change::Intent { submission: p.sub.clone() })?;
+        st.apply(Change::Intent { submission: p.sub.clone() })?;
         // 3. sbatch, whose outcome moves the intent on.
         let script = p.sub.remote_script.clone();
         let result = blocking(&target.transport, move |t| t.submit(&script)).await;
         crash_hook();
         match result {
             Ok(job_id) => {
-                protocol::advance(st, records, &mut p.sub, &IntentEvent::SbatchOk(job_id.clone()))?;
+                protocol::advance(st, &mut p.sub, &IntentEvent::SbatchOk(job_id.clone()))?;
                 tracing::info!(submission = %p.sub.id, job = %job_id, "submitted {} configs", p.sub.tasks.len());
                 report.arrays.push(job_id);
-                report.submitted.extend(p.sub.tasks.iter().filter_map(|h| records.get(h).map(|r| r.name.clone())));
+                report.submitted.extend(p.sub.tasks.iter().filter_map(|h| st.record(h).map(|r| r.name().to_string())));
             }
             Err(e @ TransportError::NotSent(_)) => {
-                protocol::advance(st, records, &mut p.sub, &IntentEvent::NotSent)?;
-                st.apply(records, Change::NotSent { submission: p.sub.id.clone(), error: e.to_string() })?;
+                protocol::advance(st, &mut p.sub, &IntentEvent::NotSent)?;
+                st.apply(Change::NotSent { submission: p.sub.id.clone(), error: e.to_string() })?;
                 return Err(CommandError::Refused(format!(
                     "submitting {} ({} configs) failed: {e}; its configs are free to submit again",
                     p.sub.id,
@@ -99,16 +98,18 @@ async fn send(
                 )));
             }
             Err(e) => {
-                protocol::advance(st, records, &mut p.sub, &IntentEvent::SbatchFailed)?;
-                st.apply(records, Change::SbatchError { submission: p.sub.id.clone(), error: e.to_string() })?;
+                protocol::advance(st, &mut p.sub, &IntentEvent::SbatchFailed)?;
+                st.apply(Change::SbatchError { submission: p.sub.id.clone(), error: e.to_string() })?;
                 // Did it reach SLURM anyway? Ask by name now; whatever stays open, every later command asks again.
-                if let Ok(s) = protocol::reconcile(st, target, records, false).await {
+                if let Ok(s) = protocol::reconcile(st, target, false).await {
                     report.merge(s);
                 }
                 let state = st.load_submissions()?.into_iter().find(|s| s.id == p.sub.id).map(|s| s.state());
                 if let Some(IntentState::Submitted { job_id }) = state {
                     report.arrays.push(job_id);
-                    report.submitted.extend(p.sub.tasks.iter().filter_map(|h| records.get(h).map(|r| r.name.clone())));
+                    report
+                        .submitted
+                        .extend(p.sub.tasks.iter().filter_map(|h| st.record(h).map(|r| r.name().to_string())));
                     continue;
                 }
                 return Err(CommandError::Refused(format!(
@@ -137,8 +138,11 @@ impl SubmitReport {
 /// config. A config of such a task with no `start` of its own was not
 /// reached: the task's worker died (or was killed) on an earlier config.
 fn tasks_started(records: &BTreeMap<String, ConfigRecord>) -> BTreeSet<(String, u32)> {
-    let attempts = records.values().flat_map(|r| r.attempts.iter());
-    attempts.filter(|a| !a.abandoned && !a.worker.is_not_started()).map(|a| (a.submission.clone(), a.task_id)).collect()
+    let attempts = records.values().flat_map(|r| r.attempts().iter());
+    attempts
+        .filter(|a| !a.abandoned() && !a.worker().is_not_started())
+        .map(|a| (a.submission().to_string(), a.task_id()))
+        .collect()
 }
 
 /// Why a config is not (re)submitted, or `None` when it should be.
@@ -149,7 +153,7 @@ fn blocker(
     resubmit_retryable: bool,
     started: &BTreeSet<(String, u32)>,
 ) -> Option<String> {
-    let verdict = r.verdict.unwrap_or(VerdictKind::Invalid);
+    let verdict = r.verdict().unwrap_or(VerdictKind::Invalid);
     if !allowed(verdict, opts) {
         if let Some(status) = r.result_status() {
             // Run with --force once and measured: that says more than the prediction.
@@ -161,7 +165,7 @@ fn blocker(
             v => v.to_string(),
         });
     }
-    if r.attempts.iter().any(|a| !a.abandoned && a.array_job_id.is_none()) {
+    if r.attempts().iter().any(|a| !a.abandoned() && a.array_job_id().is_none()) {
         return Some(
             "submission unresolved (SLURM has not yet answered by job name; nothing is submitted twice)".into(),
         );
@@ -169,23 +173,23 @@ fn blocker(
     if r.occupied() {
         return Some("queued or running".into());
     }
-    let tried: Vec<&Attempt> = r.attempts.iter().filter(|a| !a.abandoned).collect();
+    let tried: Vec<&Attempt> = r.attempts().iter().filter(|a| !a.abandoned()).collect();
     let last = tried.last()?;
     let grace_s = opts.result_grace.as_secs_f64();
     if awaiting_result(last, grace_s, fsio::now()) {
         return Some(format!(
             "ended {} without a visible result yet; read again for {grace_s:.0} s (shared filesystem lag)",
-            last.state.as_ref().map(|s| s.to_string()).unwrap_or_default(),
+            last.state().map(|s| s.to_string()).unwrap_or_default(),
         ));
     }
-    let state = last.state.clone().unwrap_or(SlurmState::Pending);
-    let mut worker = if r.attempts.iter().all(|a| a.worker.is_not_started()) {
+    let state = last.state().cloned().unwrap_or(SlurmState::Pending);
+    let mut worker = if r.attempts().iter().all(|a| a.worker().is_not_started()) {
         // Records written before attempts carried the worker's outcome keep it only here.
         legacy_outcome(r)
     } else {
-        last.worker
+        last.worker()
     };
-    if worker.is_not_started() && started.contains(&(last.submission.clone(), last.task_id)) {
+    if worker.is_not_started() && started.contains(&(last.submission().to_string(), last.task_id())) {
         // Not reached: its task's worker ran an earlier config and ended with
         // the task, before this one's turn. Nothing was measured; it is
         // judged as a worker that started and wrote no result.
@@ -255,34 +259,34 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
         // Refused before the state directory is made: nothing to clean up.
         ClusterChoice::of(opts.cluster.as_deref(), sweep, None).check(sweep)?;
     }
-    let st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
+    let mut st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
     let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     let choice = ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
     let cluster = choice.name.clone();
     let target = open_chosen(opts, sweep, &choice)?;
     let grace_s = result_grace_s(opts, &target);
     let opts = &Options { result_grace: std::time::Duration::from_secs_f64(grace_s), ..opts.clone() };
-    let mut records = prepare(&st, sweep, &cluster)?;
+    prepare(&mut st, sweep, &cluster)?;
     let before = target.transport.counters();
     let configs_per_task = sweep.experiment.worker.configs_per_task;
     let mut report = SubmitReport { cluster: Some(choice), configs_per_task, ..SubmitReport::default() };
 
     // Settle what a crash left, then learn the current states, before deciding anything.
     // An open intent's configs stay reserved (`ConfigRecord::live`) until SLURM answers by name.
-    let settled = protocol::reconcile(&st, &target, &mut records, true).await?;
+    let settled = protocol::reconcile(&mut st, &target, true).await?;
     report.merge(settled);
     if resume {
-        let _ = super::poll::update(&st, &target, &mut records, sweep, true, grace_s).await?;
+        let _ = super::poll::update(&mut st, &target, sweep, true, grace_s).await?;
     }
 
     let mut todo: Vec<&SweepConfig> = Vec::new();
     let mut seen = BTreeSet::new();
-    let started = tasks_started(&records);
+    let started = tasks_started(st.records());
     for c in &sweep.configs {
         if !seen.insert(&c.hash.0) {
             continue;
         }
-        let Some(r) = records.get(&c.hash.0) else { continue };
+        let Some(r) = st.record(&c.hash.0) else { continue };
         if opts.only.as_ref().is_some_and(|only| !only.contains(&c.hash.0)) {
             continue;
         }
@@ -300,7 +304,7 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
         let place = Placement { remote_state: &remote_state, worker: &worker, max_array, first_seq };
         let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| st.submission_dir(sid))?;
         check_worker_of(&st, &target, sweep, &worker, &prepared).await?;
-        send(&st, &target, &mut records, prepared, &mut report).await?;
+        send(&mut st, &target, prepared, &mut report).await?;
     }
     let after = target.transport.counters();
     report.counters = CounterSnapshot {
@@ -318,25 +322,24 @@ mod tests {
     use crate::slurm::RetryPolicy;
 
     fn rec(verdict: &str, attempts: Vec<Attempt>, result: Option<&str>) -> ConfigRecord {
-        ConfigRecord {
-            hash: "h".into(),
-            name: "n".into(),
-            verdict: Some(serde_json::from_value(verdict.into()).expect("a verdict name")),
-            predicted_gib: None,
-            calibration: None,
-            attempts,
-            result: result.map(|s| spec::event::RunResult {
-                t: 0.0,
-                status: serde_json::from_value(s.into()).expect("a status"),
-                params: 0,
-                peaks: Default::default(),
-                peak_bytes: 0,
-                phase: None,
-                message: None,
-                wall_s: 0.0,
-                nvml_peak_bytes: None,
-            }),
-        }
+        rec_named("h", verdict, attempts, result)
+    }
+
+    fn rec_named(hash: &str, verdict: &str, attempts: Vec<Attempt>, result: Option<&str>) -> ConfigRecord {
+        let verdict = serde_json::from_value(verdict.into()).expect("a verdict name");
+        let r = ConfigRecord::fixture(hash, "n").with_verdict(Some(verdict), None);
+        let r = attempts.into_iter().fold(r, ConfigRecord::with_attempt);
+        r.with_result(result.map(|s| spec::event::RunResult {
+            t: 0.0,
+            status: serde_json::from_value(s.into()).expect("a status"),
+            params: 0,
+            peaks: Default::default(),
+            peak_bytes: 0,
+            phase: None,
+            message: None,
+            wall_s: 0.0,
+            nvml_peak_bytes: None,
+        }))
     }
 
     fn none() -> BTreeSet<(String, u32)> {
@@ -344,7 +347,7 @@ mod tests {
     }
 
     fn ended(state: SlurmState) -> Attempt {
-        Attempt { array_job_id: Some("1".into()), state: Some(state), ..Attempt::intended("s", 0, 0.0) }
+        Attempt::intended("s", 0, 0.0).in_array("1").in_state(Some(state))
     }
 
     #[test]
@@ -355,9 +358,7 @@ mod tests {
         assert!(blocker(&rec("fits", vec![ended(SlurmState::Pending)], None), &o, true, &none()).is_some());
         assert!(blocker(&rec("fits", vec![ended(SlurmState::Completed)], None), &o, true, &none()).is_some());
         assert!(blocker(&rec("fits", vec![ended(SlurmState::NodeFail)], Some("oom")), &o, true, &none()).is_some());
-        let mut intent = ended(SlurmState::Pending);
-        intent.state = None;
-        intent.array_job_id = None;
+        let intent = Attempt::intended("s", 0, 0.0);
         assert!(blocker(&rec("fits", vec![intent], None), &o, true, &none()).is_some(), "unsettled intent");
         assert_eq!(blocker(&rec("fits", vec![ended(SlurmState::NodeFail)], None), &o, true, &none()), None);
         assert_eq!(blocker(&rec("fits", vec![ended(SlurmState::Cancelled)], None), &o, true, &none()), None);
@@ -379,9 +380,8 @@ mod tests {
         assert_eq!(blocker(&rec("risky", vec![], None), &Options { include_risky: true, ..o }, true, &none()), None);
     }
 
-    fn with_worker(mut a: Attempt, worker: &str) -> Attempt {
-        a.worker = WorkerOutcome::from_word(Some(worker));
-        a
+    fn with_worker(a: Attempt, worker: &str) -> Attempt {
+        a.with_worker(WorkerOutcome::from_word(Some(worker)))
     }
 
     #[test]
@@ -415,11 +415,8 @@ mod tests {
         let failed = || ended(SlurmState::Failed);
         let mut records = BTreeMap::new();
         for (hash, worker, result) in [("a", Some("ok"), Some("ok")), ("b", Some("started"), None), ("c", None, None)] {
-            let mut a = failed();
-            a.worker = WorkerOutcome::from_word(worker);
-            let mut r = rec("fits", vec![a], result);
-            r.hash = hash.into();
-            records.insert(hash.to_string(), r);
+            let a = failed().with_worker(WorkerOutcome::from_word(worker));
+            records.insert(hash.to_string(), rec_named(hash, "fits", vec![a], result));
         }
         let started = tasks_started(&records);
         assert_eq!(started, BTreeSet::from([("s".to_string(), 0)]));

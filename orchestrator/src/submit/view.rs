@@ -135,30 +135,29 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
         let latest = r.latest();
         let state = match latest {
             None => "-".to_string(),
-            Some(a) if a.array_job_id.is_none() => "SUBMITTING".into(),
-            Some(a) => a.state.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "SUBMITTED".into()),
+            Some(a) if a.array_job_id().is_none() => "SUBMITTING".into(),
+            Some(a) => a.state().map(|s| s.to_string()).unwrap_or_else(|| "SUBMITTED".into()),
         };
-        let job = latest.and_then(|a| a.array_job_id.as_ref().map(|j| format!("{j}_{}", a.task_id)));
+        let job = latest.and_then(|a| a.array_job_id().map(|j| format!("{j}_{}", a.task_id())));
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        let live = latest
-            .filter(|a| a.state.as_ref().is_some_and(|s| s.activity() == Activity::Running))
-            .and_then(|a| a.live.as_ref());
-        let peak = match &r.result {
+        let live =
+            latest.filter(|a| a.state().is_some_and(|s| s.activity() == Activity::Running)).and_then(|a| a.live());
+        let peak = match &r.result() {
             Some(v) => Some(gib(v.peak_bytes)),
             None => live.map(|l| gib(l.peak_bytes)),
         };
-        let phase = match &r.result {
+        let phase = match &r.result() {
             Some(v) => v.phase.map(|p| p.name().to_string()),
             None => live.map(|l| l.phase.name().to_string()),
         };
         out.push(StatusRow {
-            name: r.name.clone(),
-            hash: r.hash.clone(),
-            verdict: r.verdict.map(|v| v.to_string()).unwrap_or_default(),
-            predicted_gib: r.predicted_gib,
+            name: r.name().to_string(),
+            hash: r.hash().to_string(),
+            verdict: r.verdict().map(|v| v.to_string()).unwrap_or_default(),
+            predicted_gib: r.predicted_gib(),
             state,
             job,
-            attempts: r.attempts.iter().filter(|a| !a.abandoned).count(),
+            attempts: r.attempts().iter().filter(|a| !a.abandoned()).count(),
             result: r.result_status().map(|s| s.name().to_string()),
             peak_gib: peak,
             phase,
@@ -227,16 +226,17 @@ pub async fn status(
         polls += 1;
         // The lock only while touching the state: cancel/resume may run between polls.
         let result: Result<StatusReport, CommandError> = async {
-            let st = StateDir::open(&opts.state_root, experiment, opts.lock_wait)?;
-            let mut records = st.repair()?;
-            protocol::reconcile(&st, &target, &mut records, false).await?;
+            let mut st = StateDir::open(&opts.state_root, experiment, opts.lock_wait)?;
+            protocol::reconcile(&mut st, &target, false).await?;
             let grace = result_grace_s(opts, &target);
-            let poll = update(&st, &target, &mut records, &stored.sweep, false, grace).await?;
-            let rows = rows(&stored.sweep, &records);
+            let poll = update(&mut st, &target, &stored.sweep, false, grace).await?;
+            let rows = rows(&stored.sweep, st.records());
             // Settled: nothing queued, running or unresolved, and no ended job's result still in flight.
             let now = fsio::now();
-            let settled =
-                !records.values().any(|r| r.occupied() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
+            let settled = !st
+                .records()
+                .values()
+                .any(|r| r.occupied() || r.latest().is_some_and(|a| awaiting_result(a, grace, now)));
             Ok(StatusReport { rows, poll, settled, interrupted: false })
         }
         .await;
@@ -280,16 +280,13 @@ mod tests {
     }
 
     fn attempt(state: SlurmState, live: Option<Live>) -> Attempt {
-        Attempt {
-            array_job_id: Some("7".into()),
-            job_id: Some("8".into()),
-            submitted_at: Some(0.0),
-            state: Some(state),
-            worker: crate::collect::WorkerOutcome::NoResult,
-            events_mine: true,
-            live,
-            ..Attempt::intended("s001-x", 0, 0.0)
-        }
+        Attempt::intended("s001-x", 0, 0.0)
+            .in_array("7")
+            .ran_as(Some("8"))
+            .submitted(0.0)
+            .in_state(Some(state))
+            .with_worker(crate::collect::WorkerOutcome::NoResult)
+            .with_live(live)
     }
 
     #[test]
@@ -297,16 +294,10 @@ mod tests {
         let sweep = demo();
         let c = &sweep.configs[0];
         let live = Live { phase: Phase::Bwd, peak_bytes: 3 << 30, started_t: Some(1.0), t: 2.0 };
-        let r = ConfigRecord {
-            hash: c.hash.0.clone(),
-            name: c.name.clone(),
-            verdict: Some(crate::precheck::VerdictKind::Fits),
-            predicted_gib: Some(4.0),
-            calibration: None,
-            attempts: vec![attempt(SlurmState::Running, Some(live))],
-            result: None,
-        };
-        let records = BTreeMap::from([(r.hash.clone(), r)]);
+        let r = ConfigRecord::fixture(&c.hash.0, &c.name)
+            .with_verdict(Some(crate::precheck::VerdictKind::Fits), Some(4.0))
+            .with_attempt(attempt(SlurmState::Running, Some(live)));
+        let records = BTreeMap::from([(c.hash.0.clone(), r)]);
         let rows = rows(&sweep, &records);
         assert_eq!(rows[0].phase.as_deref(), Some("bwd"));
         assert_eq!(rows[0].peak_gib, Some(3.0));
@@ -323,22 +314,16 @@ mod tests {
         let sweep = demo();
         let c = &sweep.configs[0];
         let live = Live { phase: Phase::Fwd, peak_bytes: 1 << 30, started_t: None, t: 2.0 };
-        let r = ConfigRecord {
-            hash: c.hash.0.clone(),
-            name: c.name.clone(),
-            verdict: Some(crate::precheck::VerdictKind::Fits),
-            predicted_gib: None,
-            calibration: None,
-            attempts: vec![attempt(SlurmState::Completed, Some(live))],
-            result: Some(
-                serde_json::from_value(serde_json::json!({
-                    "event": "result", "t": 0.0, "status": "ok", "params": 0, "peaks": {}, "peak_bytes": 2u64 << 30,
-                    "wall_s": 0.0
-                }))
-                .expect("a result"),
-            ),
-        };
-        let rows = rows(&sweep, &BTreeMap::from([(r.hash.clone(), r)]));
+        let result = serde_json::from_value(serde_json::json!({
+            "event": "result", "t": 0.0, "status": "ok", "params": 0, "peaks": {}, "peak_bytes": 2u64 << 30,
+            "wall_s": 0.0
+        }))
+        .expect("a result");
+        let r = ConfigRecord::fixture(&c.hash.0, &c.name)
+            .with_verdict(Some(crate::precheck::VerdictKind::Fits), None)
+            .with_attempt(attempt(SlurmState::Completed, Some(live)))
+            .with_result(Some(result));
+        let rows = rows(&sweep, &BTreeMap::from([(c.hash.0.clone(), r)]));
         assert_eq!(rows[0].result.as_deref(), Some("ok"));
         assert_eq!(rows[0].peak_gib, Some(2.0));
         assert_eq!(rows[0].phase, None);

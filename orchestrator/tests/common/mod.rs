@@ -119,7 +119,7 @@ pub fn records(state_root: &Path, exp: &str) -> BTreeMap<String, orchestrator::s
         let p = e.expect("entry").path();
         let r: orchestrator::state::ConfigRecord =
             serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("record json");
-        out.insert(r.name.clone(), r);
+        out.insert(r.name().to_string(), r);
     }
     out
 }
@@ -258,3 +258,20 @@ sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {{sh manifest_jsonl}} > "$out.tmp"
 mv "$out.tmp" "$out"
 sleep "${SWEEP_TEST_SLEEP:-0}"
 "#;
+
+/// The state directory of experiment `exp` is what its journal replays to:
+/// every submission and every config record, field for field.
+pub fn assert_journal_replays(state_root: &Path, exp: &str) {
+    let view = orchestrator::state::View::new(state_root, exp).expect("a state directory");
+    let lines = view.journal().expect("journal");
+    assert!(!lines.is_empty(), "{exp}: a journal");
+    let replayed = orchestrator::state::journal::replay(&lines);
+    let on_disk: BTreeMap<String, orchestrator::state::Submission> =
+        view.submissions().expect("submissions").into_iter().map(|s| (s.id.clone(), s)).collect();
+    assert_eq!(replayed.submissions, on_disk, "{exp}: the journal's submissions");
+    let records = view.records().expect("records");
+    for (hash, r) in &records {
+        assert_eq!(replayed.records.get(hash), Some(r), "{exp}: config {} as the journal replays it", r.name());
+    }
+    assert_eq!(replayed.records.len(), records.len(), "{exp}: no config only in the journal");
+}
