@@ -154,7 +154,7 @@ pub fn sweep_progress<'a>(
                 live.push((r.predicted_gib(), 0.0));
                 "SUBMITTING".to_string()
             }
-            Some(a) => match &a.state() {
+            Some(a) => match a.state() {
                 None => {
                     p.waiting += 1;
                     live.push((r.predicted_gib(), 0.0));
@@ -195,12 +195,26 @@ pub fn sweep_progress<'a>(
         (!v.is_empty()).then(|| v[v.len() / 2])
     };
     p.median_run_s = median(&mut durations);
-    let s_per_gib = median(&mut per_gib);
+    p.eta_s = eta(&p, &live, durations.len(), median(&mut per_gib), parallelism);
+    p
+}
+
+/// Seconds until every live config (predicted GiB, seconds already run)
+/// has ended: each expected to run the sweep's seconds per predicted GiB
+/// (else the median run) less what it ran, spread over the tasks that run
+/// at once. `None` until [`RUNS_FOR_ETA`] runs have ended.
+fn eta(
+    p: &SweepProgress,
+    live: &[(Option<f64>, f64)],
+    ended_runs: usize,
+    s_per_gib: Option<f64>,
+    parallelism: Option<u32>,
+) -> Option<f64> {
     let submitted = p.total - p.never_submitted;
-    p.eta_s = match p.median_run_s {
+    match p.median_run_s {
         _ if live.is_empty() => Some(0.0),
         None => None,
-        Some(_) if durations.len() < RUNS_FOR_ETA.min(submitted) => None,
+        Some(_) if ended_runs < RUNS_FOR_ETA.min(submitted) => None,
         Some(m) => {
             let expect = |g: Option<f64>| match (g, s_per_gib) {
                 (Some(g), Some(k)) if g > 0.0 => g * k,
@@ -211,8 +225,7 @@ pub fn sweep_progress<'a>(
             let longest = left.iter().copied().fold(0.0, f64::max);
             Some((left.iter().sum::<f64>() / width).max(longest))
         }
-    };
-    p
+    }
 }
 
 /// The progress of experiment `experiment` under `state_root`, read without the lock.

@@ -55,7 +55,7 @@ fn round(x: f64, digits: i32) -> f64 {
 }
 
 /// Predict one record (measured fields ignored).
-pub fn predict_record(cal: &Calibration, r: &MeasurementRecord, budget_gb: Option<f64>) -> PredictLine {
+pub fn predict_record(cal: &Calibration, r: &MeasurementRecord, budget_gib: Option<f64>) -> PredictLine {
     let invalid = |reason: String| PredictLine {
         id: r.id.clone(),
         params_m: None,
@@ -74,7 +74,7 @@ pub fn predict_record(cal: &Calibration, r: &MeasurementRecord, budget_gb: Optio
         Ok(p) => p,
         Err(e) => return invalid(e.to_string()),
     };
-    let verdict = pred.verdict(&cfg, budget_gb);
+    let verdict = pred.verdict(&cfg, budget_gib);
     if let Verdict::Invalid { reasons } = &verdict {
         return invalid(reasons.join("; "));
     }
@@ -98,14 +98,14 @@ pub fn predict_record(cal: &Calibration, r: &MeasurementRecord, budget_gb: Optio
 
 /// `orchestrator predict --records FILE... [--calibration FILE] [--budget-gb GB]`:
 /// one JSON line per record on stdout.
-pub fn run_predict(records: &[PathBuf], calibration: Option<&Path>, budget_gb: Option<f64>) -> Result<()> {
+pub fn run_predict(records: &[PathBuf], calibration: Option<&Path>, budget_gib: Option<f64>) -> Result<()> {
     let cal = load_calibration(calibration)?;
     let recs = read_records(records)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let written = (|| -> std::io::Result<()> {
         for r in &recs {
-            let line = predict_record(&cal, r, budget_gb);
+            let line = predict_record(&cal, r, budget_gib);
             serde_json::to_writer(&mut out, &line)?;
             out.write_all(b"\n")?;
         }

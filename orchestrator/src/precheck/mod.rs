@@ -424,21 +424,21 @@ impl Predictor {
         }
     }
 
-    /// The verdict for `cfg` on its GPU, and against `budget_gb` when given.
-    pub fn verdict(&self, cfg: &RunConfig, budget_gb: Option<f64>) -> Verdict {
+    /// The verdict for `cfg` on its GPU, and against `budget_gib` when given.
+    pub fn verdict(&self, cfg: &RunConfig, budget_gib: Option<f64>) -> Verdict {
         let problems = spec::validate::validate(cfg);
         if !problems.is_empty() {
             return Verdict::Invalid { reasons: problems.iter().map(|e| e.to_string()).collect() };
         }
         match self.predict_peak(cfg) {
-            Ok(p) => self.verdict_of(cfg, &p, budget_gb),
+            Ok(p) => self.verdict_of(cfg, &p, budget_gib),
             Err(e) => Verdict::Invalid { reasons: vec![e.to_string()] },
         }
     }
 
     /// The verdict for `cfg`, valid, from its prediction `pred`.
-    pub fn verdict_of(&self, cfg: &RunConfig, pred: &Prediction, budget_gb: Option<f64>) -> Verdict {
-        self.verdict_within(cfg, pred, budget_gb, None)
+    pub fn verdict_of(&self, cfg: &RunConfig, pred: &Prediction, budget_gib: Option<f64>) -> Verdict {
+        self.verdict_within(cfg, pred, budget_gib, None)
     }
 
     /// [`Predictor::verdict_of`] on a run held to `memory_limit_gib` (the
@@ -447,7 +447,7 @@ impl Predictor {
         &self,
         cfg: &RunConfig,
         pred: &Prediction,
-        budget_gb: Option<f64>,
+        budget_gib: Option<f64>,
         memory_limit_gib: Option<f64>,
     ) -> Verdict {
         let gib = match cfg.mode {
@@ -455,13 +455,13 @@ impl Predictor {
             spec::Mode::Train => pred.train_peak_gib(),
         };
         let available = memory_limit_gib.map_or(cfg.gpu.capacity_gib(), |l| l.min(cfg.gpu.capacity_gib()));
-        judge(gib, available, budget_gb, pred.rel_uncertainty, pred.distance.as_ref())
+        judge(gib, available, budget_gib, pred.rel_uncertainty, pred.distance.as_ref())
     }
 }
 
 /// The verdict with the shipped PyTorch calibration (the group's runtime).
-pub fn verdict(cfg: &RunConfig, budget_gb: Option<f64>) -> Verdict {
-    Predictor::pytorch().verdict(cfg, budget_gb)
+pub fn verdict(cfg: &RunConfig, budget_gib: Option<f64>) -> Verdict {
+    Predictor::pytorch().verdict(cfg, budget_gib)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use super::uncertainty::Distance;
 pub fn judge(
     predicted_gib: f64,
     capacity_gib: f64,
-    budget_gb: Option<f64>,
+    budget_gib: Option<f64>,
     band: f64,
     why: Option<&Distance>,
 ) -> Verdict {
@@ -39,7 +39,7 @@ pub fn judge(
     if high > capacity_gib {
         return risky(capacity_gib, RiskReason::NearCapacity);
     }
-    if let Some(b) = budget_gb {
+    if let Some(b) = budget_gib {
         if predicted_gib > b {
             return risky(b, RiskReason::OverBudget);
         }

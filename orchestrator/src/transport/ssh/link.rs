@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::target::Keepalive;
+use super::hops::Keepalive;
 
 /// Shared between a pump and whoever sends keepalives over its session.
 #[derive(Debug, Default)]

@@ -13,16 +13,16 @@
 //! settled by `resume`.
 
 pub mod config;
+pub mod hops;
 mod link;
 mod session;
-pub mod target;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub use target::{resolve_target, Hop, SshTarget, Via};
+pub use hops::{resolve_target, Hop, SshTarget, Via};
 
 use super::{Counters, ExecOutput, Shell, TransportError};
 use crate::cluster::ClusterConfig;

@@ -12,8 +12,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::hops::{Hop, Keepalive, SshTarget, Via};
 use super::link::{Health, Link};
-use super::target::{Hop, Keepalive, SshTarget, Via};
 use crate::transport::TransportError;
 
 /// A live session to the target and what keeps it alive.

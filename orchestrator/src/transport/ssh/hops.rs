@@ -378,5 +378,5 @@ fn first_time(keyword: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "target_tests.rs"]
+#[path = "hops_tests.rs"]
 mod tests;
