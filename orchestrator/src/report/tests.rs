@@ -75,7 +75,15 @@ fn record(st: &mut StateDir, c: &SweepConfig, v: &Verdict, run: Option<(u32, Slu
     sub.set_state(IntentState::Submitted { job_id: JobId::from(format!("{}", 1000 + task).as_str()) });
     st.apply(Change::Move { from, submission: sub.clone() }).expect("submitted");
     let job_id = Some(JobId::from(format!("{}", 1001 + task).as_str()));
-    st.apply(Change::Observed { submission: sub.id.clone(), task: 0, state, detail: None, job_id }).expect("polled");
+    let observed = Change::Observed {
+        submission: sub.id.clone(),
+        task: 0,
+        configs: sub.tasks.clone(),
+        state,
+        detail: None,
+        job_id,
+    };
+    st.apply(observed).expect("polled");
     if let Some(result) = result {
         let worker = WorkerOutcome::Result(result.status);
         let read = EventsRead { worker, offset: 0, mine: true, live: None, result: Some(result) };

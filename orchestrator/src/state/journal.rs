@@ -45,10 +45,12 @@ pub enum Change {
     /// record made on first sight).
     Config(Seen),
     /// A poll saw array task `task` of `submission` in `state` (with the
-    /// task's own job id once it has one): every config of the task.
+    /// task's own job id once it has one); `configs`: the hashes of the
+    /// configs the task runs, whose attempts take the state.
     Observed {
         submission: String,
         task: u32,
+        configs: Vec<String>,
         state: SlurmState,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
@@ -101,13 +103,14 @@ impl Change {
                     changed.push(seen.hash.clone());
                 }
             }
-            Change::Observed { submission, task, state, detail, job_id } => {
-                for r in records.values_mut() {
+            Change::Observed { submission, task, configs, state, detail, job_id } => {
+                for hash in configs {
+                    let Some(r) = records.get_mut(hash) else { continue };
                     let Some(a) = r.attempt_mut(submission, *task) else { continue };
                     let before = (a.state().cloned(), a.job_id().cloned());
                     a.observe(state.clone(), detail.clone(), job_id.clone(), t);
                     if (a.state().cloned(), a.job_id().cloned()) != before {
-                        changed.push(r.hash().to_string());
+                        changed.push(hash.clone());
                     }
                 }
             }

@@ -368,9 +368,10 @@ mod tests {
         let from = s1.state();
         s1.set_state(IntentState::Submitted { job_id: JobId::from("41") });
         st.apply(Change::Move { from, submission: s1.clone() }).expect("submitted");
-        let observed = |task, state, job: &str| Change::Observed {
+        let observed = |task: u32, state, job: &str| Change::Observed {
             submission: "s001".into(),
             task,
+            configs: vec![["a", "b"][task as usize].to_string()],
             state,
             detail: None,
             job_id: Some(JobId::from(job)),

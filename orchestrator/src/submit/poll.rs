@@ -22,33 +22,32 @@ pub(crate) fn apply(st: &mut StateDir, poll: &Poll) -> Result<Vec<String>, Comma
     let mut missing: BTreeMap<String, f64> = fsio::read_json(&missing_path)?.unwrap_or_default();
     let missing_before = missing.clone();
     // One observation per array task (a task of several configs is one line).
-    let mut seen: BTreeMap<(String, u32), Change> = BTreeMap::new();
-    for a in st.records().values().flat_map(|r| r.attempts()).filter(|a| !a.abandoned()) {
-        let Some(array) = a.array_job_id() else { continue };
-        let key = (a.submission().to_string(), a.task_id());
-        let observed = |state: SlurmState, detail: Option<String>, job_id: Option<JobId>| Change::Observed {
-            submission: key.0.clone(),
-            task: key.1,
-            state,
-            detail,
-            job_id,
-        };
-        if let Some(o) = poll.tasks.get(&(array.clone(), a.task_id())) {
-            missing.remove(&a.key());
-            if a.would_observe(&o.state, o.job_id.as_ref()) {
-                seen.insert(key.clone(), observed(o.state.clone(), o.detail.clone(), o.job_id.clone()));
-            }
-        } else if poll.complete() && a.is_live() {
-            let since = *missing.entry(a.key()).or_insert(now);
-            if let Some((state, detail)) = a.gone(since, now) {
+    type Seen = (SlurmState, Option<String>, Option<JobId>);
+    let mut seen: BTreeMap<(String, u32), Seen> = BTreeMap::new();
+    let mut configs: BTreeMap<(String, u32), Vec<String>> = BTreeMap::new();
+    for r in st.records().values() {
+        for a in r.attempts().iter().filter(|a| !a.abandoned()) {
+            let Some(array) = a.array_job_id() else { continue };
+            let key = (a.submission().to_string(), a.task_id());
+            configs.entry(key.clone()).or_default().push(r.hash().to_string());
+            if let Some(o) = poll.tasks.get(&(array.clone(), a.task_id())) {
                 missing.remove(&a.key());
-                seen.insert(key.clone(), observed(state, Some(detail), None));
+                if a.would_observe(&o.state, o.job_id.as_ref()) {
+                    seen.insert(key, (o.state.clone(), o.detail.clone(), o.job_id.clone()));
+                }
+            } else if poll.complete() && a.is_live() {
+                let since = *missing.entry(a.key()).or_insert(now);
+                if let Some((state, detail)) = a.gone(since, now) {
+                    missing.remove(&a.key());
+                    seen.insert(key, (state, Some(detail), None));
+                }
             }
         }
     }
     let mut changed = Vec::new();
-    for change in seen.into_values() {
-        changed.extend(st.apply(change)?);
+    for ((submission, task), (state, detail, job_id)) in seen {
+        let configs = configs.remove(&(submission.clone(), task)).unwrap_or_default();
+        changed.extend(st.apply(Change::Observed { submission, task, configs, state, detail, job_id })?);
     }
     if missing != missing_before {
         fsio::write_json(&missing_path, &missing)?;
