@@ -20,10 +20,11 @@ const TEMPLATE: &str = r#"#!/bin/bash
 #SBATCH --chdir={{sbatch submission_dir}}
 set -eu
 name=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {{sh manifest_jsonl}} | grep -o '"name":"[^"]*"' | head -1 | cut -d'"' -f4)
-d={{sh state_dir}}/{{sh experiment}}/runs/$name
+hash=$(grep "^$name	" {{sh state_dir}}/hashes.tsv | cut -f2)
+d={{sh state_dir}}/{{sh experiment}}/runs/$hash
 mkdir -p "$d"
 {
-printf '{"event":"start","t":1.0,"config":"%s","config_hash":"000000000000","env":{"host":"h","device":"cpu","backend":"flex","dtype":"f32","grad_ckpt":false,"slurm_job_id":"%s"}}\n' "$name" "$SLURM_JOB_ID"
+printf '{"event":"start","t":1.0,"config":"%s","config_hash":"%s","env":{"host":"h","device":"cpu","backend":"flex","dtype":"f32","grad_ckpt":false,"slurm_job_id":"%s"}}\n' "$name" "$hash" "$SLURM_JOB_ID"
 for i in $(seq 1 40); do printf '{"event":"heartbeat","t":2.0,"phase":"fwd","current_bytes":1000,"peak_bytes":%s}\n' "$((i * 1000))"; done
 for p in model fwd bwd step; do printf '{"event":"phase_end","t":3.0,"phase":"%s","peak_bytes":40000,"seconds":0.1}\n' "$p"; done
 printf '{"event":"result","t":4.0,"status":"ok","params":1000,"peaks":{"model":1,"fwd":2,"bwd":3,"step":4},"peak_bytes":40000,"wall_s":3.0}\n'
@@ -51,9 +52,15 @@ fn main() {
         state_root: dir.join("state"),
         clusters_file: Some(dir.join("clusters.yaml")),
         template_dirs: vec![],
+        // Every config runs (the large batches are predicted risky on the GPU named): polls are measured, not verdicts.
+        force: true,
         ..Options::default()
     };
     let sweep = sweep::load(&file, &[]).expect("experiment loads");
+    // Runs are kept by their config's hash, which the worker computes: here, a table the job reads.
+    let hashes: String = sweep.configs.iter().map(|c| format!("{}\t{}\n", c.name, c.hash)).collect();
+    std::fs::create_dir_all(&opts.state_root).expect("state root");
+    std::fs::write(opts.state_root.join("hashes.tsv"), hashes).expect("hashes");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let t = Instant::now();
     let rep = rt.block_on(submit::submit(&sweep, &opts, false)).expect("submit");
