@@ -6,7 +6,8 @@
 #   3. `cargo fmt --check` and `cargo clippy -D warnings` (spec, orchestrator, worker),
 #   4. `cargo test --workspace`: unit tests, the published-parameter and
 #      precheck-accuracy tests, the Burn worker tests and the cluster tests,
-#   5. the worker's GPU code path on a CPU Vulkan device (scripts/lavapipe.sh)
+#   5. the orchestrator's benches (dev profile: they still run),
+#   6. the worker's GPU code path on a CPU Vulkan device (scripts/lavapipe.sh)
 #      and the kernel cache's bench there.
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p orchestrator`).
 set -euo pipefail
@@ -27,6 +28,11 @@ cargo build --workspace --all-targets --locked
 cargo fmt --all --check
 cargo clippy -p spec -p orchestrator -p worker --all-targets --locked -- -D warnings
 cargo test --workspace --locked "$@"
+# The orchestrator's benches, in the dev profile so nothing more is compiled:
+# they keep working (each checks what it measures: every config submitted,
+# every event file read once); their figures are a release build's
+# (`cargo bench -p orchestrator --bench plan`, README).
+cargo bench --workspace --locked --profile dev --bench plan --bench poll --bench predict --bench overlay
 
 # The GPU code path (CubeCL's Vulkan runtime) on a CPU Vulkan device: lavapipe
 # on LLVM 19 from a Debian trixie root of its own (scripts/lavapipe.sh), which
