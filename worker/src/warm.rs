@@ -69,18 +69,13 @@ pub fn sweep(experiment: &str, s: Spatial) -> Vec<RunConfig> {
     ]
 }
 
-/// The name a precision has in experiment files (`fp32`, `bf16-amp`).
-pub fn precision_name(p: Precision) -> String {
-    serde_json::to_value(p).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| format!("{p:?}"))
-}
-
 /// What `worker warm` runs: [`sweep`] at 8^3 in each of `precisions`, named
 /// `<family>-<precision>`.
 pub fn configs(precisions: &[Precision]) -> Vec<RunConfig> {
     let mut out = Vec::new();
     for &p in precisions {
         for mut cfg in sweep(EXPERIMENT, Spatial::new(8, 8, 8)) {
-            cfg.name = format!("{}-{}", cfg.name, precision_name(p));
+            cfg.name = format!("{}-{}", cfg.name, p.name());
             cfg.precision = p;
             out.push(cfg);
         }
@@ -106,10 +101,7 @@ impl Warmed {
 
     /// The line `worker warm` prints for it.
     pub fn line(&self) -> String {
-        let status = match self.status {
-            Some(s) => format!("{s:?}").to_lowercase(),
-            None => "no result".into(),
-        };
+        let status = self.status.map_or("no result", RunStatus::name);
         let detail = self.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
         format!("warm {}: {status} in {:.2} s{detail}", self.name, self.wall_s)
     }

@@ -107,9 +107,7 @@ impl Change {
                 for hash in configs {
                     let Some(r) = records.get_mut(hash) else { continue };
                     let Some(a) = r.attempt_mut(submission, *task) else { continue };
-                    let before = (a.state().cloned(), a.job_id().cloned());
-                    a.observe(state.clone(), detail.clone(), job_id.clone(), t);
-                    if (a.state().cloned(), a.job_id().cloned()) != before {
+                    if a.observe(state.clone(), detail.clone(), job_id.clone(), t) {
                         changed.push(hash.clone());
                     }
                 }

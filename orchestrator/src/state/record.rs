@@ -167,17 +167,17 @@ impl Attempt {
     }
 
     /// Records `state` (seen at `t`) if it differs from the latest, and the
-    /// task's job id; returns whether the state changed.
+    /// task's job id; returns whether either changed.
     pub(super) fn observe(&mut self, state: SlurmState, detail: Option<String>, job_id: Option<JobId>, t: f64) -> bool {
-        if job_id.is_some() && self.job_id != job_id {
+        let changed = self.would_observe(&state, job_id.as_ref());
+        if job_id.is_some() {
             self.job_id = job_id;
         }
-        if self.state.as_ref() == Some(&state) {
-            return false;
+        if self.state.as_ref() != Some(&state) {
+            self.history.push(StateChange { t, state: state.clone(), detail });
+            self.state = Some(state);
         }
-        self.history.push(StateChange { t, state: state.clone(), detail });
-        self.state = Some(state);
-        true
+        changed
     }
 
     /// What this attempt's events said so far (with the config's result).
@@ -204,9 +204,6 @@ impl Attempt {
     /// The task's own job id (SLURM gives each array task one when it starts).
     pub fn job_id(&self) -> Option<&JobId> {
         self.job_id.as_ref()
-    }
-    pub fn intended_at(&self) -> f64 {
-        self.intended_at
     }
     pub fn submitted_at(&self) -> Option<f64> {
         self.submitted_at
@@ -406,15 +403,16 @@ impl ConfigRecord {
 
     /// Takes what the latest attempt's events said; returns whether anything changed.
     pub(super) fn set_events(&mut self, read: &EventsRead) -> bool {
-        let before = self.clone();
-        if let Some(a) = self.attempts.iter_mut().rev().find(|a| !a.abandoned) {
-            a.worker = read.worker;
-            a.events_offset = read.offset;
-            a.events_mine = read.mine;
-            a.live.clone_from(&read.live);
-            self.result.clone_from(&read.result);
+        let Some(a) = self.attempts.iter_mut().rev().find(|a| !a.abandoned) else { return false };
+        if a.events_read(self.result.as_ref()) == *read {
+            return false;
         }
-        *self != before
+        a.worker = read.worker;
+        a.events_offset = read.offset;
+        a.events_mine = read.mine;
+        a.live.clone_from(&read.live);
+        self.result.clone_from(&read.result);
+        true
     }
 
     /// Keeps the log's last lines as the latest attempt's; returns whether anything changed.

@@ -300,7 +300,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
                 None => anyhow::bail!("cannot locate this executable's directory; pass --worker PATH"),
             };
             let warm = warm.then_some(backend);
-            let done = block_on(super::install::install_and_warm(&opts, cluster, &worker, warm))?.context("install")?;
+            let done = block_on(super::install::install(&opts, cluster, &worker, warm))?.context("install")?;
             print_installed(cluster, &done);
         }
         ClusterCommand::Render { file, overrides, select, common } => {

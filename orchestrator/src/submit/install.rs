@@ -38,12 +38,6 @@ pub fn default_worker() -> Option<PathBuf> {
     std::env::current_exe().ok()?.parent().map(|d| d.join("worker"))
 }
 
-/// Uploads `worker` to cluster `cluster` unless it is already there.
-pub async fn install(opts: &Options, cluster: &str, worker: &Path) -> Result<InstallReport, CommandError> {
-    let target = crate::target::open(opts.clusters_file.as_deref(), cluster, &opts.state_root)?;
-    install_on(&target, worker).await
-}
-
 /// What `install [--warm]` did: the upload (none for the `local` transport,
 /// whose jobs run the worker beside the orchestrator), the warm-up job.
 pub struct Installed {
@@ -51,9 +45,10 @@ pub struct Installed {
     pub warm: Option<super::warm::WarmJob>,
 }
 
-/// `install`, then with `warm` the warm-up job ([`super::warm::submit`]),
-/// with `--backend` when given.
-pub async fn install_and_warm(
+/// Uploads `worker` to cluster `cluster` unless it is already there; then,
+/// with `warm`, the warm-up job ([`super::warm::submit`]), with `--backend`
+/// when given.
+pub async fn install(
     opts: &Options,
     cluster: &str,
     worker: &Path,

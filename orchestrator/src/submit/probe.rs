@@ -28,16 +28,27 @@ pub(crate) async fn check_worker(
     };
     tracing::info!("worker on `{}`: {worker} ({version})", target.name);
     let Some(backend) = backend else { return Ok(()) };
-    match probe(target, worker, "backends").await? {
-        WorkerProbe::Runs(list) if list.lines().any(|l| l.trim() == backend.name()) => Ok(()),
-        WorkerProbe::Runs(list) => Err(refuse(format!(
+    match backends(target, worker).await? {
+        Ok(list) if list.iter().any(|l| l == backend.name()) => Ok(()),
+        Ok(list) => Err(refuse(format!(
             "on cluster `{}` was built without the `{}` backend the experiment asks for (it has: {})",
             target.name,
             backend.name(),
-            list.split_whitespace().collect::<Vec<_>>().join(", ")
+            list.join(", ")
         ))),
-        WorkerProbe::Fails(why) => Err(refuse(format!("cannot list its backends on `{}`: {why}", target.name))),
+        Err(why) => Err(refuse(format!("cannot list its backends on `{}`: {why}", target.name))),
     }
+}
+
+/// The backends `<worker> backends` lists on the target, one a line; `Err`:
+/// why the worker did not run.
+pub(crate) async fn backends(target: &Target, worker: &str) -> Result<Result<Vec<String>, String>, CommandError> {
+    Ok(match probe(target, worker, "backends").await? {
+        WorkerProbe::Runs(out) => {
+            Ok(out.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
+        }
+        WorkerProbe::Fails(why) => Err(why),
+    })
 }
 
 async fn probe(target: &Target, worker: &str, arg: &'static str) -> Result<WorkerProbe, CommandError> {

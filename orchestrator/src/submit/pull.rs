@@ -15,7 +15,7 @@
 //! SLURM says the job ended, and a measured `oom` must never be retried.
 
 use spec::event::RunResult;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use super::{blocking, same_file, Target};
@@ -81,19 +81,20 @@ pub(crate) async fn pull_events(
     let configs: BTreeMap<&str, &spec::RunConfig> =
         sweep.configs.iter().map(|c| (c.hash.0.as_str(), &c.config)).collect();
     let now = fsio::now();
+    let changed: BTreeSet<&str> = changed.iter().map(String::as_str).collect();
     let due: Vec<String> = st
         .records()
         .values()
         .filter(|r| {
             r.latest().is_some_and(|a| {
-                a.array_job_id().is_some() && wants_read(a, changed.iter().any(|h| h == r.hash()), settle, grace_s, now)
+                a.array_job_id().is_some() && wants_read(a, changed.contains(r.hash()), settle, grace_s, now)
             })
         })
         .map(|r| r.hash().to_string())
         .collect();
     for hash in due {
         let Some(cfg) = configs.get(hash.as_str()) else { continue };
-        let Some((rel, read)) = events_to_read(st, &hash) else { continue };
+        let Some((rel, job_id, read)) = events_to_read(st, &hash) else { continue };
         let remote = format!("{remote_state}/{}/{rel}", sweep.experiment.name);
         let offset = read.offset;
         let data = match blocking(&target.transport, {
@@ -112,7 +113,6 @@ pub(crate) async fn pull_events(
         got.files += 1;
         got.bytes += data.len() as u64;
         let (events, consumed, _) = complete_lines(&data);
-        let job_id = st.record(&hash).and_then(|r| r.latest()).and_then(|a| a.job_id().cloned());
         let mut after = read.clone();
         let used = after.fold(job_id.as_ref(), events).unwrap_or(consumed);
         after.offset = offset + used as u64;
@@ -136,11 +136,11 @@ pub(crate) async fn pull_events(
 }
 
 /// Where the latest attempt of config `hash` reads its events (relative to
-/// the experiment's state directory), and what it read so far: a new
-/// attempt reads on from where the one before it (in the same run
-/// directory) stopped. `None`: a run directory that is no safe path (the
-/// worker cannot have written it either).
-fn events_to_read(st: &StateDir, hash: &str) -> Option<(String, EventsRead)> {
+/// the experiment's state directory), the SLURM job it ran as, and what it
+/// read so far: a new attempt reads on from where the one before it (in the
+/// same run directory) stopped. `None`: a run directory that is no safe path
+/// (the worker cannot have written it either).
+fn events_to_read(st: &StateDir, hash: &str) -> Option<(String, Option<JobId>, EventsRead)> {
     let r = st.record(hash)?;
     let latest = r.latest()?;
     let rel = r.events_rel(latest)?;
@@ -148,7 +148,7 @@ fn events_to_read(st: &StateDir, hash: &str) -> Option<(String, EventsRead)> {
     let prev_offset = prev.filter(|a| a.run_dir() == latest.run_dir()).map_or(0, Attempt::events_offset);
     let mut read = r.events_read();
     read.offset = read.offset.max(prev_offset);
-    Some((rel, read))
+    Some((rel, latest.job_id().cloned(), read))
 }
 
 /// Lines of a job log kept as its cause of failure.

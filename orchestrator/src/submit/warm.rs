@@ -16,7 +16,6 @@ use crate::experiment::WorkerBackend;
 use crate::render::{Renderer, WarmVars};
 use crate::slurm::JobId;
 use crate::target::blocking;
-use crate::transport::WorkerProbe;
 
 /// A warm-up job's time limit when the cluster's `defaults:` set none: a
 /// short run of four small models, so a stuck one does not hold a GPU for
@@ -83,17 +82,12 @@ pub async fn submit(opts: &Options, target: &Target, backend: Option<WorkerBacke
 /// The backend `worker warm` will run: `wanted` when the installed worker
 /// has it, else its first GPU backend, else `flex` (as the worker picks).
 async fn chosen_backend(target: &Target, worker: &str, wanted: Option<WorkerBackend>) -> Result<String, CommandError> {
-    let path = worker.to_string();
-    let probe = blocking(&target.transport, move |t| t.files().probe_worker(&path, "backends")).await?;
-    let listed: Vec<String> = match probe {
-        WorkerProbe::Runs(out) => out.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect(),
-        WorkerProbe::Fails(why) => {
-            return Err(CommandError::Refused(format!(
-                "the worker {worker} on `{}` does not run: {why} (install it first)",
-                target.name
-            )))
-        }
-    };
+    let listed = super::probe::backends(target, worker).await?.map_err(|why| {
+        CommandError::Refused(format!(
+            "the worker {worker} on `{}` does not run: {why} (install it first)",
+            target.name
+        ))
+    })?;
     pick_backend(&listed, wanted)
         .map_err(|e| CommandError::Refused(format!("{e} (the worker {worker} on `{}`)", target.name)))
 }
