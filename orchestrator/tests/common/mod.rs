@@ -74,10 +74,17 @@ impl Env {
             "--states=all",
             &format!("--format={}", orchestrator::slurm::SQUEUE_FORMAT),
         ]);
+        // Jobs that are no arrays (the warm-up job of `install --warm`: task id
+        // `N/A`) are no sweep's tasks; the orchestrator's own squeue asks by name.
+        let array_tasks: String = squeue
+            .lines()
+            .filter(|l| l.split('|').nth(3).is_some_and(|t| t != "N/A"))
+            .map(|l| format!("{l}\n"))
+            .collect();
         orchestrator::slurm::parse_sacct(&sacct)
             .expect("sacct parses")
             .into_iter()
-            .chain(orchestrator::slurm::parse_squeue(&squeue).expect("squeue parses"))
+            .chain(orchestrator::slurm::parse_squeue(&array_tasks).expect("squeue parses"))
             .map(|o| (o.array_job_id.to_string(), o.task_id, o.name))
             .collect()
     }
