@@ -211,8 +211,13 @@ fn main() -> Result<()> {
             let mut opts = RunOptions::new(&args.state_dir, backend);
             opts.memory_limit = args.memory_limit;
             opts.attention = args.attention.into();
-            opts.kernel_cache = kernel_cache;
-            std::process::exit(worker::task::run_in_turn(&cfgs, args.from.unwrap_or(0), &opts)?);
+            opts.kernel_cache = kernel_cache.as_ref().map(|c| c.state);
+            let code = worker::task::run_in_turn(&cfgs, args.from.unwrap_or(0), &opts)?;
+            // The results are written: what the runs compiled goes to the node's cache.
+            if let Some(cache) = kernel_cache {
+                cache.finish();
+            }
+            std::process::exit(code);
         }
     }
 }

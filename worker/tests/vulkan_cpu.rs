@@ -150,3 +150,47 @@ fn a_task_of_four_configs_measures_what_four_processes_do() {
     }
     assert!(worst <= 0.02, "a config's peak in the task is {:.1}% off its peak alone", 100.0 * worst);
 }
+
+/// Three processes of one node starting on one empty cache at once (array
+/// tasks on a multi-GPU node): each runs on its own copy of CubeCL's database
+/// and merges what it compiled back, one at a time, so all end `ok` and the
+/// node's database ends whole, with nothing left beside it. Opening one
+/// database from several processes, as CubeCL does with Turso's experimental
+/// multi-process WAL, corrupted it in CI ("page must be loaded in
+/// add_dirty()") and made every later run on it fail. A fourth run then
+/// finds every kernel and tuning result it needs: it stores nothing new.
+#[test]
+fn processes_of_one_node_share_the_kernel_cache_without_breaking_it() {
+    let cache = tempfile::tempdir().unwrap();
+    let cache_arg = cache.path().to_str().unwrap().to_string();
+    let cfg = four_families(Spatial::new(8, 8, 8)).into_iter().find(|c| c.name == "dit").unwrap();
+    let run = |cfg: &RunConfig| {
+        let state = tempfile::tempdir().unwrap();
+        let (out, events) = common::run_worker_as(
+            common::gpu_worker(),
+            state.path(),
+            cfg,
+            &["--backend", "vulkan", "--cache-dir", &cache_arg],
+        );
+        (String::from_utf8_lossy(&out.stderr).into_owned(), result(&events))
+    };
+    let runs: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3).map(|_| s.spawn(|| run(&cfg))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (stderr, (status, phase, message)) in &runs {
+        assert_eq!(*status, RunStatus::Ok, "{phase:?}: {message:?}\n{stderr}");
+    }
+    assert!(runs.iter().any(|(stderr, _)| stderr.contains("new entries merged")), "{runs:?}");
+
+    let versioned = std::fs::read_dir(cache.path()).unwrap().next().unwrap().unwrap().path();
+    let node: Vec<_> = std::fs::read_dir(versioned.join("cubecl")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let mut node: Vec<_> = node.iter().map(|n| n.to_string_lossy().into_owned()).collect();
+    node.sort();
+    assert_eq!(node, ["default.db", "merge.lock"], "one standalone database, no WAL or staging file beside it");
+    assert_eq!(std::fs::read_dir(versioned.join("proc")).unwrap().count(), 0, "every run's copy removed");
+
+    let (stderr, (status, _, message)) = run(&cfg);
+    assert_eq!(status, RunStatus::Ok, "{message:?}\n{stderr}");
+    assert!(!stderr.contains("merged"), "a run after the three stores nothing new:\n{stderr}");
+}

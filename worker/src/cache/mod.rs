@@ -1,16 +1,21 @@
 //! The job's kernel cache (`worker run --cache-dir DIR`): CubeCL's compiled
-//! kernels and autotune results, and the NVIDIA driver's shader cache beside
+//! kernels and autotune results, and the GPU drivers' shader caches beside
 //! them, so a sweep compiles each kernel once per node instead of once per
 //! config (docs/gpu.md).
 //!
-//! `DIR` is one node's: CubeCL's database is safe for several processes of
-//! one host, not for hosts sharing it over a network filesystem (the job
-//! script names `DIR` by host). Inside it each CubeCL and worker version has
-//! its own directory, so a cache written by another version is never opened;
-//! a directory whose stamp cannot be read is moved aside with a warning and
-//! started afresh. CubeCL itself skips entries it cannot decode. A cache is
-//! never a reason for a run to fail: when `DIR` cannot be prepared the run goes
-//! on without it.
+//! `DIR` is one node's (the job script names it by host). Inside it each
+//! CubeCL and worker version has its own directory, so a cache written by
+//! another version is never opened; a directory whose stamp cannot be read is
+//! moved aside with a warning and started afresh. The processes of a node
+//! share CubeCL's database only through copies ([`checkout`]): no two of them
+//! ever open one file. A cache is never a reason for a run to fail: when `DIR`
+//! cannot be prepared the run goes on without it, and a merge that fails
+//! leaves the node's database as it was.
+
+#[cfg(any(test, feature = "wgpu", feature = "vulkan", feature = "cuda"))]
+pub mod checkout;
+#[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
+mod cubecl;
 
 use std::path::{Path, PathBuf};
 
@@ -20,21 +25,34 @@ pub use spec::event::CacheState;
 /// The CubeCL release this worker is built with (Cargo.lock: Burn 0.22's).
 pub const CUBECL_VERSION: &str = "0.11.3";
 
+/// How the directory is used. 1: every process opened `cubecl/` itself
+/// (such a database may be corrupt, so it is never opened); 2: through
+/// [`checkout`] copies.
+const LAYOUT: u32 = 2;
+
 /// What a cache directory says about itself (`stamp.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Stamp {
     cubecl: String,
     worker: String,
+    #[serde(default = "first_layout")]
+    layout: u32,
+}
+
+fn first_layout() -> u32 {
+    1
 }
 
 impl Stamp {
     fn ours() -> Stamp {
-        Stamp { cubecl: CUBECL_VERSION.into(), worker: env!("CARGO_PKG_VERSION").into() }
+        Stamp { cubecl: CUBECL_VERSION.into(), worker: env!("CARGO_PKG_VERSION").into(), layout: LAYOUT }
     }
 
-    /// The directory this version's caches live in, under the node's `DIR`.
+    /// The directory this version's caches live in, under the node's `DIR`
+    /// (layout 1's had no suffix).
     fn dir_name(&self) -> String {
-        format!("cubecl-{}-worker-{}", self.cubecl, self.worker)
+        let layout = if self.layout == 1 { String::new() } else { format!("-layout-{}", self.layout) };
+        format!("cubecl-{}-worker-{}{layout}", self.cubecl, self.worker)
     }
 }
 
@@ -86,14 +104,12 @@ impl KernelCache {
             },
         };
         let cache = KernelCache { dir };
-        for sub in [cache.cubecl_dir(), cache.driver_dir(), cache.mesa_dir()] {
+        for sub in [cache.cubecl_dir(), cache.procs_dir(), cache.driver_dir(), cache.mesa_dir()] {
             std::fs::create_dir_all(&sub).map_err(err(&sub))?;
         }
         if found != Found::Reused {
             write_atomic(&stamp, &serde_json::to_vec(&ours).expect("a stamp serialises")).map_err(err(&stamp))?;
         }
-        let toml = cache.cubecl_toml();
-        write_atomic(&toml, cache.cubecl_config().as_bytes()).map_err(err(&toml))?;
         Ok((cache, found))
     }
 
@@ -112,31 +128,20 @@ impl KernelCache {
         &self.dir
     }
 
-    /// CubeCL's environment root: its database of kernels and tuning results.
+    /// The node's CubeCL database's directory: its kernels and tuning
+    /// results, which runs copy and merge into ([`checkout`]).
     pub fn cubecl_dir(&self) -> PathBuf {
         self.dir.join("cubecl")
+    }
+
+    /// Where each process keeps its copy of the database while it runs.
+    pub fn procs_dir(&self) -> PathBuf {
+        self.dir.join("proc")
     }
 
     /// The NVIDIA driver's shader disk cache.
     pub fn driver_dir(&self) -> PathBuf {
         self.dir.join("nvidia")
-    }
-
-    /// The CubeCL configuration the GPU backends load (see [`Self::cubecl_config`]).
-    pub fn cubecl_toml(&self) -> PathBuf {
-        self.dir.join("cubecl.toml")
-    }
-
-    /// CubeCL's configuration: its environment (autotune results, compiled
-    /// kernels: SPIR-V on Vulkan, PTX on CUDA; WGSL is never stored) in
-    /// [`Self::cubecl_dir`], kernel compilation caching on.
-    pub fn cubecl_config(&self) -> String {
-        let dir = self.cubecl_dir().display().to_string();
-        format!(
-            "# Written by the worker for its kernel cache; rewritten at every run.\n\
-             [compilation]\ncache = true\n\n[environment.path]\ndirectory = {}\n",
-            toml_string(&dir)
-        )
     }
 
     /// Mesa's shader disk cache (RADV, ANV, lavapipe: the pipelines its
@@ -159,16 +164,44 @@ impl KernelCache {
     }
 }
 
+/// The kernel cache of this process's run ([`use_for_this_process`]).
+#[derive(Debug)]
+pub struct ProcessCache {
+    /// How the run found it, for the `start` event.
+    pub state: CacheState,
+    #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
+    copy: Option<cubecl::RunCopy>,
+}
+
+impl ProcessCache {
+    fn without_copy(state: CacheState) -> ProcessCache {
+        ProcessCache {
+            state,
+            #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
+            copy: None,
+        }
+    }
+
+    /// After the run: merge the kernels and tuning results it stored into the
+    /// node's database (see [`checkout`]).
+    pub fn finish(self) {
+        #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
+        if let Some(copy) = self.copy {
+            copy.finish();
+        }
+    }
+}
+
 /// Point this process's caches at `root` (`--cache-dir`): prepare it, keep the
-/// driver's shader cache there, and hand CubeCL its configuration, before any
-/// device exists. Problems are warnings on stderr and the run goes on
-/// uncached; the state the cache was found in is returned for the `start` event.
-pub fn use_for_this_process(root: &Path) -> CacheState {
+/// drivers' shader caches there, and hand CubeCL a copy of the node's
+/// database, before any device exists. Problems are warnings on stderr and the
+/// run goes on uncached.
+pub fn use_for_this_process(root: &Path) -> ProcessCache {
     let (cache, found) = match KernelCache::open(root) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("worker: warning: {e}; running without a kernel cache");
-            return CacheState::Unusable;
+            return ProcessCache::without_copy(CacheState::Unusable);
         }
     };
     let state = match found {
@@ -189,47 +222,15 @@ pub fn use_for_this_process(root: &Path) -> CacheState {
         std::env::set_var(k, v);
     }
     #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
-    match cache.configure_cubecl() {
-        Ok(true) => {}
-        Ok(false) => {
-            eprintln!("worker: warning: CubeCL's configuration was already loaded; its kernels are not cached");
-            return CacheState::Unusable;
-        }
+    return match cubecl::RunCopy::take(&cache) {
+        Ok(copy) => ProcessCache { state, copy: Some(copy) },
         Err(e) => {
-            eprintln!(
-                "worker: warning: CubeCL cannot read {}: {e}; running without a kernel cache",
-                cache.cubecl_toml().display()
-            );
-            return CacheState::Unusable;
+            eprintln!("worker: warning: {e}; running without a kernel cache");
+            ProcessCache::without_copy(CacheState::Unusable)
         }
-    }
-    state
-}
-
-#[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
-impl KernelCache {
-    /// Load [`Self::cubecl_toml`] as CubeCL's configuration (its `CUBECL_*`
-    /// variables still apply). `false`: a configuration was already loaded.
-    pub fn configure_cubecl(&self) -> Result<bool, String> {
-        use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
-        let config = CubeClRuntimeConfig::from_file_path(self.cubecl_toml()).map_err(|e| e.to_string())?;
-        Ok(CubeClRuntimeConfig::try_set(config.override_from_env()))
-    }
-}
-
-/// A TOML basic string: quotes, backslashes and control characters escaped.
-fn toml_string(s: &str) -> String {
-    let mut out = String::from('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    };
+    #[cfg(not(any(feature = "wgpu", feature = "vulkan", feature = "cuda")))]
+    ProcessCache::without_copy(state)
 }
 
 /// Write through a temporary file and a rename, so a process of the same node
@@ -252,9 +253,6 @@ mod tests {
         assert_eq!(found, Found::Fresh);
         assert!(c.dir().starts_with(root.path()));
         assert!(c.cubecl_dir().is_dir() && c.driver_dir().is_dir() && c.mesa_dir().is_dir());
-        let toml = std::fs::read_to_string(c.cubecl_toml()).unwrap();
-        assert!(toml.contains("[compilation]\ncache = true\n"), "{toml}");
-        assert!(toml.contains(&format!("directory = \"{}\"", c.cubecl_dir().display())), "{toml}");
         let (again, found) = KernelCache::open(root.path()).unwrap();
         assert_eq!(found, Found::Reused);
         assert_eq!(again.dir(), c.dir());
@@ -284,7 +282,7 @@ mod tests {
     #[test]
     fn another_versions_cache_is_not_opened() {
         let root = tempfile::tempdir().unwrap();
-        let other = Stamp { cubecl: "0.10.0".into(), worker: "0.0.9".into() };
+        let other = Stamp { cubecl: "0.10.0".into(), worker: "0.0.9".into(), layout: LAYOUT };
         let other_dir = root.path().join(other.dir_name());
         std::fs::create_dir_all(&other_dir).unwrap();
         std::fs::write(other_dir.join("stamp.json"), serde_json::to_vec(&other).unwrap()).unwrap();
@@ -298,6 +296,24 @@ mod tests {
         assert!(matches!(found, Found::Replaced { ref reason, .. } if reason.contains("another version")), "{found:?}");
     }
 
+    /// A directory every process opened itself (layout 1, whose database
+    /// concurrent runs could corrupt) is not this layout's: never opened.
+    #[test]
+    fn a_cache_of_the_first_layout_is_not_opened() {
+        let root = tempfile::tempdir().unwrap();
+        let old = root.path().join(format!("cubecl-{CUBECL_VERSION}-worker-{}", env!("CARGO_PKG_VERSION")));
+        std::fs::create_dir_all(old.join("cubecl")).unwrap();
+        let stamp = format!(r#"{{"cubecl":"{CUBECL_VERSION}","worker":"{}"}}"#, env!("CARGO_PKG_VERSION"));
+        std::fs::write(old.join("stamp.json"), &stamp).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Stamp>(&stamp).unwrap().dir_name(),
+            old.file_name().unwrap().to_str().unwrap()
+        );
+        let (c, found) = KernelCache::open(root.path()).unwrap();
+        assert_eq!(found, Found::Fresh);
+        assert!(c.dir().to_string_lossy().ends_with("-layout-2"), "{}", c.dir().display());
+    }
+
     #[test]
     fn an_unwritable_root_is_an_error_not_a_panic() {
         let root = tempfile::tempdir().unwrap();
@@ -305,24 +321,5 @@ mod tests {
         std::fs::write(&file, b"x").unwrap();
         let e = KernelCache::open(&file).unwrap_err();
         assert!(e.to_string().contains("cannot prepare the kernel cache"), "{e}");
-    }
-
-    /// CubeCL itself reads the configuration the worker writes: kernel
-    /// caching on, its environment in the cache directory.
-    #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
-    #[test]
-    fn cubecl_reads_the_written_configuration() {
-        use cubecl_runtime::config::{cache::CacheConfig, CubeClRuntimeConfig, RuntimeConfig};
-        let root = tempfile::tempdir().unwrap();
-        let (c, _) = KernelCache::open(root.path()).unwrap();
-        let config = CubeClRuntimeConfig::from_file_path(c.cubecl_toml()).unwrap();
-        assert!(config.compilation.cache);
-        assert!(matches!(config.environment.path, CacheConfig::Directory(ref d) if *d == c.cubecl_dir()));
-    }
-
-    #[test]
-    fn paths_are_quoted_for_toml() {
-        assert_eq!(toml_string(r#"/a "b"\c"#), r#""/a \"b\"\\c""#);
-        assert_eq!(toml_string("x\ny"), "\"x\\u000Ay\"");
     }
 }
