@@ -17,6 +17,8 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::with_suffix;
+
 /// The database's file name in a CubeCL environment directory (its default
 /// environment's).
 pub const DB: &str = "default.db";
@@ -65,12 +67,17 @@ impl Checkout {
         std::fs::create_dir_all(procs)?;
         remove_abandoned(procs);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let dir = procs.join(format!("{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&dir)?;
-        let alive = File::create(dir.join("lock"))?;
+        let name = format!("{}-{nanos}", std::process::id());
+        // Made under a dot name and renamed once its lock is held, so no
+        // other process sees it with a lock free to take.
+        let making = procs.join(format!(".{name}"));
+        std::fs::create_dir(&making)?;
+        let alive = File::create(making.join("lock"))?;
         // Where the filesystem has no locks this fails, and a killed run's
         // copy cannot be told from a live one: it stays until removed by hand.
         let _ = alive.try_lock();
+        let dir = procs.join(name);
+        std::fs::rename(&making, &dir)?;
         let checkout = Checkout { node: node.to_path_buf(), dir, _alive: alive };
         std::fs::write(checkout.toml(), config(&checkout.dir))?;
         // A file another process renames over the node's meanwhile is
@@ -116,14 +123,14 @@ impl Checkout {
         // Where the filesystem has no locks, merges of one node may race:
         // the later rename wins and the other's new entries are compiled
         // again another time. The file is whole either way.
-        let _locked = lock.lock();
+        let _ = lock.lock(); // held until `lock` is dropped, at the end
         let node_db = self.node_db();
         let out = self.node.join(format!("{DB}.{}.new", std::process::id()));
         let mut merged = Merged::Merged;
-        let sources = match node_db.is_file() {
-            true => vec![self.db(), node_db.clone()],
-            false => vec![self.db()],
-        };
+        let mut sources = vec![self.db()];
+        if node_db.is_file() {
+            sources.push(node_db.clone());
+        }
         if let Err(e) = export(&sources, &out) {
             if sources.len() == 1 {
                 return Err(MergeError::Export(e));
@@ -176,18 +183,12 @@ fn toml_string(s: &str) -> String {
     out
 }
 
-/// `path` with `suffix` appended to its file name.
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_os_string();
-    s.push(suffix);
-    PathBuf::from(s)
-}
-
 /// Remove the copies under `procs` whose process is gone: their `lock` can
-/// be taken. A directory without one yet is a copy being made, left alone.
+/// be taken. A copy being made (a dot name) is left alone.
 fn remove_abandoned(procs: &Path) {
     let Ok(entries) = std::fs::read_dir(procs) else { return };
-    for dir in entries.flatten().map(|e| e.path()) {
+    for entry in entries.flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')) {
+        let dir = entry.path();
         let Ok(lock) = File::options().write(true).open(dir.join("lock")) else { continue };
         if lock.try_lock().is_ok() {
             let _ = std::fs::remove_dir_all(&dir);
@@ -310,8 +311,9 @@ mod tests {
         std::fs::create_dir_all(&dead).unwrap();
         std::fs::write(dead.join("lock"), b"").unwrap();
         std::fs::write(dead.join(DB), b"left by a killed run").unwrap();
-        let making = procs.join("12346-1");
+        let making = procs.join(".12346-1");
         std::fs::create_dir_all(&making).unwrap();
+        std::fs::write(making.join("lock"), b"").unwrap();
         let next = Checkout::take(&node, &procs).unwrap();
         assert!(!dead.exists(), "the killed run's copy is removed");
         assert!(live.dir().exists() && making.exists(), "a live copy and one being made are kept");

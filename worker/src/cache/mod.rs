@@ -117,9 +117,7 @@ impl KernelCache {
     /// process of the node may still have its files open.
     fn move_aside(dir: &Path, reason: String) -> std::io::Result<Found> {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        let mut name = dir.file_name().unwrap_or_default().to_os_string();
-        name.push(format!(".stale-{}-{t}", std::process::id()));
-        let moved_to = dir.with_file_name(name);
+        let moved_to = with_suffix(dir, &format!(".stale-{}-{t}", std::process::id()));
         std::fs::rename(dir, &moved_to)?;
         Ok(Found::Replaced { reason, moved_to })
     }
@@ -236,10 +234,16 @@ pub fn use_for_this_process(root: &Path) -> ProcessCache {
 /// Write through a temporary file and a rename, so a process of the same node
 /// reading it never sees half a file.
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_os_string();
-    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = with_suffix(path, &format!(".tmp-{}", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
+}
+
+/// `path` with `suffix` appended to its file name.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(suffix);
+    PathBuf::from(s)
 }
 
 #[cfg(test)]
