@@ -12,7 +12,8 @@
 //! In CI (`scripts/test.sh`) it runs on lavapipe, the CPU Vulkan device of
 //! `scripts/lavapipe.sh` (`SWEEP_VULKAN_ROOT`); on a workstation, on the
 //! Vulkan loader's first device. `BENCH_SPATIAL=D,H,W` sets the input size
-//! (default 8,8,8). In fp32: lavapipe compiles autocast's f16 kernels ten
+//! (default 8,8,8); `BENCH_FAMILIES=dit,unet` keeps those families only (CI
+//! runs the DiT alone: a cold config there takes minutes). In fp32: lavapipe compiles autocast's f16 kernels ten
 //! times slower, and CI has minutes, not hours.
 
 #[path = "../tests/common/mod.rs"]
@@ -73,7 +74,14 @@ fn main() {
         .unwrap_or(Spatial::new(8, 8, 8));
     let work = tempfile::tempdir().unwrap();
     let cache = work.path().join("cache");
-    let configs = worker::warm::sweep("bench", spatial);
+    let mut configs = worker::warm::sweep("bench", spatial);
+    if let Ok(families) = std::env::var("BENCH_FAMILIES") {
+        let families: Vec<&str> = families.split(',').map(str::trim).collect();
+        if let Some(unknown) = families.iter().find(|f| !configs.iter().any(|c| c.name == **f)) {
+            panic!("BENCH_FAMILIES: no family {unknown:?} (unet, dit, hdit, uvit)");
+        }
+        configs.retain(|c| families.contains(&c.name.as_str()));
+    }
     let mut rows = Vec::new();
     for pass in ["cold", "warm"] {
         // Each pass keeps its own events (runs are kept by content), one cache for both.
