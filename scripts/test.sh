@@ -15,9 +15,9 @@
 # Clippy and the GPU build (the worker with wgpu, vulkan and nvml: Burn
 # compiled a second time, with other features) go to their own target
 # directory, target/gpu, in the background at the lowest CPU priority: they use
-# what the tests leave idle (the cluster tests mostly wait on SLURM) and never
-# slow them. The Debian root with lavapipe is made in the background too, while
-# the workspace builds. The steps' times are printed at the end.
+# what the workspace build and the tests leave idle (the cluster tests mostly
+# wait on SLURM) and never slow them. The Debian root with lavapipe is made in
+# the background too. The steps' times are printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/prereqs.sh
@@ -44,6 +44,9 @@ scripts/test-cluster.sh up
 started=1
 step_done "prerequisites and the test cluster up"
 
+# Layout first: it takes a second. rustfmt.toml holds the team's layout.
+cargo fmt --all --check
+
 gpu_features=(--features worker/wgpu,worker/vulkan,worker/nvml)
 gpu_target=$PWD/target/gpu
 mkdir -p "$gpu_target"
@@ -51,14 +54,8 @@ lavapipe_out=$gpu_target/lavapipe-root
 scripts/lavapipe.sh >"$lavapipe_out" &
 lavapipe=$!
 
-# Build first (its own step, so a compile error is not mistaken for a test failure).
-cargo build --workspace --all-targets --locked
-step_done "cargo build --workspace --all-targets"
-
-# Layout: it takes a second. rustfmt.toml holds the team's layout.
-cargo fmt --all --check
-
-# In the background from here on (see above), in target/gpu, with every GPU
+# In the background from here on (see above), from the start (it takes a core
+# whenever the workspace build leaves one idle), in target/gpu, with every GPU
 # feature: clippy over the whole workspace (the GPU code included; the CPU
 # code is all there too, `flex` stays on), then the GPU test and bench. Its
 # output goes to target/gpu/build.log.
@@ -71,6 +68,10 @@ CARGO_TARGET_DIR=$gpu_target nice -n 19 bash -c '
     gpu-build "${gpu_features[@]}" >"$gpu_log" 2>&1 &
 gpu_build=$!
 set +m
+
+# The workspace (its own step, so a compile error is not mistaken for a test failure).
+cargo build --workspace --all-targets --locked
+step_done "cargo build --workspace --all-targets"
 
 cargo test --workspace --locked "$@"
 step_done "cargo test --workspace"
