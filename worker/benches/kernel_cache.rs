@@ -13,8 +13,9 @@
 //! `scripts/lavapipe.sh` (`SWEEP_VULKAN_ROOT`); on a workstation, on the
 //! Vulkan loader's first device. `BENCH_SPATIAL=D,H,W` sets the input size
 //! (default 8,8,8); `BENCH_FAMILIES=dit,unet` keeps those families only (CI
-//! runs the DiT alone: a cold config there takes minutes). In fp32: lavapipe compiles autocast's f16 kernels ten
-//! times slower, and CI has minutes, not hours.
+//! runs the DiT alone: a cold config there takes minutes). In fp32: lavapipe
+//! compiles autocast's f16 kernels ten times slower, and CI has minutes, not
+//! hours.
 
 #[path = "../tests/common/mod.rs"]
 mod common;

@@ -80,15 +80,15 @@ fn peak(events: &[Event]) -> u64 {
 /// Every family runs on the Vulkan device and ends `ok` with every phase read
 /// back; then a task of the same four configs (`configs_per_task: 4`: one
 /// process, the pool emptied between configs) measures each config's peak as
-/// its process of its own did. One test, so the four single runs serve both
+/// a process of its own did. One test, so the four single runs serve both
 /// checks (on lavapipe each cold run compiles for minutes).
 ///
-/// The single runs need LLVM 19 (Debian trixie's Mesa 25.0.7): on LLVM 15
-/// (bookworm's Mesa 22.3.6 and 25.0.7) lavapipe segfaulted inside
-/// `vkCreateComputePipelines`, and such a crash must still leave a `failed`
-/// result naming the signal and the phase, never only the `start` line
-/// (docs/gpu.md; `crash_signals_are_recorded_as_failed_with_the_signal` in
-/// `tests/cli.rs` checks that on the CPU).
+/// The single runs need lavapipe of Mesa 26 (`scripts/lavapipe.sh`): older
+/// ones (bookworm's Mesa 22.3.6, trixie's 25.0.7, on LLVM 15 and 19)
+/// segfaulted inside `vkCreateComputePipelines`, and such a crash must still
+/// leave a `failed` result naming the signal and the phase, never only the
+/// `start` line (docs/gpu.md; `crash_signals_are_recorded_as_failed_with_the_signal`
+/// in `tests/cli.rs` checks that on the CPU).
 ///
 /// In the task each phase window starts from the pool's bytes in use, never
 /// from its high-water mark, which does not reset. On lavapipe the peaks agree
