@@ -97,6 +97,7 @@ wait "$gpu_build" || {
     echo "clippy or the GPU build failed; the whole output: $gpu_log" >&2
     exit 1
 }
+gpu_build= # ended: its process group id may be anyone's now
 step_done "waiting for clippy and the GPU build (background) and lavapipe"
 export CARGO_TARGET_DIR=$gpu_target
 cargo test --workspace --locked "${gpu_features[@]}" --test vulkan_cpu
