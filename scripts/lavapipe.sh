@@ -13,18 +13,35 @@
 # The root is $SWEEP_VULKAN_ROOT, by default /opt/sweep-lavapipe (about 500 MB,
 # a minute or two to make). Needs root (apt, debootstrap).
 set -euo pipefail
+
+# The Debian archive this machine's own apt sources name for its release (the
+# mirror it already installs from; nothing here names one): the site of the
+# index target whose suite is the release's codename.
+debian_mirror() {
+    local codename site
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:?no VERSION_CODENAME in /etc/os-release}")
+    site=$(apt-get indextargets --format '$(SITE) $(RELEASE)' 'Identifier: Packages' |
+        awk -v c="$codename" '$2 == c { print $1; exit }')
+    [ -n "$site" ] || {
+        echo "error: no apt source for Debian $codename (apt-get indextargets); run apt-get update or add one" >&2
+        exit 1
+    }
+    echo "$site"
+}
+
 root=${SWEEP_VULKAN_ROOT:-/opt/sweep-lavapipe}
 icd=$root/usr/share/vulkan/icd.d/lvp_icd.json
 if [ ! -f "$icd" ] || [ ! -f "$root/.complete" ]; then
     if ! command -v debootstrap >/dev/null; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
     fi
+    mirror=$(debian_mirror)
     echo "making a Debian trixie root with lavapipe (Mesa 26 from trixie-backports) in $root, the CPU Vulkan device of the GPU tests" >&2
     rm -rf "$root"
     log=${TMPDIR:-/tmp}/sweep-lavapipe-debootstrap.log
     {
-        debootstrap --variant=minbase --include=libvulkan1,vulkan-tools trixie "$root" http://deb.debian.org/debian &&
-            echo "deb http://deb.debian.org/debian trixie-backports main" >"$root/etc/apt/sources.list.d/backports.list" &&
+        debootstrap --variant=minbase --include=libvulkan1,vulkan-tools trixie "$root" "$mirror" &&
+            echo "deb $mirror trixie-backports main" >"$root/etc/apt/sources.list.d/backports.list" &&
             chroot "$root" apt-get update -qq &&
             chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t trixie-backports mesa-vulkan-drivers
     } >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }

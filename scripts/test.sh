@@ -3,23 +3,36 @@
 #   1. build prerequisites (scripts/prereqs.sh),
 #   2. a real single-node SLURM cluster with accounting, reachable over SSH on
 #      loopback (scripts/test-cluster.sh up), torn down again at the end,
-#   3. `cargo fmt --check` and `cargo clippy -D warnings` (the whole workspace,
-#      the worker's GPU code included),
+#   3. `cargo fmt --check`, then ONE build of the whole workspace, every
+#      target, with every feature the tests use (the CPU backend `flex` and
+#      the GPU ones, `wgpu`, `vulkan`, `nvml`): Burn is compiled once. Clippy
+#      lints the workspace's own crates during that build (`-D warnings`):
+#      clippy-driver is the workspace's rustc wrapper, as `cargo clippy` sets
+#      it, so the dependencies are compiled once for both,
 #   4. `cargo test --workspace`: unit tests, the published-parameter and
-#      precheck-accuracy tests, the Burn worker tests and the cluster tests,
-#   5. the orchestrator's benches (dev profile: they still run),
-#   6. the worker's GPU code path on a CPU Vulkan device (scripts/lavapipe.sh)
-#      and the kernel cache's bench there.
-# Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p orchestrator`).
+#      precheck-accuracy tests, the Burn worker tests (they name the CPU
+#      backend: this build's default is a GPU one) and the cluster tests,
+#   5. at the same time, at the lowest CPU priority (the cluster tests mostly
+#      wait on SLURM), the worker's GPU code path on a CPU Vulkan device
+#      (scripts/lavapipe.sh makes it in the background from the start). The
+#      kernel cache's bench is built, not run: its cold pass compiles for
+#      minutes what the lavapipe tests' cold runs already compiled (run it with
+#      `cargo bench -p worker --features vulkan --bench kernel_cache`),
+#   6. the orchestrator's benches (dev profile: they still run).
+# The steps' times are printed at the end.
 #
-# Clippy and the GPU build (the worker with wgpu, vulkan and nvml: Burn
-# compiled a second time, with other features) go to their own target
-# directory, target/gpu, in the background at the lowest CPU priority: they use
-# what the workspace build and the tests leave idle (the cluster tests mostly
-# wait on SLURM) and never slow them. The Debian root with lavapipe is made in
-# the background too. The steps' times are printed at the end.
+#   scripts/test.sh [ARGS]        everything (CI); ARGS go to `cargo test`
+#   scripts/test.sh --quick [ARGS]  the inner loop: fmt, the build and lints,
+#                                 `cargo test` without the cluster tests and
+#                                 without lavapipe (same build: nothing is
+#                                 compiled again for the full run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [ "${1:-}" = --quick ]; then
+    quick=1
+    shift
+fi
 source scripts/prereqs.sh
 
 steps=()
@@ -29,78 +42,87 @@ step_done() {
     last=$SECONDS
 }
 started=0
-gpu_build=
+background=()
 cleanup() {
-    # A background build still running (a step failed): its whole process group.
-    [ -n "$gpu_build" ] && kill -- -"$gpu_build" 2>/dev/null || true
+    # Background work still running (a step failed): each whole process group.
+    local pgid
+    for pgid in "${background[@]}"; do kill -- -"$pgid" 2>/dev/null || true; done
     if [ ${#steps[@]} -gt 0 ]; then
-        printf 'scripts/test.sh, time per step:\n' >&2
+        printf 'scripts/test.sh, time per step (total %d s):\n' "$SECONDS" >&2
         printf '  %s\n' "${steps[@]}" >&2
     fi
     [ "$started" = 1 ] && scripts/test-cluster.sh down || true
 }
 trap cleanup EXIT
-scripts/test-cluster.sh up
-started=1
-step_done "prerequisites and the test cluster up"
 
 # Layout first: it takes a second. rustfmt.toml holds the team's layout.
 cargo fmt --all --check
 
-gpu_features=(--features worker/wgpu,worker/vulkan,worker/nvml)
-gpu_target=$PWD/target/gpu
-mkdir -p "$gpu_target"
-lavapipe_out=$gpu_target/lavapipe-root
-scripts/lavapipe.sh >"$lavapipe_out" &
-lavapipe=$!
+logs=$PWD/target/test-logs
+mkdir -p "$logs"
+if [ "$quick" = 0 ]; then
+    # The Debian root with lavapipe, in the background (debootstrap: network, little CPU).
+    scripts/lavapipe.sh >"$logs/lavapipe-root" 2>"$logs/lavapipe-root.err" &
+    lavapipe_root=$!
+    scripts/test-cluster.sh up
+    started=1
+else
+    export SWEEP_SKIP_CLUSTER_TESTS=1
+fi
+step_done "prerequisites, the test cluster up"
 
-# In the background from here on (see above), from the start (it takes a core
-# whenever the workspace build leaves one idle), in target/gpu, with every GPU
-# feature: clippy over the whole workspace (the GPU code included; the CPU
-# code is all there too, `flex` stays on), then the GPU test and bench. Its
-# output goes to target/gpu/build.log.
-gpu_log=$gpu_target/build.log
-set -m # its own process group, which cleanup can stop whole
-CARGO_TARGET_DIR=$gpu_target nice -n 19 bash -c '
-    cargo clippy --workspace --all-targets --locked "$@" -- -D warnings &&
-        cargo test --workspace --locked "$@" --test vulkan_cpu --no-run &&
-        cargo bench --workspace --locked "$@" --profile dev --bench kernel_cache --no-run' \
-    gpu-build "${gpu_features[@]}" >"$gpu_log" 2>&1 &
-gpu_build=$!
-set +m
+# Clippy during the build (see above): what `cargo clippy -- -D warnings` sets.
+RUSTC_WORKSPACE_WRAPPER=$(command -v clippy-driver) || {
+    echo "error: clippy-driver not found; install it: rustup component add clippy" >&2
+    exit 1
+}
+export RUSTC_WORKSPACE_WRAPPER
+export CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+features=(--features worker/wgpu,worker/vulkan,worker/nvml)
+cargo build --workspace --all-targets --locked "${features[@]}"
+step_done "cargo build --workspace --all-targets, every feature, clippy -D warnings"
 
-# The workspace (its own step, so a compile error is not mistaken for a test failure).
-cargo build --workspace --all-targets --locked
-step_done "cargo build --workspace --all-targets"
+if [ "$quick" = 0 ]; then
+    # The GPU code path on lavapipe: its test binary, run directly (cargo's
+    # build lock stays free for the workspace tests), in a process group of
+    # its own at the lowest priority.
+    exe() { # the executable of one test or bench target, built above
+        cargo "$@" --locked "${features[@]}" --no-run --message-format=json 2>/dev/null |
+            jq -r 'select(.executable != null) | .executable'
+    }
+    vulkan_test=$(exe test --workspace --test vulkan_cpu)
+    wait "$lavapipe_root" || {
+        cat "$logs/lavapipe-root.err" >&2
+        exit 1
+    }
+    SWEEP_VULKAN_ROOT=$(cat "$logs/lavapipe-root")
+    gpu_log=$logs/lavapipe.log
+    set -m
+    (cd worker && exec nice -n 19 env SWEEP_VULKAN_ROOT="$SWEEP_VULKAN_ROOT" "$vulkan_test" --test-threads=2) \
+        >"$gpu_log" 2>&1 &
+    background+=($!)
+    set +m
+    gpu_started=$SECONDS
+fi
 
-cargo test --workspace --locked "$@"
+# The lavapipe tests are skipped here (`lavapipe::`): they run above.
+cargo test --workspace --locked "${features[@]}" "$@" -- --skip lavapipe::
 step_done "cargo test --workspace"
 # The orchestrator's benches, in the dev profile so nothing more is compiled:
 # they keep working (each checks what it measures: every config submitted,
 # every event file read once); their figures are a release build's
 # (`cargo bench -p orchestrator --bench plan`, README).
-cargo bench --workspace --locked --profile dev --bench plan --bench poll --bench predict --bench overlay
+cargo bench --workspace --locked "${features[@]}" --profile dev --bench plan --bench poll --bench predict --bench overlay
 step_done "the orchestrator's benches"
 
-# The GPU code path (CubeCL's Vulkan runtime) on a CPU Vulkan device: lavapipe
-# on LLVM 19 from a Debian trixie root of its own (scripts/lavapipe.sh), which
-# runs CubeCL's kernels: every family ok and read back and measuring in a task
-# of four what four processes do, a tensor beyond the device never ok, two
-# processes sharing one kernel cache (docs/gpu.md); then the kernel cache's
-# bench, cold against warm, for the DiT alone (a cold config on lavapipe takes
-# minutes; docs/gpu.md has all four families).
-wait "$lavapipe"
-SWEEP_VULKAN_ROOT=$(cat "$lavapipe_out")
-export SWEEP_VULKAN_ROOT
-wait "$gpu_build" || {
-    tail -40 "$gpu_log" >&2
-    echo "clippy or the GPU build failed; the whole output: $gpu_log" >&2
-    exit 1
-}
-gpu_build= # ended: its process group id may be anyone's now
-step_done "waiting for clippy and the GPU build (background) and lavapipe"
-export CARGO_TARGET_DIR=$gpu_target
-cargo test --workspace --locked "${gpu_features[@]}" --test vulkan_cpu
-step_done "the GPU code path on lavapipe"
-BENCH_FAMILIES=dit cargo bench --workspace --locked "${gpu_features[@]}" --profile dev --bench kernel_cache
-step_done "the kernel cache's bench on lavapipe"
+if [ "$quick" = 0 ]; then
+    gpu_ok=0
+    wait "${background[0]}" && gpu_ok=1
+    background=()
+    cat "$gpu_log"
+    [ "$gpu_ok" = 1 ] || {
+        echo "the GPU code path on lavapipe failed; its output: $gpu_log" >&2
+        exit 1
+    }
+    step_done "waiting for the GPU code path on lavapipe ($((SECONDS - gpu_started)) s in all)"
+fi

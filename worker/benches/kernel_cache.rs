@@ -9,13 +9,15 @@
 //!
 //!     cargo bench -p worker --features vulkan --bench kernel_cache
 //!
-//! In CI (`scripts/test.sh`) it runs on lavapipe, the CPU Vulkan device of
+//! Without a GPU it runs on lavapipe, the CPU Vulkan device of
 //! `scripts/lavapipe.sh` (`SWEEP_VULKAN_ROOT`); on a workstation, on the
-//! Vulkan loader's first device. `BENCH_SPATIAL=D,H,W` sets the input size
-//! (default 8,8,8); `BENCH_FAMILIES=dit,unet` keeps those families only (CI
-//! runs the DiT alone: a cold config there takes minutes). In fp32: lavapipe
-//! compiles autocast's f16 kernels ten times slower, and CI has minutes, not
-//! hours.
+//! Vulkan loader's first device. CI builds it and does not run it: its cold
+//! pass compiles for minutes what the lavapipe tests' cold runs compile
+//! already (`tests/vulkan_cpu.rs` checks the cache itself).
+//! `BENCH_SPATIAL=D,H,W` sets the input size (default 8,8,8);
+//! `BENCH_FAMILIES=dit,unet` keeps those families only (a cold config on
+//! lavapipe takes minutes). In fp32: lavapipe compiles autocast's f16 kernels
+//! ten times slower.
 
 #[path = "../tests/common/mod.rs"]
 mod common;

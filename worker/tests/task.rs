@@ -30,6 +30,7 @@ fn write_manifest(dir: &Path, configs: &[RunConfig], k: u32) -> PathBuf {
         experiment: configs[0].experiment.clone(),
         task_offset: 0,
         configs_per_task: k,
+        memory_limit: None,
         configs: configs.to_vec(),
     };
     let path = dir.join("manifest.json");
@@ -40,7 +41,7 @@ fn write_manifest(dir: &Path, configs: &[RunConfig], k: u32) -> PathBuf {
 /// `worker run --manifest M --task-id 0 --state-dir DIR ARGS`, started.
 fn start_task(dir: &Path, manifest: &Path, args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_worker"))
-        .args(["run", "--task-id", "0", "--manifest"])
+        .args(["run", "--backend", "flex", "--task-id", "0", "--manifest"])
         .arg(manifest)
         .arg("--state-dir")
         .arg(dir)

@@ -39,11 +39,15 @@ pub fn run_worker(dir: &Path, cfg: &RunConfig) -> (ExitStatus, Vec<Event>) {
     (out.status, events)
 }
 
-/// `worker run ARGS --config <cfg> --state-dir <dir>`: the process's output
-/// and every event of the config's run (earlier runs of the same computation
-/// come first: runs are kept by content).
+/// `worker run --backend flex ARGS --config <cfg> --state-dir <dir>`: the
+/// process's output and every event of the config's run (earlier runs of the
+/// same computation come first: runs are kept by content). The backend is
+/// named: a build with GPU features (`scripts/test.sh` builds one) defaults
+/// to a GPU one.
 pub fn run_worker_with<S: AsRef<OsStr>>(dir: &Path, cfg: &RunConfig, args: &[S]) -> (Output, Vec<Event>) {
-    run_worker_as(Command::new(env!("CARGO_BIN_EXE_worker")), dir, cfg, args)
+    let args: Vec<&OsStr> =
+        [OsStr::new("--backend"), OsStr::new("flex")].into_iter().chain(args.iter().map(AsRef::as_ref)).collect();
+    run_worker_as(Command::new(env!("CARGO_BIN_EXE_worker")), dir, cfg, &args)
 }
 
 /// The worker as the GPU tests and benches start it: through the dynamic
