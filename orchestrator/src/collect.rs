@@ -191,12 +191,14 @@ pub fn last_result(text: &str) -> Option<RunResult> {
 }
 
 fn gib(bytes: u64) -> f64 {
-    // Three decimals are far below the measurement's own spread.
-    (bytes as f64 / GIB * 1000.0).round() / 1000.0
+    // To 1e-9 GiB, about a byte: what was measured (a CPU run of a few MiB lost
+    // a tenth of its peak to 0.001 GiB), in digits that read back from JSON as
+    // written. The peak's exact bytes are kept beside it (`peak_bytes`).
+    (bytes as f64 / GIB * 1e9).round() / 1e9
 }
 
 /// A finished run as a measurement record (`framework` `burn-<backend>`, peaks in
-/// GiB). `None` unless the run measured something: `ok` (or over budget) and
+/// GiB, unrounded, and the peak's exact bytes). `None` unless the run measured something: `ok` (or over budget) and
 /// `oom` give records; `failed`, `cancelled` and unfinished runs do not.
 pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementRecord> {
     let result = progress.result.as_ref()?;
@@ -240,6 +242,7 @@ pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementR
         level_depths: None,
         params_m: Some((result.params as f64 / 1e5).round() / 10.0),
         peak_gb: (!oom).then_some(peak),
+        peak_bytes: (!oom).then_some(result.peak_bytes),
         model_gb: result.peaks.model.map(gib),
         fwd_gb: result.peaks.fwd.map(gib),
         bwd_gb: result.peaks.bwd.map(gib),
@@ -368,7 +371,9 @@ mod tests {
         assert_eq!(r.gpu, "cpu");
         assert_eq!(r.status, MeasuredStatus::Ok);
         assert_eq!(r.params_m, Some(2664.6));
-        assert_eq!(r.peak_gb, Some(0.0)); // 6000 bytes
+        // 6000 bytes, kept exactly (0.001 GiB would have called it 0).
+        assert_eq!(r.peak_bytes, Some(6000));
+        assert_eq!(r.peak_gb, Some(0.000005588));
         assert_eq!(r.channels, Some(vec![32, 64]));
         assert_eq!(r.config_name.as_deref(), Some("tiny"));
         // The record round-trips through the shared JSONL format.
@@ -393,7 +398,9 @@ mod tests {
         let big = r#"{"event":"result","t":1.0,"status":"ok","params":10,"peaks":{"bwd":70000000000},"peak_bytes":70000000000,"wall_s":1.0}"#;
         let r = to_record(&cfg(), &parse_events(&lines(&[START, big]))).unwrap();
         assert_eq!(r.status, MeasuredStatus::OverBudget);
-        assert_eq!(r.peak_gb, Some(65.193));
+        assert_eq!(r.peak_bytes, Some(70_000_000_000));
+        assert_eq!(r.peak_gb, Some(65.192580223));
+        assert_eq!(r.peak_gib(), Some(70_000_000_000.0 / GIB), "the exact bytes, read as GiB");
 
         let oom = r#"{"event":"result","t":1.0,"status":"oom","params":10,"peaks":{"model":1073741824,"fwd":2147483648},"peak_bytes":2147483648,"phase":"fwd","message":"allocation of 4096 bytes refused","wall_s":1.0}"#;
         let r = to_record(&cfg(), &parse_events(&lines(&[START, oom]))).unwrap();

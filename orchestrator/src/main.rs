@@ -53,7 +53,7 @@ impl ExperimentArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ActiveArgs {
     /// Largest band an unmeasured config may keep (`5%` or `0.05`).
-    #[arg(long, default_value = "10%", value_parser = orchestrator::active::parse_share)]
+    #[arg(long, default_value = orchestrator::active::DEFAULT_TARGET_ERROR, value_parser = orchestrator::active::parse_share)]
     pub target_error: f64,
     /// Runs at most, all rounds together.
     #[arg(long)]
@@ -124,6 +124,10 @@ enum Command {
         /// Measurement JSONL whose tables are replayed.
         #[arg(long, default_value = "data/vram-measurements.jsonl")]
         records: PathBuf,
+        /// Experiment files (or directories of them) to run as `submit FILE --active --cluster replay`
+        /// does, answered from --records, instead of the records' own tables.
+        #[arg(long, num_args = 1..)]
+        experiments: Vec<PathBuf>,
         #[command(flatten)]
         active: ActiveArgs,
     },
@@ -253,7 +257,7 @@ fn run(command: Command) -> Result<()> {
             let sweep = exp.load()?;
             orchestrator::advisor::cli::run_fit(&sweep, &args, &exp.predictor(&sweep)?.0)?
         }
-        Command::Evidence { records, active } => {
+        Command::Evidence { records, experiments, active } => {
             let settings = orchestrator::active::Settings {
                 framework: "pytorch".into(),
                 target_error: active.target_error,
@@ -261,8 +265,13 @@ fn run(command: Command) -> Result<()> {
                 round_size: active.round_size,
             };
             let work = tempfile::tempdir().context("a scratch directory for the replay cluster")?;
-            let runs = orchestrator::evidence::run(&records, &settings, work.path())?;
-            print!("{}", orchestrator::evidence::Tally(&runs));
+            if experiments.is_empty() {
+                let runs = orchestrator::evidence::run(&records, &settings, work.path())?;
+                print!("{}", orchestrator::evidence::Tally(&runs));
+            } else {
+                let runs = orchestrator::evidence::experiments::run(&experiments, &records, &settings, work.path())?;
+                print!("{}", orchestrator::evidence::ExperimentTally(&runs));
+            }
         }
         Command::Cluster(c) => submit::cli::run(c)?,
         Command::Report(args) => orchestrator::report::cli::run(&args)?,

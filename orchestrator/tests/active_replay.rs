@@ -15,7 +15,7 @@ fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() 
     assert!(text.contains("round 1:"), "{text}");
     let (measured, predicted) = text.split_once("predicted (not run):").expect("measured and predicted apart");
     let n_measured = measured.lines().filter(|l| l.starts_with("  ")).count();
-    let n_predicted = predicted.lines().filter(|l| l.starts_with("  ") && l.contains(" GiB [")).count();
+    let n_predicted = predicted.lines().filter(|l| l.starts_with("  ") && l.contains(", predicted ")).count();
     assert!(n_measured >= 1 && n_measured + n_predicted == 12, "{text}");
     assert!(n_predicted > n_measured, "most of the sweep is predicted:\n{text}");
     assert!(text.contains(&format!("12 configs: {n_measured} measured, {n_predicted} predicted")), "{text}");
@@ -55,4 +55,102 @@ fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() 
     )
     .expect("report --json");
     assert_eq!(json["active"]["savings"]["predicted"], n_predicted);
+}
+
+/// An experiment file in `dir` whose configs the group's records do not
+/// have (DiT-S on 8x8x8 and 16x16x16 inputs): every replayed run fails.
+fn unrecorded(dir: &std::path::Path) -> std::path::PathBuf {
+    let file = dir.join("norecord.yaml");
+    std::fs::write(
+        &file,
+        "name: norecord\ndescription: configs no record has\ngpu: A100-SXM4-80GB\nprecision: bf16-amp\n\
+         input: {channels: 1, spatial: [8, 8, 8]}\noutput_channels: 1\n\
+         model: {family: dit, variant: S, patch: 2}\n\
+         sweep:\n  grid:\n    model.patch: [1, 2]\n    input.spatial: [[8, 8, 8], [16, 16, 16]]\n",
+    )
+    .expect("experiment file");
+    file
+}
+
+#[test]
+fn a_loop_whose_runs_all_fail_stops_after_that_round_and_saves_nothing() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let state = d.path().join("state");
+    let file = unrecorded(d.path());
+    let f = file.to_string_lossy().into_owned();
+    let args = ["submit", &f, "--cluster", "replay", "--active", "--poll-interval", "0.2", "--round-size", "2"];
+    let text = orchestrator(&state, &args);
+    // One round, then the stop with its cause; never a success.
+    assert_eq!(text.matches("round 1:").count(), 2, "the round chosen, then what it measured:\n{text}");
+    assert!(!text.contains("round 2:"), "a worker that fails every config is not asked again:\n{text}");
+    assert!(text.contains("round 1: 0 measured, 2 could not be measured"), "{text}");
+    assert!(text.contains("stopped after 1 round: every run of the last round failed"), "{text}");
+    assert!(!text.contains("Settled") && !text.contains("settled by its prediction"), "{text}");
+    assert!(text.contains("2 configs could not be measured:\n  2 configs ("), "{text}");
+    assert!(text.contains("has no record of config <config> (hash <hash>)"), "the cause, grouped:\n{text}");
+    assert!(text.contains("; 0 runs saved"), "{text}");
+    let status = orchestrator(&state, &["status", "norecord"]);
+    assert!(status.contains("2 could not be measured (0 runs saved)"), "{status}");
+    // Run again (the cause fixed, say): one new round, then the same stop.
+    let again = orchestrator(&state, &args);
+    assert!(again.contains("round 2:") && !again.contains("round 3:"), "{again}");
+    assert!(again.contains("stopped after 2 rounds: every run of the last round failed"), "{again}");
+}
+
+#[test]
+fn resume_after_an_active_sweep_submits_only_what_it_left_open() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let state = d.path().join("state");
+    let args = ["submit", "experiments/exp13.yaml", "--cluster", "replay", "--active", "--poll-interval", "0.2"];
+    let text = orchestrator(&state, &args);
+    let runs = || std::fs::read_dir(state.join("exp13/runs")).map(|d| d.count()).unwrap_or(0);
+    let measured = runs();
+    let answers: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("exp13/active.json")).expect("active.json")).expect("json");
+    let settled = answers["answers"]
+        .as_object()
+        .expect("answers")
+        .values()
+        .filter(|a| a["source"] == "predicted" && a["settled"] == true)
+        .count();
+    assert!(settled > 0, "{text}");
+    // A plain resume spends none of the runs the loop saved, and says why.
+    let resumed = orchestrator(&state, &["resume", "exp13"]);
+    assert_eq!(runs(), measured, "{resumed}");
+    assert_eq!(resumed.matches("answered by the active sweep: ").count(), settled, "{resumed}");
+    assert!(resumed.contains("(`resume --all` runs it)"), "{resumed}");
+    // status and the report give the predicted answers beside the measured ones.
+    let status = orchestrator(&state, &["status", "exp13"]);
+    assert!(status.contains(&format!("{settled} predicted by the active sweep")), "{status}");
+    assert!(status.contains(&format!("({settled} runs saved)")), "{status}");
+    let rows: Vec<serde_json::Value> = orchestrator(&state, &["status", "exp13", "--json"])
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(rows.iter().filter(|r| r["answer"]["source"] == "predicted").count(), 12 - measured, "{rows:?}");
+    orchestrator(&state, &["report", "exp13"]);
+    let md = std::fs::read_to_string(state.join("exp13/report/report.md")).expect("report.md");
+    let best = md.split("### Best viable config per variant").nth(1).expect("best section");
+    let best = best.split("\n###").next().unwrap_or(best);
+    assert!(best.contains("(predicted)"), "a settled prediction counts, marked:\n{best}");
+    let never = md.split("### Never run").nth(1).expect("never run");
+    assert!(!never.contains("not submitted"), "predictions are not 'never run':\n{md}");
+    // An interval narrower than its digits is said as a band, never `2.5G–2.5G`.
+    let section = md.split("## Active sweep").nth(1).and_then(|s| s.split("\n## ").next()).expect("section");
+    for row in section.lines().filter(|l| l.starts_with("| DiT")) {
+        let interval = row.split(" | ").nth(2).expect("interval cell");
+        let ends: Vec<&str> = interval.trim_end_matches('G').split('–').collect();
+        assert!(ends.len() == 1 || ends[0] != ends[1], "{row}");
+    }
+    // Running the predicted rest is asked for: it says how many GPU jobs first.
+    let all = orchestrator(&state, &["resume", "exp13", "--all"]);
+    let first = all.lines().next().unwrap_or_default();
+    assert_eq!(
+        first,
+        format!("resume --all: also submitting the {settled} configs the active sweep answered by a prediction: {settled} GPU jobs"),
+        "{all}"
+    );
+    assert!(all.contains(&format!("submitted {settled} configs")), "{all}");
+    let status = orchestrator(&state, &["status", "exp13"]);
+    assert!(status.contains("(0 runs saved)"), "nothing saved once run:\n{status}");
 }

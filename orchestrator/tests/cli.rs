@@ -261,3 +261,21 @@ fn configs_per_task_below_one_is_an_error_at_its_line() {
     );
     assert!(err.contains(&want), "{err}");
 }
+
+/// `install` has no default cluster (it uploads to one of the clusters file):
+/// its help says the cluster is required, not "default `local`", and clap
+/// refuses a call without it before anything runs.
+#[test]
+fn install_help_says_the_cluster_is_required() {
+    let help = run(&["install", "--help"]);
+    let said = text(&help.stdout);
+    assert!(help.status.success(), "{said}");
+    assert!(!said.contains("default `local`"), "{said}");
+    // The flag's help (on its line, or the next in clap's long layout).
+    let at = said.find("--cluster <CLUSTER>").expect(&said);
+    let help: String = said[at..].lines().take(2).collect::<Vec<_>>().join(" ");
+    assert!(help.contains("The cluster to install on") && help.contains("no default"), "{help}");
+    let out = run(&["install"]);
+    assert!(!out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("install needs --cluster NAME"), "{}", text(&out.stderr));
+}

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use orchestrator::active::Settings;
+use orchestrator::active::{parse_share, Settings, DEFAULT_TARGET_ERROR};
 use orchestrator::evidence::{run, Tally};
 
 #[test]
@@ -13,8 +13,10 @@ fn the_readme_evidence_table_is_what_the_command_prints() {
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
     let (_, rest) = readme.split_once("<!-- evidence:begin -->\n").expect("the evidence table's start marker");
     let (shown, _) = rest.split_once("<!-- evidence:end -->").expect("its end marker");
-    assert!(readme.contains("orchestrator evidence --records data/vram-measurements.jsonl --target-error 20%"));
-    let settings = Settings { framework: "pytorch".into(), target_error: 0.20, max_runs: None, round_size: None };
+    // The command as README shows it: `submit --active`'s default target, no flag.
+    assert!(readme.contains("orchestrator evidence --records data/vram-measurements.jsonl\n"));
+    let target_error = parse_share(DEFAULT_TARGET_ERROR).expect("the default target parses");
+    let settings = Settings { framework: "pytorch".into(), target_error, max_runs: None, round_size: None };
     let work = tempfile::tempdir().expect("tempdir");
     let runs = run(&root.join("data/vram-measurements.jsonl"), &settings, work.path()).expect("evidence");
     let printed = Tally(&runs).to_string();

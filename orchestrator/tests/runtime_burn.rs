@@ -28,15 +28,16 @@ const DIT_L_P2: &str = "{family: dit, variant: L, patch: 2}";
 const IN_80: &str = "{channels: 1, spatial: [80, 64, 64]}";
 
 /// DiT-L at patch 2 on an 80x64x64 input (40,960 tokens). Kept scores would be
-/// 16 heads x 40,960^2 x 4 bytes = 100 GiB per block; neither PyTorch's SDPA
-/// nor the worker's memory-efficient attention keeps them, so every runtime
-/// plans it within a card's size, the half types below fp32.
+/// 16 heads x 40,960^2 x 4 bytes = 100 GiB per block, 2,400 GiB for 24 blocks;
+/// neither PyTorch's SDPA nor the worker's memory-efficient attention keeps
+/// them, so every runtime plans it near the group's 62 GiB (fp32 activations
+/// twice their bf16 size: under 150 GiB), the half types below fp32.
 #[test]
 fn dit_l_patch2_per_runtime() {
     assert!(matches!(plan_one("pytorch", "bf16-amp", DIT_L_P2, IN_80).0, Verdict::Fits { .. }));
     for (rt, precision) in [("burn-flex", "fp32"), ("burn-flex", "bf16-amp"), ("burn-vulkan", "fp32")] {
         let (verdict, gib) = plan_one(rt, precision, DIT_L_P2, IN_80);
-        assert!(gib < 100.0, "{rt}/{precision} predicts {gib:.1} GiB: no score tensors are kept");
+        assert!(gib < 150.0, "{rt}/{precision} predicts {gib:.1} GiB: no score tensors are kept");
         assert!(!matches!(verdict, Verdict::Invalid { .. }), "{rt}: {verdict:?}");
     }
     assert!(plan_one("burn-flex", "bf16-amp", DIT_L_P2, IN_80).1 < plan_one("burn-flex", "fp32", DIT_L_P2, IN_80).1);
@@ -55,29 +56,28 @@ fn burn_precisions_are_what_burn_runs() {
     }
 }
 
-/// The shipped `burn-vulkan` coefficients still reproduce the H100 runs they
-/// were fitted on (superseded records: made before the read-back, which
-/// `calibrate` no longer fits on): no run that completed is predicted `oom`,
-/// and the errors stay within the band the runtime declares.
+/// No GPU runtime of the worker ships a fit: its only records (the H100 runs
+/// of January, `data/burn-gpu-h100.jsonl`) are superseded, and `calibrate`
+/// cannot regenerate coefficients from them. The PyTorch fit stands in,
+/// predicting each of those configs as it predicts the group's run of it, and
+/// the precheck says so.
 #[test]
-fn burn_vulkan_matches_the_h100_runs() {
+fn burn_gpu_runtimes_are_predicted_by_the_pytorch_stand_in() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/burn-gpu-h100.jsonl");
     let text = std::fs::read_to_string(&path).unwrap();
     let records: Vec<MeasurementRecord> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert!(records.len() >= 10, "{} records", records.len());
-    let p = Predictor::builtin("burn-vulkan", spec::Precision::Fp32).unwrap();
-    let band = p.coefficients().rel_uncertainty;
-    let mut errors = Vec::new();
-    for r in records.iter().filter(|r| r.status == MeasuredStatus::Ok) {
-        let cfg = r.run_config().unwrap();
-        let predicted = p.predict_peak(&cfg).unwrap().peak_gib();
-        let measured = r.peak_gb.unwrap();
-        let err = (predicted - measured).abs() / measured;
-        assert!(err <= band.max(0.05) * 1.5, "{}: predicted {predicted:.2} measured {measured:.2} GiB", r.id);
-        assert!(!matches!(p.verdict(&cfg, None), Verdict::Oom { .. }), "{} ran but is predicted oom", r.id);
-        errors.push(err);
+    assert!(records.iter().all(|r| r.superseded.is_some()), "a current record: fit it instead");
+    let pytorch = Predictor::builtin("pytorch", spec::Precision::Fp32).unwrap();
+    for rt in ["burn-vulkan", "burn-wgpu", "burn-cuda"] {
+        let p = Predictor::builtin(rt, spec::Precision::Fp32).unwrap();
+        for r in records.iter().filter(|r| r.status == MeasuredStatus::Ok) {
+            let cfg = r.run_config().unwrap();
+            assert_eq!(p.peak_bytes(&cfg).unwrap(), pytorch.peak_bytes(&cfg).unwrap(), "{rt}: {}", r.id);
+        }
+        let (_, source) =
+            orchestrator::precheck::overlay::predictor(None, rt, spec::Precision::Bf16Amp, spec::Gpu::H100_80).unwrap();
+        let said = source.to_string();
+        assert!(said.starts_with("stand-in: pytorch/bf16-amp, fitted on 152 records"), "{said}");
+        assert!(said.contains(&format!("no {rt} fit ships")), "{said}");
     }
-    errors.sort_by(f64::total_cmp);
-    let median = errors[errors.len() / 2];
-    assert!(median < 0.15, "median error {median:.3}");
 }

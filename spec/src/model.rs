@@ -243,6 +243,16 @@ impl Variant {
     }
 }
 
+/// The variant of `family` with exactly the sizes `d` (depth compared only
+/// when `with_depth`: HDiT's comes from its level depths); `None` when no
+/// variant has them.
+pub(crate) fn resolve_variant(family: Family, d: TransformerDims, with_depth: bool) -> Option<Variant> {
+    use Variant::*;
+    [S, SDeep, M, B, L, XL].into_iter().find(|v| {
+        v.dims(family).is_some_and(|(h, n, depth)| h == d.hidden && n == d.heads && (!with_depth || depth == d.depth))
+    })
+}
+
 /// Resolve a variant and explicit overrides to concrete sizes.
 fn resolve(
     family: Family,

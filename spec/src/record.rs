@@ -64,6 +64,10 @@ pub struct MeasurementRecord {
     pub params_m: Option<f64>,
     #[serde(default)]
     pub peak_gb: Option<f64>,
+    /// The measured peak in bytes, exact, where the run measured bytes (this
+    /// project's worker); the group's reports give `peak_gb` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_gb: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,6 +99,17 @@ impl MeasurementRecord {
     pub fn spatial(&self) -> Spatial {
         Spatial::new(self.spatial[0], self.spatial[1], self.spatial[2])
     }
+    /// The measured peak in GiB: from the exact bytes where the record has
+    /// them, else its `peak_gb` (the group's reports, records written before
+    /// bytes were kept). `None` for an OOM or a record without a peak.
+    pub fn peak_gib(&self) -> Option<f64> {
+        match (self.peak_bytes, self.status) {
+            (_, MeasuredStatus::Oom) => self.peak_gb,
+            (Some(b), _) => Some(b as f64 / (1u64 << 30) as f64),
+            (None, _) => self.peak_gb,
+        }
+    }
+
     /// The GPU from the catalog, when the record names one.
     pub fn gpu(&self) -> Option<Gpu> {
         self.gpu.parse().ok()
@@ -110,6 +125,53 @@ impl MeasurementRecord {
             (Some(l), Some(d)) => Some(l.min(d)),
             (l, d) => l.or(d),
         }
+    }
+}
+
+/// A field of a config that a record does not give, so that reading the
+/// record as a config ([`MeasurementRecord::run_config`]) had to assume it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Unstated {
+    /// UNet GroupNorm groups (no record of the group's reports gives them).
+    NormGroups,
+    /// UNet ResBlocks per level.
+    ResBlocks,
+    /// UNet channels per attention head.
+    HeadChannels,
+}
+
+impl Unstated {
+    /// The field as an experiment file names it.
+    pub fn field(self) -> &'static str {
+        match self {
+            Unstated::NormGroups => "model.norm_num_groups",
+            Unstated::ResBlocks => "model.num_res_blocks",
+            Unstated::HeadChannels => "model.num_head_channels",
+        }
+    }
+}
+
+impl std::fmt::Display for Unstated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.field())
+    }
+}
+
+impl MeasurementRecord {
+    /// The fields of its config the record does not give (assumed by
+    /// [`MeasurementRecord::run_config`]), in a fixed order.
+    pub fn unstated(&self) -> Vec<Unstated> {
+        if self.family != Family::Unet {
+            return vec![];
+        }
+        let mut out = vec![Unstated::NormGroups];
+        if self.num_res_blocks.is_none() {
+            out.push(Unstated::ResBlocks);
+        }
+        if self.num_head_channels.is_none() {
+            out.push(Unstated::HeadChannels);
+        }
+        out
     }
 }
 

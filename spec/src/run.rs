@@ -107,6 +107,9 @@ impl RunConfig {
     /// names: compact, keys sorted at every level (`{"batch":1,"grad_ckpt":false,
     /// "input":{...},"mode":"profile","model":{...},"out_channels":4,
     /// "precision":"bf16-amp","steps":1}`), written into the hasher piece by piece.
+    /// The model is its one notation ([`crate::canonical`]) and a profile run's
+    /// `steps` 1: one model written two ways is one config. A config written in
+    /// that notation hashes as it did before the notation was made one.
     pub fn hash(&self) -> ConfigHash {
         fn scalar<T: Serialize>(h: &mut Sha256, key: &[u8], v: &T) {
             h.update(key);
@@ -122,10 +125,11 @@ impl RunConfig {
         scalar(&mut h, b",\"grad_ckpt\":", &self.grad_ckpt);
         sorted(&mut h, b",\"input\":", &self.input);
         sorted(&mut h, b",\"mode\":", &self.mode);
-        sorted(&mut h, b",\"model\":", &self.model);
+        sorted(&mut h, b",\"model\":", &self.model.canonical());
         scalar(&mut h, b",\"out_channels\":", &self.out_channels);
         sorted(&mut h, b",\"precision\":", &self.precision);
-        scalar(&mut h, b",\"steps\":", &self.steps);
+        let steps = if self.mode == Mode::Profile { 1 } else { self.steps };
+        scalar(&mut h, b",\"steps\":", &steps);
         h.update(b"}");
         ConfigHash(hex::encode(&h.finalize()[..6]))
     }
@@ -162,6 +166,11 @@ pub struct Manifest {
     /// for more: `worker: {configs_per_task: K}`).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub configs_per_task: u32,
+    /// The experiment's `worker: {memory_limit}` in bytes: the worker records
+    /// `oom` above it, as with `--memory-limit` (which wins when both are
+    /// given), so a `worker run --manifest` by hand measures what the job did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<u64>,
     pub configs: Vec<RunConfig>,
 }
 
@@ -208,7 +217,7 @@ mod manifest_tests {
                 gpu: crate::Gpu::A100Sxm80,
             })
             .collect();
-        Manifest { experiment: "t".into(), task_offset, configs_per_task, configs }
+        Manifest { experiment: "t".into(), task_offset, configs_per_task, memory_limit: None, configs }
     }
 
     fn names(m: &Manifest, task: u32) -> Option<Vec<String>> {

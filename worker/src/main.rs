@@ -85,7 +85,9 @@ struct RunArgs {
     /// State directory; events go to <state-dir>/<experiment>/runs/<hash>/events.jsonl.
     #[arg(long)]
     state_dir: PathBuf,
-    /// Refuse allocations above this many bytes and record the run as `oom`.
+    /// Refuse allocations above this many bytes and record the run as `oom`
+    /// (default: the manifest's `memory_limit`, the experiment's
+    /// `worker: {memory_limit}`, else none).
     #[arg(long)]
     memory_limit: Option<u64>,
     /// Backend (default: the first GPU backend compiled in, else `flex`).
@@ -132,9 +134,11 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 
 /// The configs this task runs: the one `--config`, or the array task's
 /// configs of the manifest (`configs_per_task` of them, in turn).
-fn configs_of(args: &RunArgs) -> Result<Vec<RunConfig>> {
+/// The configs this process runs and the memory limit they run under
+/// (`--memory-limit`, else the manifest's `memory_limit`, else none).
+fn configs_of(args: &RunArgs) -> Result<(Vec<RunConfig>, Option<u64>)> {
     if let Some(path) = &args.config {
-        return Ok(vec![read_json(path)?]);
+        return Ok((vec![read_json(path)?], args.memory_limit));
     }
     let Some(path) = &args.manifest else { bail!("give --manifest or --config") };
     let manifest: Manifest = read_json(path)?;
@@ -154,7 +158,7 @@ fn configs_of(args: &RunArgs) -> Result<Vec<RunConfig>> {
             manifest.configs_per_task
         )
     })?;
-    Ok(cfgs.to_vec())
+    Ok((cfgs.to_vec(), args.memory_limit.or(manifest.memory_limit)))
 }
 
 /// `--backend NAME`, else the first GPU backend compiled in, else the CPU.
@@ -209,7 +213,7 @@ fn main() -> Result<()> {
             let kernel_cache = args.cache_dir.as_deref().map(worker::cache::use_for_this_process);
             let backend = backend_of(args.backend.as_deref())?;
             let mut opts = RunOptions::new(&args.state_dir, backend);
-            opts.memory_limit = args.memory_limit;
+            opts.memory_limit = memory_limit;
             opts.attention = args.attention.into();
             opts.kernel_cache = kernel_cache.as_ref().map(|c| c.state);
             let code = worker::task::run_in_turn(&cfgs, args.from.unwrap_or(0), &opts)?;

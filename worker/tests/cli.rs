@@ -87,7 +87,7 @@ fn memory_limit_is_recorded_as_oom() {
     // Measure the run unlimited, then allow half of what it needs beyond the model phase.
     let free = tiny_unet("unlimited");
     let ok = worker()
-        .args(["run", "--config"])
+        .args(["run", "--backend", "flex", "--config"])
         .arg(write_config(dir.path(), &free))
         .arg("--state-dir")
         .arg(dir.path())
@@ -101,7 +101,7 @@ fn memory_limit_is_recorded_as_oom() {
 
     let cfg = tiny_unet("oom");
     let out = worker()
-        .args(["run", "--config"])
+        .args(["run", "--backend", "flex", "--config"])
         .arg(write_config(dir.path(), &cfg))
         .arg("--state-dir")
         .arg(dir.path())
@@ -116,6 +116,31 @@ fn memory_limit_is_recorded_as_oom() {
     assert!(peaks.model.is_some());
     assert!(peak >= model && peak <= limit, "peak {peak} limit {limit}");
     assert!(message.unwrap().contains("refused"));
+
+    // The same limit from the manifest alone (`worker: {memory_limit}`, as
+    // `submit` writes it), no flag: the job's own limit, also by hand.
+    let cfg = tiny_unet("oom_from_manifest");
+    let manifest = Manifest {
+        experiment: cfg.experiment.clone(),
+        task_offset: 0,
+        configs_per_task: 1,
+        memory_limit: Some(limit),
+        configs: vec![cfg.clone()],
+    };
+    let mpath = dir.path().join("limited.json");
+    std::fs::write(&mpath, serde_json::to_string(&manifest).unwrap()).unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let out = worker()
+        .args(["run", "--backend", "flex", "--task-id", "0", "--manifest"])
+        .arg(&mpath)
+        .arg("--state-dir")
+        .arg(fresh.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let (status, _, peak, message, _) = result(&events(fresh.path(), &cfg));
+    assert_eq!(status, RunStatus::Oom, "{message:?}");
+    assert!(peak <= limit, "peak {peak} limit {limit}");
 }
 
 /// A node out of RAM with no `--memory-limit`: the system allocator returns
@@ -141,7 +166,7 @@ fn host_allocation_failure_without_a_limit_is_recorded_as_oom() {
         ..tiny_unet("host_oom")
     };
     let mut cmd = worker();
-    cmd.args(["run", "--attention", "materialised", "--config"])
+    cmd.args(["run", "--backend", "flex", "--attention", "materialised", "--config"])
         .arg(write_config(dir.path(), &cfg))
         .arg("--state-dir")
         .arg(dir.path());
@@ -172,7 +197,7 @@ fn bad_shape_is_recorded_as_failed() {
     cfg.model =
         ModelSpec::Dit(spec::DitSpec { variant: None, hidden: Some(32), heads: Some(2), depth: Some(1), patch: 3 });
     let status = worker()
-        .args(["run", "--config"])
+        .args(["run", "--backend", "flex", "--config"])
         .arg(write_config(dir.path(), &cfg))
         .arg("--state-dir")
         .arg(dir.path())
@@ -223,12 +248,13 @@ fn sigterm_is_recorded_as_cancelled_after_heartbeats() {
         experiment: "demo".into(),
         task_offset: 5,
         configs_per_task: 1,
+        memory_limit: None,
         configs: vec![tiny_unet("other"), cfg.clone()],
     };
     let mpath = dir.path().join("manifest.json");
     std::fs::write(&mpath, serde_json::to_string(&manifest).unwrap()).unwrap();
     let mut child = worker()
-        .args(["run", "--manifest"])
+        .args(["run", "--backend", "flex", "--manifest"])
         .arg(&mpath)
         .arg("--state-dir")
         .arg(dir.path())
@@ -276,7 +302,11 @@ fn crash_signals_are_recorded_as_failed_with_the_signal() {
         cfg.steps = 1_000_000; // runs until the signal
         let path = write_config(dir.path(), &cfg);
         let mut cmd = worker();
-        cmd.args(["run", "--config"]).arg(&path).arg("--state-dir").arg(dir.path()).stderr(Stdio::null());
+        cmd.args(["run", "--backend", "flex", "--config"])
+            .arg(&path)
+            .arg("--state-dir")
+            .arg(dir.path())
+            .stderr(Stdio::null());
         // SAFETY: setrlimit is async-signal-safe; no core file for this deliberate crash.
         unsafe {
             cmd.pre_exec(|| {
@@ -311,7 +341,13 @@ fn every_phase_reads_a_value_back() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = tiny_unet("readback");
     let path = write_config(dir.path(), &cfg);
-    let status = worker().args(["run", "--config"]).arg(&path).arg("--state-dir").arg(dir.path()).status().unwrap();
+    let status = worker()
+        .args(["run", "--backend", "flex", "--config"])
+        .arg(&path)
+        .arg("--state-dir")
+        .arg(dir.path())
+        .status()
+        .unwrap();
     assert!(status.success());
     let ev = events(dir.path(), &cfg);
     let readbacks: Vec<(Phase, f64)> = ev

@@ -5,8 +5,8 @@
 //! 1. an *anchor* for each family and regime (activation- or optimizer-bound
 //!    peak) the sweep touches and has not measured: its largest config the
 //!    band does not call out of memory (the one that extends coverage most);
-//! 2. configs the band does not settle: capacity inside the interval
-//!    (`risky`), nearest the capacity first;
+//! 2. configs the band does not settle: capacity (or budget) inside the
+//!    interval (`risky`), nearest it first;
 //! 3. configs outside the calibration's coverage, or whose band is wider than
 //!    the target, widest first, one per family and regime a round (a
 //!    measurement refits the whole group).
@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use spec::RunConfig;
 
 use super::{Answer, Group, Refit, Settings};
-use crate::precheck::VerdictKind;
+use crate::precheck::{RiskReason, VerdictKind};
 
 /// Why the loop stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -24,8 +24,31 @@ use crate::precheck::VerdictKind;
 pub enum Stop {
     /// Every config is measured or settled by its prediction.
     Settled,
+    /// Nothing left worth measuring, but some configs could not be measured.
+    Unmeasured,
     /// The run budget is spent.
     Budget,
+    /// Every run of the last round failed: a worker that measures nothing is
+    /// not asked again (until the loop is run again).
+    RoundFailed,
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stop::Settled => "every config is measured or settled by its prediction",
+            Stop::Unmeasured => "every other config is measured or settled by its prediction",
+            Stop::Budget => "the run budget is spent",
+            Stop::RoundFailed => "every run of the last round failed, so no further round was submitted",
+        })
+    }
+}
+
+/// Whether every config of the last round (`last`, keys) was submitted and
+/// measured nothing: the loop stops there rather than ask again a worker or
+/// a cluster that fails every config.
+pub fn round_failed(last: &[String], answers: &BTreeMap<String, Answer>) -> bool {
+    !last.is_empty() && last.iter().all(|k| answers.get(k).is_some_and(Answer::is_failed))
 }
 
 /// The next round, or why there is none.
@@ -37,7 +60,9 @@ pub enum Choice {
 
 /// The next round's configs (keys), given every config's current answer.
 /// `spent`: runs already made (or in flight) by this sweep; `tried`: configs
-/// submitted before that left no measurement (failed), never chosen again.
+/// submitted before, never chosen again. Only predictions are chosen, never
+/// one that is settled: a config that could not be measured
+/// ([`Answer::Failed`]) is not asked again.
 pub fn choose(
     configs: &[(String, RunConfig)],
     answers: &BTreeMap<String, Answer>,
@@ -46,10 +71,13 @@ pub fn choose(
     spent: usize,
     tried: &BTreeSet<String>,
 ) -> Choice {
-    let open: Vec<&(String, RunConfig)> =
-        configs.iter().filter(|(k, _)| !tried.contains(k) && answers.get(k).is_some_and(|a| !a.is_settled())).collect();
+    let open: Vec<&(String, RunConfig)> = configs
+        .iter()
+        .filter(|(k, _)| !tried.contains(k) && matches!(answers.get(k), Some(Answer::Predicted { settled: false, .. })))
+        .collect();
     if open.is_empty() {
-        return Choice::Done(Stop::Settled);
+        let unmeasured = answers.values().any(Answer::is_failed);
+        return Choice::Done(if unmeasured { Stop::Unmeasured } else { Stop::Settled });
     }
     let left = settings.max_runs.map_or(usize::MAX, |m| m.saturating_sub(spent));
     if left == 0 {
@@ -72,8 +100,12 @@ pub fn choose(
     let mut risky: Vec<(f64, &str)> = open
         .iter()
         .filter_map(|(k, c)| match answers.get(k) {
-            Some(Answer::Predicted { peak_gib, verdict: VerdictKind::Risky, .. }) => {
-                Some(((peak_gib / refit.capacity_gib(c)).ln().abs(), k.as_str()))
+            Some(Answer::Predicted { peak_gib, verdict: VerdictKind::Risky, reason, .. }) => {
+                let limit = match (reason, refit.budget_gib()) {
+                    (Some(RiskReason::NearBudget | RiskReason::OverBudget), Some(b)) => b,
+                    _ => refit.capacity_gib(c),
+                };
+                Some(((peak_gib / limit).ln().abs(), k.as_str()))
             }
             _ => None,
         })

@@ -5,11 +5,17 @@
 //! (the overlay's fit, pulled towards the prior calibration: shipped, or any
 //! other), judge every config not yet measured, and choose the next configs
 //! to measure ([`choose`]). A config is *settled* when it is measured, or
-//! when its interval lies entirely below or above its GPU's capacity and its
-//! band is within the target error. The loop stops when every config is
-//! settled or the run budget is spent. This module is the pure part of the
-//! loop; submitting, collecting and recording rounds belong to its callers.
+//! when its interval lies entirely above the memory a run may use (a run
+//! could only say `oom`), or entirely below it (and on one side of the
+//! budget) with its band within the target error. A config submitted that
+//! measured nothing *could not be measured*: neither settled nor saved. The
+//! loop stops when every config is settled or could not be measured, when
+//! the run budget is spent, or after a round whose every run failed (a
+//! worker that fails every config is not asked again and again). This module
+//! is the pure part of the loop; submitting, collecting and recording rounds
+//! belong to its callers.
 
+mod answer;
 mod choose;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,9 +26,16 @@ use spec::record::{MeasuredStatus, MeasurementRecord};
 use spec::RunConfig;
 
 use crate::precheck::overlay::Overlay;
-use crate::precheck::{runtime_key, Calibration, Predictor, Verdict, VerdictKind};
+use crate::precheck::{runtime_key, Calibration, Predictor, RiskReason, Verdict, VerdictKind};
 
-pub use choose::{choose, Choice, Stop};
+pub use answer::{
+    configs, failures, failures_text, interval_words, peak_interval, plural, risk_words, Answer, Savings,
+};
+pub use choose::{choose, round_failed, Choice, Stop};
+
+/// The target error `submit --active` and `evidence` use unless told
+/// otherwise: the largest band an unmeasured config may keep.
+pub const DEFAULT_TARGET_ERROR: &str = "20%";
 
 /// What the user asks of an active sweep.
 #[derive(Debug, Clone)]
@@ -49,44 +62,6 @@ pub fn parse_share(s: &str) -> Result<f64, String> {
     }
 }
 
-/// Where a config's answer came from.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-#[serde(tag = "source", rename_all = "snake_case")]
-pub enum Answer {
-    /// Run: its measured peak (`None` for an OOM).
-    Measured { peak_gib: Option<f64>, oom: bool },
-    /// Not run: predicted, with the interval the measured peak lies in nine
-    /// times in ten, and the calibration that predicted it.
-    Predicted {
-        peak_gib: f64,
-        low_gib: f64,
-        high_gib: f64,
-        band: f64,
-        verdict: VerdictKind,
-        /// Outside the calibration's coverage (why the band is wide), if so.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        distance: Option<String>,
-        calibration: String,
-        /// Interval entirely on one side of the capacity and band within the target.
-        settled: bool,
-    },
-    /// No prediction possible (an invalid config): never run, never settled.
-    Invalid { reason: String },
-}
-
-impl Answer {
-    pub fn is_settled(&self) -> bool {
-        match self {
-            Answer::Measured { .. } => true,
-            Answer::Predicted { settled, .. } => *settled,
-            Answer::Invalid { .. } => true,
-        }
-    }
-    pub fn is_measured(&self) -> bool {
-        matches!(self, Answer::Measured { .. })
-    }
-}
-
 /// The calibration of one round: the prior, refitted on the sweep's own runs.
 pub struct Refit {
     prior: Calibration,
@@ -94,6 +69,8 @@ pub struct Refit {
     framework: String,
     /// The memory a run may use when it is less than the GPU's (the worker's `--memory-limit`).
     limit_gib: Option<f64>,
+    /// The experiment's memory policy (`budget_gb`): above it a config is `risky`, as `plan` says.
+    budget_gib: Option<f64>,
 }
 
 impl Refit {
@@ -107,13 +84,25 @@ impl Refit {
             overlay: Overlay::fit(&recs, prior),
             framework: framework.to_string(),
             limit_gib: None,
+            budget_gib: None,
         }
+    }
+
+    /// Judges against the experiment's budget (`budget_gb`) as `plan` does.
+    pub fn with_budget(mut self, budget_gib: Option<f64>) -> Refit {
+        self.budget_gib = budget_gib;
+        self
     }
 
     /// Judges against `limit_gib` (a memory limit the runs are held to) instead of the GPU's capacity.
     pub fn with_limit(mut self, limit_gib: Option<f64>) -> Refit {
         self.limit_gib = limit_gib;
         self
+    }
+
+    /// The experiment's budget the verdicts are judged against, if any.
+    pub fn budget_gib(&self) -> Option<f64> {
+        self.budget_gib
     }
 
     /// The memory a run of `cfg` may use: the limit, else its GPU's capacity.
@@ -150,24 +139,41 @@ impl Refit {
             Ok(p) => p,
             Err(e) => return Answer::Invalid { reason: e.to_string() },
         };
-        let v = pred.verdict_within(cfg, &prediction, None, self.limit_gib);
+        let v = pred.verdict_within(cfg, &prediction, self.budget_gib, self.limit_gib);
         let (peak_gib, band) = (prediction.peak_gib(), prediction.rel_uncertainty);
-        let distance = match &v {
-            Verdict::Risky { why, .. } => why.clone(),
-            _ => prediction.distance.map(|d| d.to_string()),
+        let (distance, reason) = match &v {
+            Verdict::Risky { why, reason, .. } => (why.clone(), Some(*reason)),
+            _ => (prediction.distance.map(|d| d.to_string()), None),
         };
         let (low_gib, high_gib) = interval(peak_gib, band);
-        let decided = matches!(v.kind(), VerdictKind::Fits | VerdictKind::Oom);
         Answer::Predicted {
             peak_gib,
             low_gib,
             high_gib,
             band,
             verdict: v.kind(),
+            reason,
             distance,
             calibration,
-            settled: decided && band <= target_error,
+            settled: settles(&v, low_gib, band, target_error),
         }
+    }
+}
+
+/// Whether a verdict holds over the whole interval `[low, …]` of its
+/// prediction. `oom` (the interval lies above the memory a run may use)
+/// settles whatever the band: a run could only say `oom`, which measures no
+/// peak. `fits`, and `risky` over the budget with the whole interval above
+/// it, settle once the band is within the target. Any other `risky` (the
+/// interval holds the capacity or the budget) is what a run decides.
+fn settles(v: &Verdict, low_gib: f64, band: f64, target_error: f64) -> bool {
+    match v {
+        Verdict::Oom { .. } => true,
+        Verdict::Fits { .. } => band <= target_error,
+        Verdict::Risky { reason: RiskReason::OverBudget, limit_gib, .. } => {
+            low_gib > *limit_gib && band <= target_error
+        }
+        Verdict::Risky { .. } | Verdict::Invalid { .. } => false,
     }
 }
 
@@ -183,10 +189,12 @@ impl Refit {
     }
 }
 
-/// `[p/(1+u), p/(1-u)]`: where the measured peak lies nine times in ten.
+/// `[p/(1+u), p/(1-u)]`: where the measured peak lies nine times in ten
+/// (`u` at most 1, as the precheck's verdicts take it: no upper end there).
 pub fn interval(peak_gib: f64, band: f64) -> (f64, f64) {
-    let high = if band < 1.0 { peak_gib / (1.0 - band) } else { f64::INFINITY };
-    (peak_gib / (1.0 + band), high)
+    let u = band.clamp(0.0, 1.0);
+    let high = if u < 1.0 { peak_gib / (1.0 - u) } else { f64::INFINITY };
+    (peak_gib / (1.0 + u), high)
 }
 
 fn digest<T: Serialize>(v: &T) -> String {
@@ -197,7 +205,7 @@ fn digest<T: Serialize>(v: &T) -> String {
 /// The answer of a measured record.
 pub fn measured(r: &MeasurementRecord) -> Answer {
     let oom = r.status == MeasuredStatus::Oom;
-    Answer::Measured { peak_gib: if oom { None } else { r.peak_gb }, oom }
+    Answer::Measured { peak_gib: if oom { None } else { r.peak_gib() }, oom }
 }
 
 /// Every config's answer: its measurement where `measured` has one (by key),
@@ -210,12 +218,26 @@ pub fn answers(
     refit: &Refit,
     target_error: f64,
 ) -> BTreeMap<String, Answer> {
+    answers_after(configs, measured_by_key, &BTreeMap::new(), refit, target_error)
+}
+
+/// [`answers`] where the configs of `failed` (by key: why) were submitted
+/// and measured nothing: each is [`Answer::Failed`], neither settled nor an
+/// anchor of its family and regime.
+pub fn answers_after(
+    configs: &[(String, RunConfig)],
+    measured_by_key: &BTreeMap<String, MeasurementRecord>,
+    failed: &BTreeMap<String, String>,
+    refit: &Refit,
+    target_error: f64,
+) -> BTreeMap<String, Answer> {
     let mut out: BTreeMap<String, Answer> = configs
         .iter()
         .map(|(k, cfg)| {
-            let a = match measured_by_key.get(k) {
-                Some(r) => measured(r),
-                None => refit.predict(cfg, target_error),
+            let a = match (measured_by_key.get(k), failed.get(k)) {
+                (Some(r), _) => measured(r),
+                (None, Some(cause)) => Answer::Failed { cause: cause.clone() },
+                (None, None) => refit.predict(cfg, target_error),
             };
             (k.clone(), a)
         })
@@ -231,43 +253,14 @@ pub fn answers(
         .map(|(_, g)| g)
         .collect();
     for (k, g) in &groups {
-        if let Some(Answer::Predicted { settled, .. }) = out.get_mut(*k) {
-            if runnable.contains(g) && !anchored.contains(g) {
+        if let Some(Answer::Predicted { settled, verdict, .. }) = out.get_mut(*k) {
+            // Above the capacity a run can only say `oom`: no anchor changes that.
+            if *verdict != VerdictKind::Oom && runnable.contains(g) && !anchored.contains(g) {
                 *settled = false;
             }
         }
     }
     out
-}
-
-/// What an active sweep saved: runs not spent, and GPU time at the sweep's
-/// measured seconds per run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct Savings {
-    pub configs: usize,
-    pub measured: usize,
-    pub predicted: usize,
-    pub runs_saved: usize,
-    /// Mean wall seconds of the measured runs (`None`: none measured a time).
-    pub seconds_per_run: Option<f64>,
-    pub gpu_seconds_saved: Option<f64>,
-}
-
-impl Savings {
-    pub fn of(answers: &BTreeMap<String, Answer>, run_seconds: &[f64]) -> Savings {
-        let measured = answers.values().filter(|a| a.is_measured()).count();
-        let predicted = answers.values().filter(|a| matches!(a, Answer::Predicted { .. })).count();
-        let timed: Vec<f64> = run_seconds.iter().copied().filter(|s| *s > 0.0).collect();
-        let seconds_per_run = (!timed.is_empty()).then(|| timed.iter().sum::<f64>() / timed.len() as f64);
-        Savings {
-            configs: answers.len(),
-            measured,
-            predicted,
-            runs_saved: predicted,
-            seconds_per_run,
-            gpu_seconds_saved: seconds_per_run.map(|s| s * predicted as f64),
-        }
-    }
 }
 
 #[cfg(test)]

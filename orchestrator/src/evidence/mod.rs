@@ -8,7 +8,11 @@
 //! records only): each round is a job array (manifest and script), submitted,
 //! polled, and its event streams read back through [`crate::collect`]. The
 //! unmeasured configs' predictions are then scored against their records.
+//!
+//! `--experiments PATH...` instead runs each experiment file as a user's
+//! `submit FILE --active --cluster replay` does ([`experiments`]).
 
+pub mod experiments;
 mod replay_round;
 mod score;
 
@@ -23,6 +27,7 @@ use crate::precheck::calibrate;
 use crate::transport::replay::{Records, ReplayTransport};
 use crate::transport::TransportError;
 
+pub use experiments::{ExperimentRun, ExperimentTally};
 pub use score::{Score, Tally};
 
 #[derive(Debug, thiserror::Error)]

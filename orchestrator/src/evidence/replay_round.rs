@@ -29,6 +29,7 @@ pub fn measure(
         experiment: table.to_string(),
         task_offset: 0,
         configs_per_task: 1,
+        memory_limit: None,
         configs: chosen.iter().map(|(_, c)| c.clone()).collect(),
     };
     let json = serde_json::to_vec_pretty(&manifest).map_err(|e| EvidenceError::Replay(e.to_string()))?;

@@ -53,7 +53,7 @@ pub fn samples(records: &[MeasurementRecord]) -> (Vec<Sample>, Vec<String>) {
             continue;
         }
         let oom = r.status == MeasuredStatus::Oom;
-        if !oom && r.peak_gb.is_none() {
+        if !oom && r.peak_gib().is_none() {
             skipped.push(format!("record `{}`: no peak_gb", r.id));
             continue;
         }
@@ -78,7 +78,7 @@ pub fn samples(records: &[MeasurementRecord]) -> (Vec<Sample>, Vec<String>) {
             runtime: runtime_key(&r.framework, r.precision),
             available_gib,
             cfg,
-            measured_gib: if oom { None } else { r.peak_gb },
+            measured_gib: if oom { None } else { r.peak_gib() },
             oom,
         });
     }
@@ -206,15 +206,13 @@ pub fn fit_with(runtime: &str, samples: &[&Sample], start: Coefficients, prior: 
     best
 }
 
-/// The starting point for a runtime: the shipped coefficients where the runtime
-/// is known, else bare physics (PyTorch and this project's worker alike: no
-/// transformer attention scores kept, autocast for the `-amp` precisions).
+/// The starting point for a runtime: the shipped coefficients that answer
+/// for it, flags included (its own fit, its fit at another precision, or the
+/// stand-in: see [`Calibration::resolve`]), else bare physics (PyTorch and
+/// this project's worker alike: no transformer attention scores kept,
+/// autocast for the `-amp` precisions).
 pub fn start_for(runtime: &str) -> Coefficients {
-    let builtin = Calibration::builtin();
-    if let Some(c) = builtin.runtimes.get(runtime) {
-        return *c;
-    }
-    Coefficients::physical()
+    Calibration::builtin().resolve_key(runtime).map(|r| r.coefficients).unwrap_or_else(Coefficients::physical)
 }
 
 /// One prediction of a record (by a fit without its fold, where cross-validated).

@@ -213,22 +213,121 @@ impl Calibration {
         // The embedded file is checked by a unit test; a parse failure is a build defect.
         Self::from_json(BUILTIN_CALIBRATION).expect("embedded calibration/runtimes.json parses")
     }
-    /// Coefficients of `framework` at `precision`; falls back to the framework's
-    /// other precision when only one was measured (the walk already counts the
-    /// bytes per element of the precision asked for).
+    /// Coefficients of `framework` at `precision` (see [`Calibration::resolve`]).
     pub fn coefficients(&self, framework: &str, precision: Precision) -> Result<Coefficients, PrecheckError> {
-        self.entry(framework, precision).map(|(_, c)| c)
+        self.resolve(framework, precision).map(|r| r.coefficients)
     }
 
-    /// The runtime key that answers for `framework` at `precision`, and its coefficients.
-    pub(super) fn entry(&self, framework: &str, precision: Precision) -> Result<(String, Coefficients), PrecheckError> {
-        let key = runtime_key(framework, precision);
-        if let Some(c) = self.runtimes.get(&key) {
-            return Ok((key, *c));
+    /// Which shipped fit answers for `framework` at `precision`, and how: its
+    /// own fit; else the framework's fit at another precision (the walk counts
+    /// the asked precision's bytes per element, PyTorch's dtype model); else,
+    /// for a runtime this project knows but ships no fit of (its records all
+    /// superseded, or none yet), the `pytorch` fit, whose memory the worker
+    /// reproduces, said to be a stand-in.
+    pub fn resolve(&self, framework: &str, precision: Precision) -> Result<Resolved, PrecheckError> {
+        let asked = runtime_key(framework, precision);
+        if let Some(c) = self.runtimes.get(&asked) {
+            return Ok(Resolved { key: asked.clone(), asked, fit: Fit::Fitted, coefficients: *c });
         }
-        let prefix = format!("{framework}/");
-        self.runtimes.iter().find(|(k, _)| k.starts_with(&prefix)).map(|(k, c)| (k.clone(), *c)).ok_or_else(|| {
-            PrecheckError::UnknownRuntime(key, self.runtimes.keys().cloned().collect::<Vec<_>>().join(", "))
-        })
+        let sibling = |framework: &str| {
+            nearest(precision)
+                .into_iter()
+                .map(|p| runtime_key(framework, p))
+                .find_map(|k| self.runtimes.get(&k).map(|c| (k, *c)))
+        };
+        if let Some((key, coefficients)) = sibling(framework) {
+            return Ok(Resolved { asked, key, fit: Fit::OtherPrecision, coefficients });
+        }
+        if KNOWN.contains(&framework) {
+            let exact = runtime_key(STAND_IN, precision);
+            let found = self.runtimes.get(&exact).map(|c| (exact, *c)).or_else(|| sibling(STAND_IN));
+            if let Some((key, coefficients)) = found {
+                return Ok(Resolved { asked, key, fit: Fit::StandIn, coefficients });
+            }
+        }
+        Err(PrecheckError::UnknownRuntime(asked, self.runtimes.keys().cloned().collect::<Vec<_>>().join(", ")))
+    }
+}
+
+impl Calibration {
+    /// [`Calibration::resolve`] of a runtime key (`burn-vulkan/fp32`).
+    pub fn resolve_key(&self, key: &str) -> Option<Resolved> {
+        let (framework, precision) = key.rsplit_once('/')?;
+        let precision: Precision = serde_json::from_value(serde_json::Value::String(precision.into())).ok()?;
+        self.resolve(framework, precision).ok()
+    }
+}
+
+/// The runtimes this project knows, whether or not a fit of them ships:
+/// PyTorch (the group's training code) and the worker on each backend it builds.
+pub const KNOWN: [&str; 5] = ["pytorch", "burn-flex", "burn-vulkan", "burn-wgpu", "burn-cuda"];
+/// The runtime whose fit predicts for a known runtime that ships none.
+pub const STAND_IN: &str = "pytorch";
+
+/// The other precisions, nearest first: the other autocast type (the same
+/// bytes), then fp32, then the uniform half type.
+fn nearest(p: Precision) -> [Precision; 3] {
+    use Precision::*;
+    match p {
+        Bf16Amp => [Fp16Amp, Fp32, Bf16],
+        Fp16Amp => [Bf16Amp, Fp32, Bf16],
+        Bf16 => [Bf16Amp, Fp16Amp, Fp32],
+        Fp32 => [Bf16Amp, Fp16Amp, Bf16],
+    }
+}
+
+/// How a runtime's coefficients were found (see [`Calibration::resolve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// Fitted on records of this runtime at this precision.
+    Fitted,
+    /// The same runtime's fit at another precision.
+    OtherPrecision,
+    /// No fit of this runtime ships: the `pytorch` fit stands in.
+    StandIn,
+}
+
+/// The shipped fit that answers for a runtime key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// The runtime key asked for (`burn-flex/bf16-amp`).
+    pub asked: String,
+    /// The key whose coefficients answer.
+    pub key: String,
+    pub fit: Fit,
+    pub coefficients: Coefficients,
+}
+
+impl Resolved {
+    /// What answers, in a few words, as a record keeps it beside its
+    /// prediction: `shipped burn-flex/fp32`, `burn-flex/fp32 derived for
+    /// fp16-amp`, `stand-in pytorch/bf16-amp for burn-vulkan/fp32`.
+    pub fn label(&self) -> String {
+        match self.fit {
+            Fit::Fitted => format!("shipped {}", self.key),
+            Fit::OtherPrecision => format!("derived: {} for {}", self.key, self.asked),
+            Fit::StandIn => format!("stand-in: {} for {}", self.key, self.asked),
+        }
+    }
+
+    /// The same, with the records behind the fit and what the derivation means.
+    pub fn describe(&self, records: Option<usize>) -> String {
+        let fitted = match records {
+            Some(n) => format!("{}, fitted on {n} records", self.key),
+            None => self.key.clone(),
+        };
+        let framework = self.asked.split('/').next().unwrap_or_default();
+        match self.fit {
+            Fit::Fitted => format!("shipped {fitted}"),
+            Fit::OtherPrecision => format!(
+                "derived: {fitted}, scaled by the pytorch dtype model (no {} fit ships: no runs of it measured)",
+                self.asked
+            ),
+            Fit::StandIn => format!(
+                "stand-in: {fitted}, the PyTorch run the worker reproduces (no {framework} fit ships: no current \
+                 records of it; measure it with scripts/gpu-check.sh or a sweep, then `orchestrator calibrate`, \
+                 docs/gpu.md)"
+            ),
+        }
     }
 }

@@ -45,6 +45,16 @@ pub struct PredictLine {
     pub train_peak_gb: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_phase: Option<&'static str>,
+    /// The two phases' predicted peaks (forward/backward, optimizer step), GiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fwd_bwd_gb: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_gb: Option<f64>,
+    /// The terms resident at the peak, summed by kind (weights, grads,
+    /// optimizer, activations, ...), GiB: what `worker fidelity` sets beside
+    /// the worker's per-phase peaks.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub terms: std::collections::BTreeMap<&'static str, f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -64,6 +74,9 @@ pub fn predict_record(cal: &Calibration, r: &MeasurementRecord, budget_gib: Opti
         verdict: "invalid",
         train_peak_gb: None,
         peak_phase: None,
+        fwd_bwd_gb: None,
+        step_gb: None,
+        terms: Default::default(),
         reason: Some(reason),
     };
     let cfg = match r.run_config() {
@@ -87,6 +100,12 @@ pub fn predict_record(cal: &Calibration, r: &MeasurementRecord, budget_gib: Opti
             verdict: verdict.name(),
             train_peak_gb: Some(round(p.train_peak_gib(), 2)),
             peak_phase: Some(p.peak_phase.name()),
+            fwd_bwd_gb: Some(round(p.fwd_bwd_bytes / super::GIB, 3)),
+            step_gb: Some(round(p.step_bytes / super::GIB, 3)),
+            terms: p.peak_terms().fold(Default::default(), |mut m, t| {
+                *m.entry(t.kind.name()).or_insert(0.0) += t.bytes / super::GIB;
+                m
+            }),
             reason: match verdict {
                 Verdict::Fits { .. } => None,
                 v => Some(v.to_string()),
@@ -150,7 +169,8 @@ pub fn run_calibrate(records: &[PathBuf], out_path: Option<&Path>, cross_validat
     let recs = read_records(records)?;
     let (samples, skipped) = calibrate::samples(&recs);
     anyhow::ensure!(!samples.is_empty(), "no usable records in {} file(s)", records.len());
-    let report = calibrate::calibrate(&samples, cross_validate);
+    let mut report = calibrate::calibrate(&samples, cross_validate);
+    report.calibration.note = note(records, &report, cross_validate);
     let stderr = std::io::stderr();
     let mut err = stderr.lock();
     for s in &skipped {
@@ -175,6 +195,25 @@ pub fn run_calibrate(records: &[PathBuf], out_path: Option<&Path>, cross_validat
         None => print!("{json}"),
     }
     Ok(())
+}
+
+/// The calibration file's note: how to regenerate it, and what each runtime was fitted on.
+pub fn note(records: &[PathBuf], report: &calibrate::Report, cross_validate: bool) -> String {
+    let files: Vec<String> = records.iter().map(|p| p.display().to_string()).collect();
+    let fitted: Vec<String> = report
+        .in_sample
+        .iter()
+        .map(|(rt, st)| format!("{rt} on {} records", st.get("all").map_or(0, |s| s.n + s.n_oom)))
+        .collect();
+    format!(
+        "Fitted by `orchestrator calibrate --records {}{}`: {}. Bands (`uncertainty`): per family and regime, the p90 \
+         of the {} error. A runtime without records here ships no fit (`plan` says what stands in). Coefficients are \
+         documented in orchestrator/src/precheck/calibration.rs (Coefficients).",
+        files.join(" "),
+        if cross_validate { "" } else { " --no-loto" },
+        fitted.join(", "),
+        if cross_validate { "cross-validated" } else { "in-sample" },
+    )
 }
 
 /// In-sample and cross-validated quality per family, one line each.

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use spec::model::Family;
 use spec::{ModelSpec, Precision, RunConfig};
 
-pub use calibration::{runtime_key, Calibration, Coefficients, Runtime};
+pub use calibration::{runtime_key, Calibration, Coefficients, Fit, Resolved, Runtime};
 pub use prediction::{PeakPhase, Prediction, Term, TermKind, TermPhase};
 pub use uncertainty::{Distance, Uncertainty};
 pub use verdict::{gib, interval, judge, memory, RiskReason, Verdict, VerdictKind};
@@ -282,9 +282,9 @@ impl Predictor {
         Self::from_calibration(&Calibration::builtin(), framework, precision)
     }
     pub fn from_calibration(cal: &Calibration, framework: &str, precision: Precision) -> Result<Self, PrecheckError> {
-        let (key, coeffs) = cal.entry(framework, precision)?;
-        let uncertainty = cal.uncertainty.get(&key).cloned().map(Arc::new);
-        Ok(Predictor { runtime: runtime_key(framework, precision), coeffs, uncertainty, local: None })
+        let fit = cal.resolve(framework, precision)?;
+        let uncertainty = cal.uncertainty.get(&fit.key).cloned().map(Arc::new);
+        Ok(Predictor { runtime: runtime_key(framework, precision), coeffs: fit.coefficients, uncertainty, local: None })
     }
     /// Coefficients alone: the band is their single `rel_uncertainty`.
     pub fn new(runtime: impl Into<String>, coeffs: Coefficients) -> Self {
@@ -474,7 +474,9 @@ mod tests {
         assert!(cal.runtimes.contains_key("pytorch/bf16-amp"));
         let c = cal.coefficients("pytorch", Precision::Fp32).unwrap();
         assert!(c.act_scale > 0.0);
-        assert!(cal.coefficients("burn-cuda", Precision::Bf16).is_err());
+        // A runtime the project knows but ships no fit of: the pytorch fit stands in, and says so.
+        assert_eq!(cal.resolve("burn-cuda", Precision::Bf16).unwrap().fit, Fit::StandIn);
+        assert!(cal.coefficients("burn-tpu", Precision::Bf16).is_err());
     }
 
     fn dit(variant: spec::Variant, patch: u32, d: u32, hw: u32, ckpt: bool) -> RunConfig {

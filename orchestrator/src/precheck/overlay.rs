@@ -20,7 +20,7 @@ use spec::{Gpu, Precision};
 
 use super::calibrate::{self, HeldOut, Prior, Sample};
 use super::uncertainty::Uncertainty;
-use super::{runtime_key, Calibration, Coefficients, PrecheckError, Predictor};
+use super::{runtime_key, Calibration, Coefficients, Fit, PrecheckError, Predictor, Resolved};
 
 /// The overlay's file in the state root.
 pub const FILE: &str = "calibration.json";
@@ -113,9 +113,16 @@ pub enum CalibrationSource {
         runtime: String,
         records: Option<usize>,
     },
+    /// No shipped fit of this runtime at this precision: another answers
+    /// (the runtime's fit at another precision, or a stand-in), and says so.
+    Derived {
+        fit: Resolved,
+        records: Option<usize>,
+    },
     /// The shipped calibration, and a local fit of `measured` runs that
     /// answers for the families whose [`FamilyFit::used`] says so.
     Local {
+        /// What answers where the local fit does not ([`Resolved::label`]).
         shipped: String,
         runtime: String,
         device: String,
@@ -131,10 +138,11 @@ impl CalibrationSource {
     pub fn for_family(&self, family: Family) -> String {
         match self {
             CalibrationSource::Shipped { runtime, .. } => format!("shipped {runtime}"),
+            CalibrationSource::Derived { fit, .. } => fit.label(),
             CalibrationSource::Local { shipped, runtime, device, measured, families, .. } => {
                 match families.get(&family) {
                     Some(f) if f.used => format!("local {runtime} on {device}, {measured} runs"),
-                    _ => format!("shipped {shipped}"),
+                    _ => shipped.clone(),
                 }
             }
         }
@@ -153,10 +161,11 @@ impl fmt::Display for CalibrationSource {
                 write!(f, "shipped {runtime}, fitted on {n} records")
             }
             CalibrationSource::Shipped { runtime, records: None } => write!(f, "shipped {runtime}"),
+            CalibrationSource::Derived { fit, records } => f.write_str(&fit.describe(*records)),
             CalibrationSource::Local { shipped, runtime, device, measured, path, families } => {
                 write!(
                     f,
-                    "shipped {shipped}, or local {runtime} on {device} ({measured} measured runs, {}) for a \
+                    "{shipped}, or local {runtime} on {device} ({measured} measured runs, {}) for a \
                      family it predicts better held out (error median/p90):",
                     path.display()
                 )?;
@@ -261,8 +270,9 @@ impl Overlay {
                 group.drain(..group.len() - MAX_FITTED);
             }
             let fitted: Vec<&Sample> = group.iter().map(|(s, _)| *s).collect();
+            // What predicts this runtime without the local fit: its shipped fit, derived or stand-in.
             let shipped_coeffs =
-                shipped.runtimes.get(&runtime).copied().unwrap_or_else(|| calibrate::start_for(&runtime));
+                shipped.resolve_key(&runtime).map(|r| r.coefficients).unwrap_or_else(|| calibrate::start_for(&runtime));
             let prior = Prior { at: shipped_coeffs, weight: PRIOR_WEIGHT };
             let mut c = calibrate::fit_with(&runtime, &fitted, shipped_coeffs, Some(&prior));
             let (held, method) = calibrate::cross_validate(&runtime, &fitted, c, Some(&prior));
@@ -348,9 +358,12 @@ pub fn predictor(
 ) -> Result<(Predictor, CalibrationSource), PrecheckError> {
     let shipped = Calibration::builtin();
     let fallback = Predictor::from_calibration(&shipped, framework, precision)?;
-    let shipped_source = CalibrationSource::Shipped {
-        runtime: fallback.runtime().to_string(),
-        records: fallback.uncertainty().map(|u| u.records),
+    let fit = shipped.resolve(framework, precision)?;
+    let records = fallback.uncertainty().map(|u| u.records);
+    let label = fit.label();
+    let shipped_source = match fit.fit {
+        Fit::Fitted => CalibrationSource::Shipped { runtime: fit.key, records },
+        _ => CalibrationSource::Derived { fit, records },
     };
     let Some(root) = state_root else {
         return Ok((fallback, shipped_source));
@@ -378,7 +391,7 @@ pub fn predictor(
     Ok((
         fallback.with_local(e.coefficients, e.uncertainty.clone(), used),
         CalibrationSource::Local {
-            shipped: key,
+            shipped: label,
             runtime: e.runtime.clone(),
             device: e.device.clone(),
             measured: e.measured,

@@ -60,7 +60,7 @@ pub fn from_records(records: &[MeasurementRecord], source: String, predictor: &P
         row.model_gib = r.model_gb;
         row.fwd_gib = r.fwd_gb;
         row.bwd_gib = r.bwd_gb;
-        row.peak_gib = r.peak_gb;
+        row.peak_gib = r.peak_gib();
         row.oom_at_gib = r.oom_reported_gb;
         row.status = match r.status {
             MeasuredStatus::Ok => Status::Ok,

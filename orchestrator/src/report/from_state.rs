@@ -19,10 +19,9 @@ use crate::sweep::SweepConfig;
 pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predictor>) -> Result<Report, ReportError> {
     let view = state::View::new(state_root, experiment)?;
     let dir = view.root().to_path_buf();
-    let stored: StoredSweep = view
-        .sweep()?
+    let (stored, records) = view.sweep_and_records()?;
+    let stored: StoredSweep = stored
         .ok_or_else(|| ReportError::NoState { experiment: experiment.to_string(), root: state_root.to_path_buf() })?;
-    let records = view.records()?;
     let sweep = &stored.sweep;
     let own;
     let predictor = match predictor {
@@ -65,11 +64,7 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
     bar.finish_and_clear();
     let active = crate::submit::active::load(state_root, experiment)?;
     if let Some(a) = &active {
-        for row in rows.iter_mut().filter(|r| r.status.is_unrun()) {
-            if let Some(d) = super::active::row_detail(a, &row.name) {
-                row.detail = Some(d);
-            }
-        }
+        super::active::annotate(&mut rows, a);
     }
     Ok(Report {
         title: format!("{}: memory profiling report", sweep.experiment.name),

@@ -291,7 +291,7 @@ fn summaries(out: &mut String, report: &Report, summary: &Summary, many_sections
                 "| {g} | {} | {} | {} |",
                 b.name,
                 b.params.map(millions).unwrap_or_else(|| "-".into()),
-                fmt_gib(b.peak_gib)
+                peak_cell(b.peak_gib, b.predicted)
             );
         }
         out.push('\n');
@@ -310,7 +310,7 @@ fn summaries(out: &mut String, report: &Report, summary: &Summary, many_sections
                     l.group,
                     thousands(l.tokens),
                     l.name,
-                    fmt_gib(l.peak_gib),
+                    peak_cell(l.peak_gib, l.predicted),
                     l.predicted_tokens.map(thousands).unwrap_or_else(|| "-".into())
                 );
             }
@@ -319,7 +319,15 @@ fn summaries(out: &mut String, report: &Report, summary: &Summary, many_sections
     }
 }
 
-/// The configs never submitted, and why.
+/// A summary's peak: `49.7G`, or `49.7G (predicted)` for an active sweep's answer without a run.
+fn peak_cell(peak_gib: f64, predicted: bool) -> String {
+    match predicted {
+        true => format!("{} (predicted)", fmt_gib(peak_gib)),
+        false => fmt_gib(peak_gib),
+    }
+}
+
+/// The configs never submitted (and not answered by an active sweep), and why.
 fn never_run(out: &mut String, report: &Report) {
     let _ = writeln!(out, "### Never run\n");
     let never: Vec<&Row> = report
@@ -330,7 +338,8 @@ fn never_run(out: &mut String, report: &Report) {
         })
         .collect();
     if never.is_empty() {
-        let _ = writeln!(out, "Every config was submitted: none skipped as a predicted OOM, none invalid.\n");
+        let or = if report.active.is_some() { " or answered by the active sweep" } else { "" };
+        let _ = writeln!(out, "Every config was submitted{or}: none skipped as a predicted OOM, none invalid.\n");
     } else {
         let _ = writeln!(out, "| Config | Variant | Predicted | Why |\n|---|---|---|---|");
         for r in never {

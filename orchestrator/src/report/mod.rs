@@ -69,6 +69,9 @@ pub enum Status {
     SkippedRisky,
     /// Never submitted, for another reason (a new config, or not yet sent).
     NotSubmitted,
+    /// Never submitted: an active sweep answered it by a prediction (with
+    /// its interval; settled or not, the row's `answer` says).
+    Predicted,
     Failed,
     Cancelled,
     Pending,
@@ -85,6 +88,7 @@ impl Status {
             Status::SkippedOom => "skipped: predicted OOM",
             Status::SkippedRisky => "skipped: risky",
             Status::NotSubmitted => "not submitted",
+            Status::Predicted => "predicted (active sweep)",
             Status::Failed => "failed",
             Status::Cancelled => "cancelled",
             Status::Pending => "pending",
@@ -144,6 +148,10 @@ pub struct Row {
     /// (a measured OOM happened there), else the GPU's capacity.
     pub limit_gib: f64,
     pub wall_s: Option<f64>,
+    /// An active sweep's answer for a config it predicted without a run
+    /// (`"source": "predicted"`); `None` for every other row.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<crate::active::Answer>,
 }
 
 impl Row {
@@ -154,6 +162,19 @@ impl Row {
     }
     pub fn is_transformer(&self) -> bool {
         self.family != Family::Unet
+    }
+    /// The peak a summary counts this row at, and whether it is predicted:
+    /// measured within budget (`OK`), or, never run, an active sweep's
+    /// settled prediction that it fits. `None` for every other row.
+    pub fn viable_peak(&self) -> Option<(f64, bool)> {
+        match (self.status, &self.answer) {
+            (Status::Ok, _) => self.peak_gib.map(|p| (p, false)),
+            (
+                Status::Predicted,
+                Some(crate::active::Answer::Predicted { peak_gib, verdict: VerdictKind::Fits, settled: true, .. }),
+            ) => Some((*peak_gib, true)),
+            _ => None,
+        }
     }
 }
 
@@ -203,15 +224,20 @@ pub struct Best {
     pub name: String,
     pub params: Option<u64>,
     pub peak_gib: f64,
+    /// Not run: an active sweep's settled prediction (`peak_gib` predicted).
+    pub predicted: bool,
 }
 
-/// Largest token count that ran within budget, per variant.
+/// Largest token count that ran within budget (or, never run, that an
+/// active sweep's settled prediction says fits), per variant.
 #[derive(Debug, Clone, Serialize)]
 pub struct Largest {
     pub group: String,
     pub tokens: u64,
     pub name: String,
     pub peak_gib: f64,
+    /// Not run: an active sweep's settled prediction (`peak_gib` predicted).
+    pub predicted: bool,
     /// The largest token count predicted to fit, for comparison (never run or not).
     pub predicted_tokens: Option<u64>,
 }
@@ -294,6 +320,7 @@ fn base_row(cfg: &RunConfig, id: String, section: String, verdict: VerdictKind) 
         capacity_gib: cfg.gpu.capacity_gib(),
         limit_gib: cfg.gpu.capacity_gib(),
         wall_s: None,
+        answer: None,
     }
 }
 

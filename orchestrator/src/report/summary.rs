@@ -48,11 +48,10 @@ impl Report {
         for ((section, group), rows) in self.groups() {
             let viable = rows
                 .iter()
-                .filter(|r| r.status == Status::Ok)
-                .filter_map(|r| r.peak_gib.map(|p| (r, p)))
-                .max_by(|(a, pa), (b, pb)| a.params.cmp(&b.params).then(pa.total_cmp(pb)));
-            if let Some((r, p)) = viable {
-                best.push(Best { group, section, name: r.name.clone(), params: r.params, peak_gib: p });
+                .filter_map(|r| r.viable_peak().map(|p| (r, p)))
+                .max_by(|(a, pa), (b, pb)| a.params.cmp(&b.params).then(pa.0.total_cmp(&pb.0)));
+            if let Some((r, (peak_gib, predicted))) = viable {
+                best.push(Best { group, section, name: r.name.clone(), params: r.params, peak_gib, predicted });
             }
         }
         let mut largest = Vec::new();
@@ -67,15 +66,15 @@ impl Report {
             let predicted_tokens = rows.iter().filter(|r| r.verdict.may_run()).filter_map(|r| r.tokens).max();
             let ran = rows
                 .iter()
-                .filter(|r| r.status == Status::Ok)
-                .filter_map(|r| Some((r, r.tokens?, r.peak_gib?)))
-                .max_by(|a, b| a.1.cmp(&b.1).then(b.2.total_cmp(&a.2)));
-            if let Some((r, tokens, peak)) = ran {
+                .filter_map(|r| Some((r, r.tokens?, r.viable_peak()?)))
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.2 .0.total_cmp(&a.2 .0)));
+            if let Some((r, tokens, (peak_gib, predicted))) = ran {
                 largest.push(Largest {
                     group: g.to_string(),
                     tokens,
                     name: r.name.clone(),
-                    peak_gib: peak,
+                    peak_gib,
+                    predicted,
                     predicted_tokens,
                 });
             }

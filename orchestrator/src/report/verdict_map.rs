@@ -43,6 +43,7 @@ fn measured_text(r: &Row) -> String {
         Status::Pending | Status::Running => "queued".into(),
         Status::Invalid => "invalid".into(),
         Status::SkippedOom | Status::SkippedRisky | Status::NotSubmitted => "not run".into(),
+        Status::Predicted => "not run: predicted".into(),
     }
 }
 

@@ -62,6 +62,10 @@ pub enum Change {
     /// The last lines of the log of a config's latest attempt, which ended
     /// without a result from the worker.
     LogTail { hash: String, tail: String },
+    /// Configs stored under the hash of the notation they were written in,
+    /// moved to the hash of their one notation (hash as stored → hash now):
+    /// records, submissions' task lists and `sweep.json` ([`super::rehash`]).
+    Rehash { aliases: BTreeMap<String, String> },
 }
 
 impl Change {
@@ -122,6 +126,7 @@ impl Change {
                     changed.push(hash.clone());
                 }
             }
+            Change::Rehash { aliases } => changed = super::rehash::move_records(records, aliases),
             Change::NotSent { .. }
             | Change::SbatchError { .. }
             | Change::Cancel { .. }
@@ -172,6 +177,9 @@ pub fn replay(lines: &[Line]) -> Replayed {
     for l in lines {
         if let Some(s) = l.change.submission() {
             out.submissions.insert(s.id.clone(), s.clone());
+        }
+        if let Change::Rehash { aliases } = &l.change {
+            out.submissions.values_mut().for_each(|s| _ = s.rehash(aliases));
         }
         l.change.apply_to(&mut out.records, l.t);
     }

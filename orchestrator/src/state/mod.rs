@@ -9,7 +9,7 @@
 //!   configs/<hash>.json       one record per config: verdict, attempts, SLURM state history, result
 //!   submissions/<sid>/        one per job array: submission.json, job.sbatch, manifest.json(l)
 //!   journal.jsonl             typed, versioned log of every change (state/journal.rs; replays to the submissions)
-//!   runs/<config>/events.jsonl  the worker's event stream (pulled from the cluster)
+//!   runs/<hash>/events.jsonl  the worker's event stream (pulled from the cluster)
 //!   render/                   scripts printed by `orchestrator render`
 //! ```
 //!
@@ -34,6 +34,7 @@ mod fixture;
 pub mod intent;
 pub mod journal;
 mod record;
+mod rehash;
 mod submission;
 
 pub use events_read::{EventsRead, Live};
@@ -87,9 +88,22 @@ impl View {
         self.root.join(rel)
     }
 
-    /// `sweep.json`; `None` before the first submission.
+    /// `sweep.json`, each config keyed by its hash now ([`rehash`]); `None`
+    /// before the first submission.
     pub fn sweep(&self) -> Result<Option<StoredSweep>, StateError> {
-        Ok(read_json(&self.path("sweep.json"))?)
+        Ok(read_json::<StoredSweep>(&self.path("sweep.json"))?.map(|s| s.rehashed().0))
+    }
+
+    /// [`View::sweep`] and [`View::records`] keyed alike: in a directory not
+    /// yet opened since one model has one hash, the records of configs that
+    /// moved are read under their hash now (nothing is written).
+    pub fn sweep_and_records(&self) -> Result<(Option<StoredSweep>, BTreeMap<String, ConfigRecord>), StateError> {
+        let stored = read_json::<StoredSweep>(&self.path("sweep.json"))?.map(StoredSweep::rehashed);
+        let mut records = self.records()?;
+        if let Some((_, aliases)) = &stored {
+            rehash::move_records(&mut records, aliases);
+        }
+        Ok((stored.map(|(s, _)| s), records))
     }
 
     /// Every `configs/*.json`, by hash.
@@ -264,6 +278,7 @@ impl StateDir {
     /// stopped before the records were updated), saving those it changed.
     fn repair(&mut self) -> Result<(), StateError> {
         self.records = self.view.records()?;
+        self.rehash()?;
         for s in self.load_submissions()? {
             for hash in (Change::Intent { submission: s }).apply_to(&mut self.records, now()) {
                 self.save_record(&hash)?;

@@ -60,6 +60,11 @@ pub struct Attempt {
     /// by name, as every attempt recorded before runs were kept by content).
     #[serde(default, skip_serializing_if = "RunDirKey::is_name")]
     pub(super) run_dir: RunDirKey,
+    /// The hash its run directory is named by where that is not the
+    /// record's: an attempt made before one model had one hash, whose worker
+    /// wrote `runs/<the hash as the config was written>/` ([`super::rehash`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) run_hash: Option<String>,
     /// The last lines of the job's own log (`<task>.out`), read once when it
     /// ended without a result from the worker: why it failed before or
     /// outside the worker (`exec: worker: not found`, a module load error).
@@ -113,6 +118,7 @@ impl Attempt {
             events_mine: false,
             live: None,
             run_dir: RunDirKey::Hash,
+            run_hash: None,
             log_tail: None,
         }
     }
@@ -284,7 +290,10 @@ impl ConfigRecord {
     /// directory of the experiment (`None`: a name that cannot be a path).
     pub fn events_rel(&self, attempt: &Attempt) -> Option<String> {
         match attempt.run_dir {
-            RunDirKey::Hash => Some(spec::run::events_rel(&spec::run::ConfigHash(self.hash.clone()))),
+            RunDirKey::Hash => {
+                let hash = attempt.run_hash.as_deref().unwrap_or(&self.hash);
+                Some(spec::run::events_rel(&spec::run::ConfigHash(hash.to_string())))
+            }
             RunDirKey::Name => {
                 crate::fsio::safe_component(&self.name).then(|| format!("runs/{}/events.jsonl", self.name))
             }

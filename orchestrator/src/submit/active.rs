@@ -8,6 +8,11 @@
 //! and its guarantees hold: no config is submitted twice). Everything the loop
 //! knows is in the state directory, so a loop killed at any point resumes
 //! where it stopped when run again.
+//!
+//! A config submitted that measured nothing *could not be measured*: it is
+//! neither settled nor saved, and the loop stops after a round whose every
+//! run failed (the causes grouped in its answer). Run again, the loop tries
+//! one new round before it stops again on failures.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,11 +32,12 @@ use spec::RunConfig;
 use super::{status, submit, CommandError, Options, Watch};
 use crate::active::{self, Answer, Choice, Refit, Savings, Settings, Stop};
 use crate::precheck::Calibration;
-use crate::state::{Change, StateDir};
+use crate::state::{Change, ConfigRecord, StateDir};
 use crate::sweep::Sweep;
 
 /// How an active sweep ended: every config's answer and what it saved. Kept
-/// in the state directory as [`FILE`], where `status` and the report read it.
+/// in the state directory as [`FILE`], where `status`, `resume` and the
+/// report read it.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ActiveReport {
     pub experiment: String,
@@ -43,12 +49,15 @@ pub struct ActiveReport {
     pub savings: Savings,
 }
 
-/// What the state directory says: measured records by hash, hashes tried
-/// without a measurement, rounds recorded, and the measured runs' seconds.
+/// What the state directory says: measured records by hash, configs
+/// submitted that measured nothing (hash: why), hashes tried, rounds
+/// recorded (and the last one's configs), and the measured runs' seconds.
 struct Known {
     measured: BTreeMap<String, MeasurementRecord>,
+    failed: BTreeMap<String, String>,
     tried: BTreeSet<String>,
     rounds: u32,
+    last_round: Vec<String>,
     seconds: Vec<f64>,
 }
 
@@ -59,22 +68,53 @@ fn known(opts: &Options, experiment: &str) -> Result<Known, CommandError> {
         let recs = spec::record::read_jsonl(&text).map_err(|(line, e)| {
             CommandError::Refused(format!("{}:{line}: {e}", st.path("measurements.jsonl").display()))
         })?;
+        // A run made before one model had one hash is recorded under the hash it was written with.
+        let now: BTreeMap<&str, &str> =
+            st.records().values().flat_map(|c| c.former_hashes().map(move |h| (h, c.hash()))).collect();
         for r in recs {
             if let Some((_, hash)) = r.id.rsplit_once('@') {
-                measured.insert(hash.to_string(), r);
+                measured.insert(now.get(hash).copied().unwrap_or(hash).to_string(), r);
             }
         }
     }
     let records = st.records().values();
-    let tried = records.clone().filter(|r| !r.attempts().is_empty()).map(|r| r.hash().to_string()).collect();
+    let submitted = |r: &&ConfigRecord| r.attempts().iter().any(|a| !a.abandoned());
+    let tried: BTreeSet<String> = records.clone().filter(submitted).map(|r| r.hash().to_string()).collect();
+    let failed = records
+        .clone()
+        .filter(submitted)
+        .filter(|r| !r.occupied() && !measured.contains_key(r.hash()))
+        .map(|r| (r.hash().to_string(), cause(r)))
+        .collect();
     let seconds = records.filter_map(|r| r.result().map(|x| x.wall_s)).collect();
     let lines = st.view().journal()?;
-    let rounds = lines.iter().filter(|l| matches!(l.change, Change::ActiveRound { .. })).count() as u32;
-    Ok(Known { measured, tried, rounds, seconds })
+    let rounds: Vec<&Vec<String>> = lines
+        .iter()
+        .filter_map(|l| match &l.change {
+            Change::ActiveRound { chosen, .. } => Some(chosen),
+            _ => None,
+        })
+        .collect();
+    let last_round = rounds.last().map(|c| c.to_vec()).unwrap_or_default();
+    Ok(Known { measured, failed, tried, rounds: rounds.len() as u32, last_round, seconds })
 }
 
-/// Runs the loop until every config is settled or the budget is spent;
-/// `say` gets one line per round.
+/// Why a submitted config measured nothing: the worker's message or the
+/// job's log (as `status` says it), else how the job or the worker ended.
+fn cause(r: &ConfigRecord) -> String {
+    if let Some(c) = r.failure_cause() {
+        return c;
+    }
+    match (r.result_status(), r.latest().and_then(|a| a.state())) {
+        (Some(s), _) => format!("the worker ended {}", s.name()),
+        (None, Some(state)) => format!("the job ended {state} without a result from the worker"),
+        (None, None) => "no result from the worker".into(),
+    }
+}
+
+/// Runs the loop until every config is settled or could not be measured,
+/// the budget is spent, or a round's every run failed; `say` gets one line
+/// per round.
 pub async fn run(
     sweep: &Sweep,
     opts: &Options,
@@ -91,6 +131,9 @@ pub async fn run(
         .map(|c| (c.hash.0.clone(), c.config.clone()))
         .collect();
     let prior = Calibration::builtin();
+    // A stop on failures already said (the loop run again): one new round first.
+    let said = load(&opts.state_root, &name)?.filter(|r| r.stop == Stop::RoundFailed).map(|r| r.rounds);
+    let mut submitted_round = None;
     loop {
         if opts.state_root.join(&name).join("sweep.json").exists() {
             status(&name, opts, Some(watch), &mut |_| {}).await?;
@@ -98,9 +141,19 @@ pub async fn run(
         let k = known(opts, &name)?;
         let list: Vec<MeasurementRecord> = k.measured.values().cloned().collect();
         let limit = sweep.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
-        let refit = Refit::new(&prior, sweep.experiment.runtime.as_str(), &list).with_limit(limit);
-        let answers = active::answers(&configs, &k.measured, &refit, settings.target_error);
-        let chosen = match active::choose(&configs, &answers, &refit, settings, k.tried.len(), &k.tried) {
+        let refit = Refit::new(&prior, sweep.experiment.runtime.as_str(), &list)
+            .with_limit(limit)
+            .with_budget(sweep.experiment.budget_gb);
+        let answers = active::answers_after(&configs, &k.measured, &k.failed, &refit, settings.target_error);
+        if submitted_round == Some(k.rounds) {
+            say(&round_outcome(k.rounds, &k.last_round, &answers));
+        }
+        let choice = if said != Some(k.rounds) && active::round_failed(&k.last_round, &answers) {
+            Choice::Done(Stop::RoundFailed)
+        } else {
+            active::choose(&configs, &answers, &refit, settings, k.tried.len(), &k.tried)
+        };
+        let chosen = match choice {
             Choice::Done(stop) => {
                 let r = report(sweep, k, stop, answers);
                 crate::fsio::write_json(&opts.state_root.join(&name).join(FILE), &r)?;
@@ -116,7 +169,12 @@ pub async fn run(
         }
         let names: Vec<&str> =
             sweep.configs.iter().filter(|c| chosen.contains(&c.hash.0)).map(|c| c.name.as_str()).collect();
-        say(&format!("round {round}: {open} configs open, measuring {}: {}", chosen.len(), names.join(", ")));
+        say(&format!(
+            "round {round}: {} open, measuring {}: {}",
+            active::configs(open),
+            chosen.len(),
+            names.join(", ")
+        ));
         let o =
             Options { only: Some(chosen.iter().cloned().collect()), force: true, include_risky: true, ..opts.clone() };
         let r = submit(sweep, &o, false).await?;
@@ -127,7 +185,19 @@ pub async fn run(
                 why.join("; ")
             )));
         }
+        submitted_round = Some(round);
     }
+}
+
+/// `round 2: 3 measured, 1 could not be measured`.
+fn round_outcome(round: u32, chosen: &[String], answers: &BTreeMap<String, Answer>) -> String {
+    let of = |f: fn(&Answer) -> bool| chosen.iter().filter(|k| answers.get(*k).is_some_and(f)).count();
+    let failed = of(Answer::is_failed);
+    let mut s = format!("round {round}: {} measured", of(Answer::is_measured));
+    if failed > 0 {
+        s += &format!(", {failed} could not be measured");
+    }
+    s
 }
 
 fn report(sweep: &Sweep, k: Known, stop: Stop, answers: BTreeMap<String, Answer>) -> ActiveReport {
@@ -138,19 +208,47 @@ fn report(sweep: &Sweep, k: Known, stop: Stop, answers: BTreeMap<String, Answer>
 }
 
 impl ActiveReport {
-    /// `status`'s line on it: the two kinds of answer and the savings.
-    pub fn status_line(&self) -> String {
+    /// The predictions that answer for their config (settled), by name:
+    /// what `resume` does not submit unless asked (`--all`).
+    pub fn settled_predictions(&self) -> BTreeSet<&str> {
+        self.answers.iter().filter(|(_, a)| a.is_settled_prediction()).map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// `status`'s line on it: the kinds of answer and the savings, counting
+    /// as saved only the settled predictions whose config is still not
+    /// submitted (`submitted`: names of the configs submitted since).
+    pub fn status_line(&self, submitted: &BTreeSet<String>) -> String {
         let s = &self.savings;
+        let saved = self.settled_predictions().iter().filter(|n| !submitted.contains(**n)).count();
+        let failed = match s.failed {
+            0 => String::new(),
+            n => format!(", {n} could not be measured"),
+        };
         format!(
-            "active sweep: {} measured, {} predicted without a run ({} runs saved); `orchestrator report {}` lists the predictions",
-            s.measured, s.predicted, s.runs_saved, self.experiment
+            "active sweep: {} measured, {} predicted without a run{failed} ({} saved); `orchestrator report {}` lists the predictions",
+            s.measured,
+            s.predicted,
+            active::plural(saved, "run", "runs"),
+            self.experiment
         )
+    }
+
+    /// Gives each `status` row of a config never submitted its predicted answer.
+    pub fn annotate(&self, rows: &mut [super::StatusRow]) {
+        for row in rows.iter_mut().filter(|r| r.state == "-") {
+            row.answer = self.answers.get(&row.name).filter(|a| matches!(a, Answer::Predicted { .. })).cloned();
+        }
+    }
+
+    /// `stopped after 3 rounds: the run budget is spent`.
+    pub fn stop_line(&self) -> String {
+        format!("stopped after {}: {}", active::plural(self.rounds as usize, "round", "rounds"), self.stop)
     }
 }
 
 impl std::fmt::Display for ActiveReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "active sweep {}: {} rounds, stopped: {:?}", self.experiment, self.rounds, self.stop)?;
+        writeln!(f, "active sweep {}: {}", self.experiment, self.stop_line())?;
         writeln!(f, "measured:")?;
         for (n, a) in &self.answers {
             if let Answer::Measured { peak_gib, oom } = a {
@@ -158,22 +256,14 @@ impl std::fmt::Display for ActiveReport {
                 writeln!(f, "  {n:<32} {what}")?;
             }
         }
+        write!(f, "{}", active::failures_text(&self.answers))?;
         writeln!(f, "predicted (not run):")?;
         for (n, a) in &self.answers {
-            if let Answer::Predicted { peak_gib, low_gib, high_gib, verdict, calibration, settled, .. } = a {
+            if let (Some(words), Answer::Predicted { calibration, settled, .. }) = (a.predicted_words(), a) {
                 let open = if *settled { "" } else { " (not settled)" };
-                writeln!(
-                    f,
-                    "  {n:<32} {peak_gib:.3} GiB [{low_gib:.3}, {high_gib:.3}] {verdict}{open}; {calibration}"
-                )?;
+                writeln!(f, "  {n:<32} {words}{open}; {calibration}")?;
             }
         }
-        let s = &self.savings;
-        let gpu = s.gpu_seconds_saved.map(|g| format!(", {g:.0} s of run time saved")).unwrap_or_default();
-        writeln!(
-            f,
-            "{} configs: {} measured, {} predicted; {} runs saved{gpu}",
-            s.configs, s.measured, s.predicted, s.runs_saved
-        )
+        writeln!(f, "{}", self.savings.counts())
     }
 }

@@ -87,7 +87,7 @@ pub(crate) fn prepare_arrays(
             worker_args: exp.worker.args(),
         };
         let script = renderer.render(&template, &vars)?;
-        let (manifest_json, jsonl) = manifests(&exp.name, chunk, k)?;
+        let (manifest_json, jsonl) = manifests(&exp.name, chunk, k, exp.worker.memory_limit)?;
         let local_dir = dir_for(&sid);
         let files = vec![
             ("manifest.json".to_string(), manifest_json),
@@ -141,12 +141,18 @@ pub(crate) fn work_dir_of(remote_state: &str) -> &str {
 /// `manifest.json` (the configs as one document, `k` a task) and
 /// `manifest.jsonl` (one config a line: config N on line N+1; task T runs
 /// lines T*k+1 to T*k+k).
-fn manifests(experiment: &str, chunk: &[&SweepConfig], k: u32) -> Result<(Vec<u8>, Vec<u8>), CommandError> {
+fn manifests(
+    experiment: &str,
+    chunk: &[&SweepConfig],
+    k: u32,
+    memory_limit: Option<u64>,
+) -> Result<(Vec<u8>, Vec<u8>), CommandError> {
     let refused = |e: serde_json::Error| CommandError::Refused(e.to_string());
     let manifest = spec::run::Manifest {
         experiment: experiment.to_string(),
         task_offset: 0,
         configs_per_task: k,
+        memory_limit,
         configs: chunk.iter().map(|c| c.config.clone()).collect(),
     };
     let json = serde_json::to_vec_pretty(&manifest).map_err(refused)?;

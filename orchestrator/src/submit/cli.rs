@@ -61,7 +61,7 @@ pub struct ActiveArgs {
     #[arg(long)]
     pub active: bool,
     /// Largest band an unmeasured config may keep (`5%` or `0.05`).
-    #[arg(long, default_value = "20%", value_parser = crate::active::parse_share, requires = "active")]
+    #[arg(long, default_value = crate::active::DEFAULT_TARGET_ERROR, value_parser = crate::active::parse_share, requires = "active")]
     pub target_error: f64,
     /// Runs at most, all rounds together.
     #[arg(long, requires = "active")]
@@ -120,6 +120,10 @@ pub enum ClusterCommand {
         select: Selection,
         #[command(flatten)]
         retry: Retry,
+        /// After an active sweep, submit the configs it answered by a
+        /// prediction too (by default they are not run: the runs it saved).
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -131,6 +135,7 @@ pub enum ClusterCommand {
         common: Common,
     },
     /// Upload the worker binary to a SLURM cluster's `<work_dir>/bin/worker` (skipped when identical).
+    #[command(mut_arg("cluster", |a| a.help("The cluster to install on, one of the clusters file's (required: no default)")))]
     Install {
         /// The worker binary (default: `worker` beside this orchestrator executable).
         #[arg(long)]
@@ -266,9 +271,12 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             let r = r?;
             print_submit(&r);
         }
-        ClusterCommand::Resume { experiment, overrides, select, retry, common } => {
-            let opts = options(&common, Some(&select), Some(&retry));
+        ClusterCommand::Resume { experiment, overrides, select, retry, all, common } => {
+            let opts = Options { all, ..options(&common, Some(&select), Some(&retry)) };
             let sweep = experiment_of(&experiment, &overrides, &opts)?;
+            if all {
+                say_all(&sweep, &opts)?;
+            }
             let r = block_on(submit(&sweep, &opts, true))?.context("resume")?;
             print_submit(&r);
         }
@@ -363,7 +371,8 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
                 println!("{}", p.line());
             }
             if let Ok(Some(a)) = active::load(&root, &exp) {
-                println!("{}", a.status_line());
+                let submitted = r.rows.iter().filter(|row| row.state != "-").map(|row| row.name.clone()).collect();
+                println!("{}", a.status_line(&submitted));
             }
         }
     };
@@ -378,6 +387,28 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
         );
         std::process::exit(130);
     }
+    Ok(())
+}
+
+/// `resume --all`, before it submits: how many configs the active sweep
+/// answered by a prediction it now runs, and in how many GPU jobs.
+fn say_all(sweep: &Sweep, opts: &Options) -> Result<()> {
+    let Some(a) = active::load(&opts.state_root, &sweep.experiment.name)? else { return Ok(()) };
+    let view = crate::state::View::new(&opts.state_root, &sweep.experiment.name)?;
+    let records = view.records()?;
+    let predicted = a.settled_predictions();
+    let n = sweep
+        .configs
+        .iter()
+        .filter(|c| predicted.contains(c.name.as_str()))
+        .filter(|c| records.get(&c.hash.0).is_none_or(|r| r.attempts().iter().all(|t| t.abandoned())))
+        .count();
+    let per_task = sweep.experiment.worker.configs_per_task.max(1) as usize;
+    println!(
+        "resume --all: also submitting the {} the active sweep answered by a prediction: {}",
+        crate::active::configs(n),
+        crate::active::plural(n.div_ceil(per_task), "GPU job", "GPU jobs")
+    );
     Ok(())
 }
 

@@ -90,6 +90,9 @@ pub struct Options {
     pub result_grace: Duration,
     /// Only these configs (hashes) may be submitted (an active sweep's round).
     pub only: Option<BTreeSet<String>>,
+    /// Submit configs an active sweep answered by a settled prediction too
+    /// (`resume --all`); by default they are not run.
+    pub all: bool,
 }
 
 impl Default for Options {
@@ -105,6 +108,7 @@ impl Default for Options {
             lock_wait: Duration::from_secs(10),
             result_grace: Duration::from_secs(120),
             only: None,
+            all: false,
         }
     }
 }
@@ -302,9 +306,11 @@ pub(crate) fn same_file(local: &Path, remote: &str) -> bool {
     std::path::absolute(local).map(|p| p == Path::new(remote)).unwrap_or(false)
 }
 
-/// Loads the stored sweep of an experiment by name.
+/// Loads the stored sweep of an experiment by name, each config keyed by its
+/// hash now (as opening its state directory keys the records).
 pub fn stored_sweep(state_root: &Path, experiment: &str) -> Result<StoredSweep, CommandError> {
-    fsio::read_json::<StoredSweep>(&state_root.join(experiment).join("sweep.json"))?.ok_or_else(|| {
+    let stored = fsio::read_json::<StoredSweep>(&state_root.join(experiment).join("sweep.json"))?;
+    stored.map(|s| s.rehashed().0).ok_or_else(|| {
         CommandError::Refused(format!(
             "no state for experiment `{experiment}` under {} (submit it first, or pass the experiment file)",
             state_root.display()

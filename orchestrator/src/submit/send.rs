@@ -207,6 +207,24 @@ fn blocker(
     None
 }
 
+/// The configs an active sweep answered by a settled prediction (name: why
+/// they are not submitted): a plain `submit` or `resume` does not spend the
+/// runs the loop saved; `--all` does, and an active round chooses its own.
+fn answered_by_active(opts: &Options, experiment: &str) -> Result<BTreeMap<String, String>, CommandError> {
+    if opts.all || opts.only.is_some() {
+        return Ok(BTreeMap::new());
+    }
+    let Some(a) = super::active::load(&opts.state_root, experiment)? else { return Ok(BTreeMap::new()) };
+    Ok(a.answers
+        .iter()
+        .filter(|(_, answer)| answer.is_settled_prediction())
+        .map(|(name, answer)| {
+            let words = answer.predicted_words().unwrap_or_default();
+            (name.clone(), format!("answered by the active sweep: {words} (`resume --all` runs it)"))
+        })
+        .collect())
+}
+
 /// The worker outcome a record's `result` gives when its attempts do not say.
 fn legacy_outcome(r: &ConfigRecord) -> WorkerOutcome {
     match r.result_status() {
@@ -282,12 +300,18 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     let mut todo: Vec<&SweepConfig> = Vec::new();
     let mut seen = BTreeSet::new();
     let started = tasks_started(st.records());
+    let answered = answered_by_active(opts, &sweep.experiment.name)?;
     for c in &sweep.configs {
         if !seen.insert(&c.hash.0) {
             continue;
         }
         let Some(r) = st.record(&c.hash.0) else { continue };
         if opts.only.as_ref().is_some_and(|only| !only.contains(&c.hash.0)) {
+            continue;
+        }
+        let never_submitted = r.attempts().iter().all(Attempt::abandoned);
+        if let Some(why) = answered.get(c.name.as_str()).filter(|_| never_submitted) {
+            report.skipped.push((c.name.clone(), why.clone()));
             continue;
         }
         match blocker(r, opts, resume, &started) {

@@ -33,6 +33,10 @@ pub struct StatusRow {
     /// Why the latest attempt failed: the worker's message, or, for a job
     /// that failed before or outside the worker, its log's last lines.
     pub cause: Option<String>,
+    /// Never submitted, answered by an active sweep's prediction (`"source":
+    /// "predicted"`, with its interval, verdict and whether it settles the config).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<crate::active::Answer>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -67,6 +71,7 @@ impl StatusReport {
                 r.job.clone().unwrap_or_else(|| "-".into()),
                 r.attempts,
                 match (&r.result, r.peak_gib, &r.phase) {
+                    _ if r.answer.is_some() => r.answer.as_ref().and_then(|a| a.predicted_words()).unwrap_or_default(),
                     (Some(st), Some(p), _) => format!("{st} {}", crate::precheck::memory(p)),
                     (Some(st), None, _) => st.clone(),
                     // Live: the phase and the peak so far.
@@ -79,7 +84,12 @@ impl StatusReport {
         s += &self.causes();
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for r in &self.rows {
-            *counts.entry(if r.state == "-" { "not submitted" } else { r.state.as_str() }).or_default() += 1;
+            let state = match (r.state.as_str(), &r.answer) {
+                ("-", Some(_)) => "predicted by the active sweep",
+                ("-", None) => "not submitted",
+                (s, _) => s,
+            };
+            *counts.entry(state).or_default() += 1;
         }
         let polled = match (self.poll.polled, self.poll.local, self.poll.replay) {
             (false, _, _) => "nothing submitted, nothing polled".to_string(),
@@ -162,6 +172,7 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
             peak_gib: peak,
             phase,
             cause: r.failure_cause(),
+            answer: None,
         });
     }
     out
@@ -189,6 +200,7 @@ pub fn unsubmitted(sweep: &Sweep, state_root: &std::path::Path) -> StatusReport 
                 peak_gib: None,
                 phase: None,
                 cause: None,
+                answer: None,
             }
         })
         .collect();
@@ -230,7 +242,10 @@ pub async fn status(
             protocol::reconcile(&mut st, &target, false).await?;
             let grace = result_grace_s(opts, &target);
             let poll = update(&mut st, &target, &stored.sweep, false, grace).await?;
-            let rows = rows(&stored.sweep, st.records());
+            let mut rows = rows(&stored.sweep, st.records());
+            if let Some(a) = super::active::load(&opts.state_root, experiment)? {
+                a.annotate(&mut rows);
+            }
             // Settled: nothing queued, running or unresolved, and no ended job's result still in flight.
             let now = fsio::now();
             let settled = !st

@@ -128,6 +128,7 @@ mod tests {
             peak_gib: peak,
             phase: phase.map(String::from),
             cause: None,
+            answer: None,
         }
     }
 

@@ -73,6 +73,7 @@ fn experiment(
         let origin = cli_origins.iter().find(|(k, _)| p.starts_with(k));
         src.error_at(&p, origin, m)
     })?;
+    base_model_keys(src, base, cli_origins)?;
     let experiment = raw.experiment();
     if let Some(b) = experiment.budget_gb.filter(|b| !(*b > 0.0 && b.is_finite())) {
         let p = KeyPath::default().key("budget_gb");
@@ -84,6 +85,37 @@ fn experiment(
         return Err(src.error_in_file(&KeyPath::default().key("runtime"), e.to_string()));
     }
     Ok((experiment, raw.sweep))
+}
+
+/// The base `model:` block's keys: one that no model family has is an error
+/// at its line, even where every config gives a `model:` block of its own
+/// and so never reads it (a key no config can use is still a typo). A key of
+/// another family is not: a config may switch `family` and use it; nor is a
+/// value left to the sweep.
+fn base_model_keys(src: &Source, base: &Value, cli_origins: &[(KeyPath, Origin)]) -> Result<(), LoadError> {
+    let Some(Value::Mapping(model)) = base.get("model") else { return Ok(()) };
+    let unknown_to_every_family = |key: &Value, value: &Value| {
+        use spec::model::Family;
+        [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit].iter().all(|f| {
+            let mut one = serde_yaml::Mapping::new();
+            one.insert("family".into(), serde_yaml::to_value(f).expect("a family is a YAML string"));
+            one.insert(key.clone(), value.clone());
+            matches!(model_from_value(&Value::Mapping(one)), Err((_, m)) if m.starts_with("unknown field"))
+        })
+    };
+    let Some((key, _)) = model.iter().find(|(k, v)| k.as_str() != Some("family") && unknown_to_every_family(k, v))
+    else {
+        return Ok(());
+    };
+    let name = key.as_str().map_or_else(|| crate::experiment::show(key), str::to_string);
+    let path = KeyPath::default().key("model").key(name.clone());
+    // The base's own family's message lists the keys it has.
+    let message = match model_from_value(&Value::Mapping(model.clone())) {
+        Err((_, m)) if m.starts_with(&format!("unknown field `{name}`")) => m,
+        _ => format!("unknown field `{name}`: no model family (unet, dit, hdit, uvit) has it"),
+    };
+    let origin = cli_origins.iter().find(|(k, _)| path.starts_with(k));
+    Err(src.error_at(&path, origin, message))
 }
 
 /// What every combination is expanded against.

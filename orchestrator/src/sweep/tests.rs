@@ -36,6 +36,19 @@ fn typo_in_a_model_key_names_file_line_column_and_key() {
     assert!(e.starts_with("exp.yaml:9:3: model.chanels: unknown field `chanels`"), "{e}");
 }
 
+/// Every config gives a whole `model:` block (as experiments/demo.yaml
+/// does), so none reads the base's: its misspelt key is still an error at its
+/// line. A key of another family is not (a config may switch to it).
+#[test]
+fn typo_in_a_base_model_no_config_reads_is_an_error_at_its_line() {
+    let sweep = "sweep:\n  configs:\n    - {name: a, model: {family: dit, hidden: 64, heads: 4, depth: 2, patch: 4}}\n";
+    let text = format!("{}  num_res_blok: 1\n{sweep}", BASE);
+    let e = plan(&text, &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:12:3: model.num_res_blok: unknown field `num_res_blok`"), "{e}");
+    let text = format!("{}  patch: 4\n{sweep}", BASE);
+    assert_eq!(plan(&text, &[]).unwrap().configs.len(), 1);
+}
+
 #[test]
 fn typo_at_top_level() {
     let e = plan(&format!("{BASE}batchsize: 2\n"), &[]).unwrap_err();
@@ -302,15 +315,26 @@ fn overrides_that_collapse_configs_keep_true_names_and_list_what_collapsed() {
 #[test]
 fn config_hashes_are_the_canonical_json_of_what_a_config_computes() {
     use sha2::{Digest, Sha256};
-    // The hash as first defined: serde_json's sorted map as compact text.
-    // State directories are keyed by it, so it never changes.
-    let reference = |c: &spec::RunConfig| {
+    // The hash as first defined: serde_json's sorted map as compact text, of
+    // what was written. State directories are keyed by it.
+    let as_written = |c: &spec::RunConfig| {
         let content = serde_json::json!({
             "model": c.model, "input": c.input, "out_channels": c.out_channels, "batch": c.batch,
             "precision": c.precision, "grad_ckpt": c.grad_ckpt, "mode": c.mode, "steps": c.steps,
         });
         hex::encode(&Sha256::digest(content.to_string().as_bytes())[..6])
     };
+    // Now of the model's one notation (and a profile run's one step): a
+    // config written in it keeps the hash it had (`state::rehash` moves the others).
+    let reference = |c: &spec::RunConfig| {
+        let mut canonical = c.clone();
+        canonical.model = c.model.canonical();
+        if c.mode == spec::Mode::Profile {
+            canonical.steps = 1;
+        }
+        as_written(&canonical)
+    };
+    let mut moved = std::collections::BTreeSet::new();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments");
     let mut n = 0;
     for f in std::fs::read_dir(&dir).expect("experiments/").filter_map(|e| e.ok()).map(|e| e.path()) {
@@ -324,10 +348,16 @@ fn config_hashes_are_the_canonical_json_of_what_a_config_computes() {
             .chain(crate::sweep::load(&f, &[]).expect("loads").configs.iter())
         {
             assert_eq!(c.hash.0, reference(&c.config), "{}: {}", f.display(), c.name);
+            if c.hash.0 != as_written(&c.config) {
+                moved.insert(c.name.clone());
+            }
             n += 1;
         }
     }
     assert!(n > 100, "{n} configs");
+    // The experiment files write the one notation but for MAISI's head
+    // channels (`[0, 0, 32, 32]`, read only where attention runs: `32`).
+    assert_eq!(moved, ["4L_maisi_lat4x".to_string(), "4L_maisi_lat8x".to_string()].into(), "{moved:?}");
 }
 
 #[test]

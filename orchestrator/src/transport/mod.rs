@@ -51,6 +51,13 @@ pub enum TransportError {
     /// was in flight: it may or may not have run.
     #[error("connection to {target} dropped during `{command}`; it may have run (`orchestrator resume` settles it)")]
     Uncertain { target: String, command: String },
+    /// The host was reached and the command started, then said nothing.
+    #[error(
+        "{target} was reached, but `{command}` printed nothing within {seconds} s (the SSH command \
+         timeout): it is slow or hangs there. Run it there by hand to see why (a worker on a slow shared \
+         filesystem starts late), then try again; SWEEP_SSH_COMMAND_SECS sets the timeout"
+    )]
+    Silent { target: String, command: String, seconds: u64 },
     #[error("`{command}` failed (exit {status}): {stderr}")]
     Command { command: String, status: i32, stderr: String },
     #[error("{target}: {path}: {message}")]

@@ -3,7 +3,10 @@
 //! [`spec::RunConfig::hash`], same GPU) from a records file (the group's
 //! `data/vram-measurements.jsonl`, or any `measurements.jsonl`).
 //!
-//! (Same hash up to a transformer given by its variant or by its dimensions.)
+//! (Same hash: one notation per model, [`spec::canonical`]. A record that
+//! does not give a field of the config, as the group's records never give
+//! GroupNorm groups, matches on the fields it gives, and its answer says
+//! which it assumed.)
 //!
 //! It goes through the same path as a real cluster: the rendered sbatch
 //! script and its manifest are read as a job array, every task writes the
@@ -19,7 +22,7 @@
 //! `<state>/.replay-jobs/<id>.json`.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::local::{directives, reserve_ids};
@@ -27,9 +30,9 @@ use super::{CounterSnapshot, Counters, FileStore, Poll, Scheduler, Transport, Tr
 use crate::cluster::ClusterConfig;
 use crate::slurm::{expand_ranges, JobId, SlurmState, TaskObservation};
 use spec::event::{Event, Phase, PhasePeaks, RunEnvironment, RunStatus};
-use spec::record::{MeasuredStatus, MeasurementRecord};
+use spec::record::{MeasuredStatus, MeasurementRecord, Unstated};
 use spec::run::{ConfigHash, Manifest};
-use spec::RunConfig;
+use spec::{ModelSpec, PerLevel, RunConfig};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -38,7 +41,19 @@ const GIB: f64 = (1u64 << 30) as f64;
 pub struct Records {
     /// What the records came from, shown in every output.
     pub source: String,
+    /// By [`key`] over the fields each record gives.
     by_hash: BTreeMap<ConfigHash, Vec<(usize, MeasurementRecord)>>,
+    /// The sets of fields some record does not give, fewest first.
+    unstated: BTreeSet<(usize, Vec<Unstated>)>,
+}
+
+/// A record that answers a config: its line, and the config's fields it does
+/// not give (matched on the others; the config's values assumed).
+#[derive(Debug, Clone, Copy)]
+pub struct Found<'a> {
+    pub line: usize,
+    pub record: &'a MeasurementRecord,
+    pub assumed: &'a [Unstated],
 }
 
 impl Records {
@@ -54,51 +69,84 @@ impl Records {
     /// that describe no model are left out (a replay answers only with what
     /// still stands).
     pub fn new(source: String, recs: impl IntoIterator<Item = (usize, MeasurementRecord)>) -> Records {
-        let mut by_hash: BTreeMap<ConfigHash, Vec<(usize, MeasurementRecord)>> = BTreeMap::new();
+        let mut out = Records { source, ..Records::default() };
         for (line, r) in recs {
             if r.superseded.is_some() {
                 continue;
             }
             if let Ok(cfg) = r.run_config() {
-                by_hash.entry(key(&cfg)).or_default().push((line, r));
+                let unstated = r.unstated();
+                out.by_hash.entry(key(&cfg, &unstated)).or_default().push((line, r));
+                out.unstated.insert((unstated.len(), unstated));
             }
         }
-        Records { source, by_hash }
+        out
     }
 
-    /// The first record of `cfg` measured on its GPU, or why there is none.
-    pub fn find(&self, cfg: &RunConfig) -> Result<(usize, &MeasurementRecord), String> {
-        let hash = key(cfg);
-        let all = self.by_hash.get(&hash).map(Vec::as_slice).unwrap_or_default();
-        if let Some((line, r)) = all.iter().find(|(_, r)| r.gpu() == Some(cfg.gpu)) {
-            return Ok((*line, r));
+    /// The first record of `cfg` measured on its GPU, or why there is none: a
+    /// record that gives every field first, then one that leaves fewest out
+    /// (matched on the fields it gives).
+    pub fn find(&self, cfg: &RunConfig) -> Result<Found<'_>, String> {
+        let mut elsewhere: Vec<&str> = vec![];
+        for (_, unstated) in &self.unstated {
+            let all = self.by_hash.get(&key(cfg, unstated)).map(Vec::as_slice).unwrap_or_default();
+            let same = all.iter().filter(|(_, r)| r.unstated() == *unstated);
+            for (line, r) in same {
+                if r.gpu() == Some(cfg.gpu) {
+                    return Ok(Found { line: *line, record: r, assumed: unstated });
+                }
+                elsewhere.push(r.gpu.as_str());
+            }
         }
-        let on: Vec<&str> = all.iter().map(|(_, r)| r.gpu.as_str()).collect();
-        Err(match on.is_empty() {
+        let hash = cfg.hash();
+        Err(match elsewhere.is_empty() {
             true => format!("replay: {} has no record of config {} (hash {hash})", self.source, cfg.name),
             false => format!(
                 "replay: {} has config {} (hash {hash}) only on {}, not on {}",
                 self.source,
                 cfg.name,
-                on.join(", "),
+                elsewhere.join(", "),
                 cfg.gpu.name()
             ),
         })
     }
 }
 
-/// The hash a config is matched by: its [`RunConfig::hash`] with a
-/// transformer's width, heads and depth written out (a record names them, an
-/// experiment may give only the variant: the same model).
-fn key(cfg: &RunConfig) -> ConfigHash {
-    use spec::ModelSpec;
+impl Found<'_> {
+    /// `replayed: record `id` of FILE line N`, and the assumed fields with the
+    /// config's values.
+    pub fn message(&self, source: &str, cfg: &RunConfig) -> String {
+        let mut m = format!("replayed: record `{}` of {source} line {}", self.record.id, self.line);
+        if !self.assumed.is_empty() {
+            let values: Vec<String> = self.assumed.iter().map(|u| format!("{u} {}", stated(cfg, *u))).collect();
+            m.push_str(&format!(" (matched without what it does not give: assumed {})", values.join(", ")));
+        }
+        m
+    }
+}
+
+/// The config's value of a field a record may not give.
+fn stated(cfg: &RunConfig, field: Unstated) -> String {
+    match (&cfg.model, field) {
+        (ModelSpec::Unet(u), Unstated::NormGroups) => u.norm_num_groups.to_string(),
+        (ModelSpec::Unet(u), Unstated::ResBlocks) => u.num_res_blocks.to_string(),
+        (ModelSpec::Unet(u), Unstated::HeadChannels) => u.num_head_channels.to_string(),
+        _ => "-".into(),
+    }
+}
+
+/// The hash a config is matched by: its [`RunConfig::hash`] (one notation
+/// per model) with the `unstated` fields blanked, for a record that does not
+/// give them and a config looked up against such records alike.
+fn key(cfg: &RunConfig, unstated: &[Unstated]) -> ConfigHash {
     let mut c = cfg.clone();
-    if let Some(Ok(d)) = cfg.model.transformer_dims() {
-        match &mut c.model {
-            ModelSpec::Dit(m) => (m.hidden, m.heads, m.depth) = (Some(d.hidden), Some(d.heads), Some(d.depth)),
-            ModelSpec::Uvit(m) => (m.hidden, m.heads, m.depth) = (Some(d.hidden), Some(d.heads), Some(d.depth)),
-            ModelSpec::Hdit(m) => (m.hidden, m.heads) = (Some(d.hidden), Some(d.heads)),
-            ModelSpec::Unet(_) => {}
+    if let ModelSpec::Unet(u) = &mut c.model {
+        for field in unstated {
+            match field {
+                Unstated::NormGroups => u.norm_num_groups = 0,
+                Unstated::ResBlocks => u.num_res_blocks = PerLevel::Each(vec![]),
+                Unstated::HeadChannels => u.num_head_channels = PerLevel::Each(vec![]),
+            }
         }
     }
     c.hash()
@@ -147,12 +195,12 @@ impl ReplayTransport {
     /// log line; returns the status its result says.
     fn answer(&self, cfg: &RunConfig, job: u64, task: u32, log: &Path) -> Result<RunStatus, TransportError> {
         let found = self.records.find(cfg);
-        let env = environment(cfg, found.as_ref().ok().map(|(_, r)| *r), job, task);
+        let env = environment(cfg, found.as_ref().ok().map(|f| f.record), job, task);
         let t = crate::fsio::now();
         let mut events = vec![Event::Start { t, config: cfg.name.clone(), config_hash: cfg.hash(), env }];
         let (code, text) = match &found {
-            Ok((line, r)) => {
-                let message = format!("replayed: record `{}` of {} line {line}", r.id, self.records.source);
+            Ok(f) => {
+                let (r, message) = (f.record, f.message(&self.records.source, cfg));
                 events.extend(recorded(r, t, message.clone()));
                 (if r.status == MeasuredStatus::Oom { RunStatus::Oom } else { RunStatus::Ok }, message)
             }

@@ -19,7 +19,13 @@ fn job(dir: &Path, configs: Vec<RunConfig>) -> String {
 fn job_of(dir: &Path, configs: Vec<RunConfig>, k: u32) -> String {
     let sub = dir.join("sub");
     std::fs::create_dir_all(&sub).expect("mkdir");
-    let manifest = Manifest { experiment: configs[0].experiment.clone(), task_offset: 0, configs_per_task: k, configs };
+    let manifest = Manifest {
+        experiment: configs[0].experiment.clone(),
+        task_offset: 0,
+        configs_per_task: k,
+        memory_limit: None,
+        configs,
+    };
     let n = manifest.tasks();
     std::fs::write(sub.join("manifest.json"), serde_json::to_vec(&manifest).expect("json")).expect("write");
     let script = format!(

@@ -45,6 +45,8 @@ pub struct SshShell {
     counters: Counters,
     /// How long to keep trying to reconnect a dropped session.
     reconnect_for: Duration,
+    /// How long one command may be silent before it counts as hung.
+    command_timeout: Duration,
 }
 
 /// An ssh2 error from a live session: the connection is suspect; drop it.
@@ -71,12 +73,13 @@ impl SshShell {
     }
 
     pub fn with_target(target: SshTarget) -> Self {
-        let secs = std::env::var("SWEEP_SSH_RECONNECT_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+        let secs = |var: &str, default: u64| std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or(default);
         SshShell {
             target,
             conn: Mutex::new(None),
             counters: Counters::default(),
-            reconnect_for: Duration::from_secs(secs),
+            reconnect_for: Duration::from_secs(secs("SWEEP_SSH_RECONNECT_SECS", 60)),
+            command_timeout: Duration::from_secs(secs("SWEEP_SSH_COMMAND_SECS", 120).max(1)),
         }
     }
 
@@ -93,6 +96,7 @@ impl SshShell {
     /// Opens, verifies and authenticates a session over every hop.
     fn connect(&self) -> Result<Connection, TransportError> {
         let c = session::open(&self.target)?;
+        c.session.set_timeout(u32::try_from(self.command_timeout.as_millis()).unwrap_or(u32::MAX));
         self.counters.connects.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(target = %self.target.label(), "SSH connected");
         Ok(c)
@@ -130,6 +134,18 @@ impl SshShell {
             match op(conn) {
                 Ok(v) => return Ok(v),
                 Err(OpError::Final(e)) => return Err(e),
+                Err(OpError::Hung(e)) => {
+                    // Reconnecting would not make the command answer; the
+                    // session may be mid-command: forget it.
+                    *guard = None;
+                    if !retry {
+                        return Err(TransportError::Uncertain {
+                            target: self.target.label(),
+                            command: what.to_string(),
+                        });
+                    }
+                    return Err(e);
+                }
                 Err(OpError::Dropped(e)) => {
                     // The session is unusable: forget it either way.
                     *guard = None;
@@ -178,6 +194,9 @@ enum OpError {
     Dropped(TransportError),
     /// The operation failed on a healthy session.
     Final(TransportError),
+    /// The host was reached and the command started, but it said nothing
+    /// within the command timeout: not retried.
+    Hung(TransportError),
 }
 
 /// SFTP status codes that mean the request failed, not the session.
@@ -200,6 +219,13 @@ impl Shell for SshShell {
             ch.exec(&command).map_err(drop)?;
             let mut stdout = Vec::new();
             ch.read_to_end(&mut stdout).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    return OpError::Hung(TransportError::Silent {
+                        target: self.target.label(),
+                        command: command.clone(),
+                        seconds: self.command_timeout.as_secs(),
+                    });
+                }
                 OpError::Dropped(TransportError::Connect {
                     target: self.target.label(),
                     message: format!("{what}: reading output: {e}"),

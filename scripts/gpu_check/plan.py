@@ -1,0 +1,182 @@
+"""What the GPU check runs: the group's configs chosen from small to near the
+card, the config that must not fit, DiT-L patch 2 at 80x64x64, the three
+configs run cold then warm; in `--cpu` mode tiny stand-ins of each, so the
+same code path runs on a CPU in a minute or two.
+
+A config is a worker `spec::RunConfig` as JSON (what `worker run --config`
+reads), built from a measurement record as `MeasurementRecord::run_config`
+does (spec/src/record.rs): the UNet defaults of the group's reports (2
+ResBlocks, 64 channels per head, the largest GroupNorm count up to 32 that
+divides every width).
+"""
+
+import json
+import math
+
+FIDELITY_COUNT = 34  # (a): at least 30, every family
+DIT_L_P2 = "dit_pixel_L_64x64x80_p2"  # (c): the group measured 62.1 GB
+
+
+def norm_groups(widths):
+    return next((g for g in range(32, 0, -1) if all(w % g == 0 for w in widths)), 1)
+
+
+def model_of(r):
+    fam = r["family"]
+    if fam == "unet":
+        return {
+            "family": "unet",
+            "channels": r["channels"],
+            "attention_levels": r["attention_levels"],
+            "num_res_blocks": r.get("num_res_blocks", 2),
+            "num_head_channels": r.get("num_head_channels", 64),
+            "norm_num_groups": norm_groups(r["channels"]),
+        }
+    m = {"family": fam, "patch": r["patch"]}
+    for k in ("variant", "hidden", "heads"):
+        if r.get(k) is not None:
+            m[k] = r[k]
+    if fam == "hdit":
+        m["level_depths"] = r["level_depths"]
+    elif r.get("depth") is not None:
+        m["depth"] = r["depth"]
+    return m
+
+
+def config_of(r, name, precision="bf16-amp"):
+    """The worker config of record `r` (the group's run: bf16 autocast, batch as recorded)."""
+    return {
+        "experiment": "gpu-check",
+        "name": name,
+        "model": model_of(r),
+        "input": {"channels": r["in_channels"], "spatial": r["spatial"]},
+        "out_channels": r["out_channels"],
+        "batch": r["batch"],
+        "precision": precision,
+        "grad_ckpt": r["grad_ckpt"],
+        "mode": "profile",
+        "steps": 1,
+        "gpu": "A100-SXM4-80GB",
+    }
+
+
+def read_records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _key(cfg):
+    c = dict(cfg, name="", experiment="")
+    return json.dumps(c, sort_keys=True)
+
+
+def spread(records, n):
+    """`n` records evenly spaced in log(peak) from the smallest to the largest,
+    every family present (its smallest record replaces the nearest pick)."""
+    records = sorted(records, key=lambda r: (r["peak_gb"], r["id"]))
+    if len(records) <= n:
+        return records
+    lo, hi = math.log(records[0]["peak_gb"]), math.log(records[-1]["peak_gb"])
+    chosen = []
+    for i in range(n):
+        target = lo + (hi - lo) * i / (n - 1)
+        best = min(
+            (r for r in records if r not in chosen),
+            key=lambda r: (abs(math.log(r["peak_gb"]) - target), r["id"]),
+        )
+        chosen.append(best)
+    for fam in sorted({r["family"] for r in records}):
+        if not any(r["family"] == fam for r in chosen):
+            first = next(r for r in records if r["family"] == fam)
+            counts = {}
+            for r in chosen:
+                counts[r["family"]] = counts.get(r["family"], 0) + 1
+            victim = max(
+                (r for r in chosen if counts[r["family"]] > 1),
+                key=lambda r: (counts[r["family"]], -abs(math.log(r["peak_gb"] / first["peak_gb"]))),
+            )
+            chosen[chosen.index(victim)] = first
+    return sorted(chosen, key=lambda r: (r["peak_gb"], r["id"]))
+
+
+def run_order(items):
+    """Smallest four first (they compile the kernels), then alternately the
+    largest and the smallest left: a part cut short by its budget keeps both
+    ends of the range."""
+    head, rest = items[:4], items[4:]
+    out = list(head)
+    while rest:
+        out.append(rest.pop())
+        if rest:
+            out.append(rest.pop(0))
+    return out
+
+
+def gpu_plan(records_path, card_gib):
+    """Parts (a)-(d) on a GPU of `card_gib` GiB."""
+    records = read_records(records_path)
+    cap = 0.9 * card_gib
+    seen, usable = set(), []
+    for r in records:
+        if r.get("framework") != "pytorch" or r.get("superseded") or r["status"] == "oom":
+            continue
+        if not r.get("peak_gb") or r["peak_gb"] > cap or r["id"] == DIT_L_P2:
+            continue
+        k = _key(config_of(r, ""))
+        if k in seen:
+            continue
+        seen.add(k)
+        usable.append(r)
+    fidelity = [dict(item(r), group_peak_gb=r["peak_gb"]) for r in spread(usable, FIDELITY_COUNT)]
+    dit_l = next(r for r in records if r["id"] == DIT_L_P2)
+    # (b): DiT-XL patch 2 on twice the tokens of the group's own OOM (DiT-XL at
+    # 80x64x64): about twice an 80 GB card by any runtime's physics.
+    xl = {k: v for k, v in dit_l.items() if k not in ("hidden", "heads", "depth", "tokens", "params_m")}
+    xl.update(id="dit_XL_p2_160x64x64", variant="XL", spatial=[160, 64, 64], peak_gb=None)
+    warm = [r for r in sorted(usable, key=lambda r: r["peak_gb"]) if r["peak_gb"] >= 0.5]
+    three = [next(r for r in warm if r["family"] == f) for f in ("unet", "dit", "hdit")]
+    return {
+        "fidelity": run_order(fidelity),
+        "oom": [dict(item(xl), expect="oom")],
+        "dit_l": [dict(item(dit_l), group_peak_gb=dit_l["peak_gb"])],
+        "cache": [item(r) for r in three],
+    }
+
+
+def item(r):
+    name = r["id"].replace("/", "_").replace("@", "_")
+    return {"id": r["id"], "config": config_of(r, name), "group_peak_gb": r.get("peak_gb")}
+
+
+def tiny(family, name, spatial=(8, 8, 8), **model):
+    """A CPU-sized config of `family` (the `--cpu` rehearsal)."""
+    base = {
+        "unet": {"channels": [8, 16], "attention_levels": [False, True], "num_res_blocks": 1, "num_head_channels": 8},
+        "dit": {"hidden": 32, "heads": 2, "depth": 2, "patch": 2},
+        "hdit": {"hidden": 32, "heads": 2, "patch": 2, "level_depths": [1, 1, 1]},
+        "uvit": {"hidden": 32, "heads": 2, "depth": 3, "patch": 2},
+    }[family]
+    r = dict(base, **model)
+    r.update(family=family, in_channels=1, out_channels=1, spatial=list(spatial), batch=1, grad_ckpt=False)
+    r["id"] = name
+    return r
+
+
+def cpu_plan():
+    """The same parts on a CPU: tiny configs of every family, a 64 MiB limit for the OOM."""
+    fams = [
+        tiny("unet", "tiny_unet"),
+        tiny("dit", "tiny_dit"),
+        tiny("hdit", "tiny_hdit"),
+        tiny("uvit", "tiny_uvit"),
+        tiny("dit", "tiny_dit_ckpt", grad_ckpt=True),
+        tiny("unet", "tiny_unet_16", spatial=(16, 16, 16)),
+    ]
+    fams[4]["grad_ckpt"] = True
+    big = tiny("dit", "tiny_dit_32_p1", spatial=(32, 32, 32), patch=1)
+    return {
+        "fidelity": [item(r) for r in fams],
+        "oom": [dict(item(big), expect="oom", memory_limit=64 << 20)],
+        "dit_l": [item(tiny("dit", "tiny_dit_p2_16", spatial=(16, 8, 8)))],
+        "cache": [item(r) for r in fams[:3]],
+    }
