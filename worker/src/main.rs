@@ -198,7 +198,7 @@ fn main() -> Result<()> {
         }
         Command::Warm(args) => std::process::exit(warm(&args)?),
         Command::Run(args) => {
-            let cfgs = configs_of(&args)?;
+            let (cfgs, memory_limit) = configs_of(&args)?;
             if cfgs.len() > 1 && args.from.is_none() {
                 // Several configs: a child worker runs them, restarted after one that does not end ok.
                 let (exe, through) = this_worker()?;
