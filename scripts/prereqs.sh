@@ -2,8 +2,7 @@
 # Build prerequisites on a fresh Debian machine: Rust must already be installed
 # (rustup); ssh2 builds libssh2 against OpenSSL, found with pkg-config; the
 # report's and explain's plots draw their text with a TrueType font (DejaVu);
-# mold links the test binaries (scripts/linker); jq reads cargo's JSON
-# messages in scripts/test.sh.
+# jq reads cargo's JSON messages in scripts/test.sh.
 # Sourced by scripts/demo.sh and scripts/test.sh.
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v cargo >/dev/null; then
@@ -11,7 +10,7 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 need=()
-for pkg in pkg-config libssl-dev fonts-dejavu-core mold jq; do
+for pkg in pkg-config libssl-dev fonts-dejavu-core jq; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -86,9 +86,9 @@ if [ "$quick" = 0 ]; then
     # The GPU code path on lavapipe: its test binary, run directly (cargo's
     # build lock stays free for the workspace tests), in a process group of
     # its own at the lowest priority.
-    exe() { # the executable of one test or bench target, built above
+    exe() { # the executable of one test target, built above
         cargo "$@" --locked "${features[@]}" --no-run --message-format=json 2>/dev/null |
-            jq -r 'select(.executable != null) | .executable'
+            jq -r 'select(.executable != null and .target.kind == ["test"]) | .executable'
     }
     vulkan_test=$(exe test --workspace --test vulkan_cpu)
     wait "$lavapipe_root" || {

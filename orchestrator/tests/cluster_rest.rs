@@ -155,7 +155,7 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
         &env,
         "rt-worker",
         "test",
-        "batch: 1\narray_parallelism: 2\n\
+        "batch: 1\narray_parallelism: 2\nworker: {backend: flex}\n\
          model: {family: unet, channels: [32, 64], attention_levels: [false, true], num_res_blocks: 1, num_head_channels: 32}\n\
          sweep:\n  configs:\n    - {name: unet_8}\n    - {name: dit_8, model: {family: dit, hidden: 64, heads: 4, depth: 2, patch: 2}}\n",
         0.0,

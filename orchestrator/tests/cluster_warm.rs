@@ -52,7 +52,7 @@ fn install_warm_completes_and_fills_the_nodes_cache(transport: &str) {
     std::fs::write(&clusters, clusters_entry(&env, transport, &work)).expect("clusters file");
     let state = dir.path().join("state");
     let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-        .args(["install", "--cluster", "test", "--warm", "--worker"])
+        .args(["install", "--cluster", "test", "--warm", "--backend", "flex", "--worker"])
         .arg(worker_binary())
         .arg("--clusters")
         .arg(&clusters)
@@ -67,7 +67,7 @@ fn install_warm_completes_and_fills_the_nodes_cache(transport: &str) {
     eprintln!("{said}");
     assert!(said.contains(&format!("installed {work}/bin/worker")), "{said}");
     let job = said.split("submitted warm-up job ").nth(1).and_then(|r| r.split_whitespace().next()).expect(&said);
-    assert!(said.contains("worker warm --backend flex into "), "the worker's only backend: {said}");
+    assert!(said.contains("worker warm --backend flex into "), "the backend asked for: {said}");
     let log = said.lines().find_map(|l| l.split_once("configs ok` at the end: ").map(|(_, p)| p.trim())).expect(&said);
     assert!(log.starts_with(&format!("{work}/warm/")) && log.ends_with("/warm.out"), "{log}");
 

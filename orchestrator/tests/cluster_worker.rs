@@ -203,7 +203,8 @@ fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
     let exp = experiment(
         sh,
         "cw-sweep",
-        "model: {family: unet, channels: [32, 64], attention_levels: [false, true], num_res_blocks: 1, num_head_channels: 32}\n\
+        "worker: {backend: flex}\n\
+         model: {family: unet, channels: [32, 64], attention_levels: [false, true], num_res_blocks: 1, num_head_channels: 32}\n\
          sweep:\n  configs:\n\
          \x20   - {name: unet_2L_16, input.spatial: [16, 16, 16]}\n\
          \x20   - {name: unet_3L_8, model: {family: unet, channels: [32, 32, 64], attention_levels: [false, false, true], num_res_blocks: [1, 1, 2], num_head_channels: 16}}\n\
@@ -370,7 +371,7 @@ fn cluster_worker_killed_is_recorded_and_resubmitted() {
     let exp = experiment(
         sh,
         "cw-kill",
-        "mode: train\nsteps: 1000000\nmodel: {family: dit, hidden: 32, heads: 2, depth: 1, patch: 4}\n",
+        "mode: train\nsteps: 1000000\nworker: {backend: flex}\nmodel: {family: dit, hidden: 32, heads: 2, depth: 1, patch: 4}\n",
     );
     let sweep = exp.sweep();
     let rep = rt().block_on(submit::submit(&sweep, &exp.opts, false)).expect("submit");

@@ -17,6 +17,7 @@ runtime: burn-flex
 batch: 1
 input: {channels: 1, spatial: [16, 16, 16]}
 output_channels: 1
+worker: {backend: flex}
 model: {family: unet, channels: [32, 64], attention_levels: [false, true], num_res_blocks: 1, num_head_channels: 32}
 sweep:
   configs:
@@ -198,11 +199,12 @@ fn a_backend_the_worker_was_built_without_is_named_with_how_to_build_it() {
     common::worker_binary();
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    std::fs::write(dir.join("truths.yaml"), format!("{EXPERIMENT}worker: {{backend: cuda}}\n")).expect("experiment");
+    std::fs::write(dir.join("truths.yaml"), EXPERIMENT.replace("worker: {backend: flex}", "worker: {backend: cuda}"))
+        .expect("experiment");
     let out = orchestrator(dir, &["submit", "truths.yaml"]);
     let text = common::text(&out);
     assert!(!out.status.success(), "{text}");
-    assert!(text.contains("was built without the `cuda` backend the experiment asks for (it has: flex)"), "{text}");
+    assert!(text.contains("was built without the `cuda` backend the experiment asks for (it has: flex"), "{text}");
     assert!(text.contains("cargo build --release -p worker --features cuda"), "{text}");
     assert!(text.contains("nothing was submitted"), "{text}");
 }

@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+import records  # noqa: E402
 
 GIB = float(1 << 30)
 
@@ -132,26 +133,14 @@ def phases(cfg, device, meter):
 
 
 def record(item, peaks, params, phase, err, dev):
-    cfg, m = item["config"], item["config"]["model"]
+    cfg = item["config"]
     r = {
         "id": f"gpu-check/pytorch/{cfg['name']}",
         "table": "gpu-check-pytorch" + ("-cpu" if dev["cpu"] else ""),
-        "family": m["family"],
         "framework": "pytorch",
         "gpu": dev["name"],
-        "precision": cfg["precision"],
-        "grad_ckpt": cfg["grad_ckpt"],
-        "batch": cfg["batch"],
-        "in_channels": cfg["input"]["channels"],
-        "out_channels": cfg["out_channels"],
-        "spatial": cfg["input"]["spatial"],
     }
-    for k in ("channels", "attention_levels", "num_res_blocks", "num_head_channels"):
-        if k in m:
-            r[k] = m[k]
-    for k in ("variant", "hidden", "heads", "depth", "patch", "level_depths"):
-        if k in m:
-            r[k] = m[k]
+    r.update(records.config_fields(cfg, cfg["precision"]))
     r["params_m"] = round(params / 1e6, 1) if params else None
     oom = err is not None
     peak = max(peaks.values()) if peaks else 0

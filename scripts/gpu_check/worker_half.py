@@ -12,6 +12,8 @@ import os
 import subprocess
 import time
 
+import records
+
 GIB = float(1 << 30)
 BUDGET_GIB = 60.0  # the group's policy: above it a run is `over_budget`
 
@@ -46,26 +48,13 @@ def to_record(cfg, env, result, table):
     precision = cfg["precision"]
     if env.get("requested_dtype") and env.get("dtype") == "f32":
         precision = "fp32"  # what ran: the device had no half type
-    m = cfg["model"]
     r = {
         "id": f"{table}/{cfg['name']}",
         "table": table,
-        "family": m["family"],
         "framework": f"burn-{env.get('backend', 'unknown')}",
         "gpu": env.get("device", "unknown"),
-        "precision": precision,
-        "grad_ckpt": cfg["grad_ckpt"],
-        "batch": cfg["batch"],
-        "in_channels": cfg["input"]["channels"],
-        "out_channels": cfg["out_channels"],
-        "spatial": cfg["input"]["spatial"],
     }
-    for k in ("channels", "attention_levels", "num_res_blocks", "num_head_channels"):
-        if k in m:
-            r[k] = m[k]
-    for k in ("variant", "hidden", "heads", "depth", "patch", "level_depths"):
-        if k in m:
-            r[k] = m[k]
+    r.update(records.config_fields(cfg, precision))
     r["params_m"] = round(result["params"] / 1e5) / 10
     if not oom:
         r["peak_gb"], r["peak_bytes"] = peak, peak_bytes

@@ -1,0 +1,21 @@
+"""The fields of a measurement record (spec/src/record.rs) that a config
+gives: one definition for the PyTorch half and the worker half."""
+
+MODEL_KEYS = ("channels", "attention_levels", "num_res_blocks", "num_head_channels",
+              "variant", "hidden", "heads", "depth", "patch", "level_depths")
+
+
+def config_fields(cfg, precision):
+    """The record fields of `cfg` (a RunConfig as JSON), run at `precision`."""
+    m = cfg["model"]
+    r = {
+        "family": m["family"],
+        "precision": precision,
+        "grad_ckpt": cfg["grad_ckpt"],
+        "batch": cfg["batch"],
+        "in_channels": cfg["input"]["channels"],
+        "out_channels": cfg["out_channels"],
+        "spatial": cfg["input"]["spatial"],
+    }
+    r.update({k: m[k] for k in MODEL_KEYS if k in m})
+    return r
