@@ -134,18 +134,6 @@ impl SshShell {
             match op(conn) {
                 Ok(v) => return Ok(v),
                 Err(OpError::Final(e)) => return Err(e),
-                Err(OpError::Hung(e)) => {
-                    // Reconnecting would not make the command answer; the
-                    // session may be mid-command: forget it.
-                    *guard = None;
-                    if !retry {
-                        return Err(TransportError::Uncertain {
-                            target: self.target.label(),
-                            command: what.to_string(),
-                        });
-                    }
-                    return Err(e);
-                }
                 Err(OpError::Dropped(e)) => {
                     // The session is unusable: forget it either way.
                     *guard = None;
@@ -194,9 +182,6 @@ enum OpError {
     Dropped(TransportError),
     /// The operation failed on a healthy session.
     Final(TransportError),
-    /// The host was reached and the command started, but it said nothing
-    /// within the command timeout: not retried.
-    Hung(TransportError),
 }
 
 /// SFTP status codes that mean the request failed, not the session.
@@ -219,8 +204,10 @@ impl Shell for SshShell {
             ch.exec(&command).map_err(drop)?;
             let mut stdout = Vec::new();
             ch.read_to_end(&mut stdout).map_err(|e| {
+                // A silent link and a silent command look the same from here:
+                // reconnected and retried like a drop, but said as what it is.
                 if e.kind() == std::io::ErrorKind::TimedOut {
-                    return OpError::Hung(TransportError::Silent {
+                    return OpError::Dropped(TransportError::Silent {
                         target: self.target.label(),
                         command: command.clone(),
                         seconds: self.command_timeout.as_secs(),
