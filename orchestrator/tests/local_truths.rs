@@ -113,7 +113,11 @@ fn laptop(dir: &Path, worker: &Path) {
 fn laptop_with_fake_worker(dir: &Path, job: &str) {
     use std::os::unix::fs::PermissionsExt;
     let fake = dir.join("worker.sh");
-    let script = format!("#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'worker 0.1.0'; exit 0; }}\n{job}\n");
+    // Answers `--version` and `backends` (what `submit` asks first), then does `job`.
+    let script = format!(
+        "#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'worker 0.1.0'; exit 0; }}\n\
+         [ \"$1\" = backends ] && {{ echo flex; exit 0; }}\n{job}\n"
+    );
     std::fs::write(&fake, script).expect("fake worker");
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     laptop(dir, &fake);
