@@ -8,8 +8,12 @@ Parts, each with a time budget (seconds; unused time passes to the next):
      `worker run --config`, one process each, as `worker fidelity` runs them,
      sharing one kernel cache
   c  DiT-L patch 2 at 80x64x64 (the group measured 62.1 GB)
+  m  the same with Burn's decomposed attention (`--attention materialised`):
+     it must end `oom`
   b  a config that must not fit: it must end `oom`
-  d  three configs cold (a fresh kernel cache) then warm (the same cache)
+  t  four group-sized configs, one per family, each in its own process: cold
+     (each on an empty kernel cache), then `worker warm` filling a cache, then
+     warm from it, then the four as one task (`configs_per_task: 4`)
 
 Records land in OUT as the project reads them (spec/src/record.rs):
 worker.jsonl (`orchestrator calibrate --records`), pytorch.jsonl (also what
@@ -30,8 +34,8 @@ import plan as planner  # noqa: E402
 import summary  # noqa: E402
 from worker_half import WorkerHalf  # noqa: E402
 
-BUDGETS = {"setup": 20, "e": 100, "a": 200, "c": 60, "b": 40, "d": 80}
-ORDER = ["e", "a", "c", "b", "d"]
+BUDGETS = {"setup": 20, "e": 80, "a": 140, "c": 60, "m": 30, "b": 30, "t": 130}
+ORDER = ["e", "a", "c", "m", "b", "t"]
 
 
 def args():
@@ -44,7 +48,8 @@ def args():
     p.add_argument("--card-gib", type=float, default=None, help="the device's memory (default: from nvidia-smi, else 79.2)")
     p.add_argument("--budget", action="append", default=[], metavar="PART=SECONDS")
     p.add_argument("--scratch", default=None, help="kernel caches (default: a temp dir; not part of OUT)")
-    p.add_argument("--parts", default="".join(ORDER), help="which parts to run (default: all, as eacbd)")
+    p.add_argument("--per-config", type=float, default=None, help="seconds a config may take (default: 120; 30 with --cpu)")
+    p.add_argument("--parts", default="".join(ORDER), help="which parts to run (default: all, as eacmbt)")
     return p.parse_args()
 
 
@@ -90,10 +95,33 @@ def run_items(half, clock, part, items, per_config, **kw):
             continue
         d = half.run(part, it, min(per_config, clock.left()), **kw)
         print(f"worker {part}: {it['id']}: {d['status']} ({d['wall_s']} s)", flush=True)
+        if it.get("expect") and d["status"] != it["expect"]:
+            print(f"worker {part}: {it['id']}: expected `{it['expect']}`, got `{d['status']}`", flush=True)
         rows.append(d)
     if skipped:
         print(f"worker {part}: budget spent, not run: {', '.join(skipped)}", flush=True)
     return rows, skipped
+
+
+def timing(half, clock, items, scratch, per_config):
+    """Part t: cold, `worker warm`, warm, then the four as one task."""
+    skipped = []
+    for i, it in enumerate(items):  # each cold: a kernel cache of its own, empty
+        rows, s = run_items(half, clock, "t-cold", [it], per_config, cache_dir=os.path.join(scratch, f"cold-{i}"))
+        skipped += s
+    cache = os.path.join(scratch, "warmed")
+    if clock.left() > 10:
+        w = half.warm("t-worker-warm", cache, min(3 * per_config, clock.left()))
+        print(f"worker warm: exit {w['exit']} ({w['wall_s']} s)", flush=True)
+    _, s = run_items(half, clock, "t-warm", items, per_config, cache_dir=cache, record=False)
+    skipped += s
+    if clock.left() > 10:
+        task, rows = half.task("t-task", items, clock.left(), cache_dir=cache)
+        statuses = ", ".join(f"{r['id']} {r['status']}" for r in rows)
+        print(f"worker task of {len(items)}: exit {task['exit']} ({task['wall_s']} s): {statuses}", flush=True)
+    else:
+        skipped.append("task")
+    return skipped
 
 
 def main():
@@ -122,7 +150,8 @@ def main():
     table = "gpu-check-cpu" if a.cpu else "gpu-check"
     half = WorkerHalf(a.worker, backend, a.out, work, table)
     clock, skipped = Clock(budgets), {}
-    per_config = 30 if a.cpu else 120
+    per_config = a.per_config or (30 if a.cpu else 120)
+    cache = os.path.join(scratch, "cache")  # parts a, c, m, b: one node's cache
     for p in parts:
         deadline = clock.part(p)
         if p == "e":
@@ -132,16 +161,17 @@ def main():
             except subprocess.TimeoutExpired:
                 print("pytorch: killed at its budget", flush=True)
         elif p == "a":
-            _, skipped["a"] = run_items(half, clock, "a", plan["fidelity"], per_config, cache_dir=os.path.join(scratch, "cache"))
+            _, skipped["a"] = run_items(half, clock, "a", plan["fidelity"], per_config, cache_dir=cache)
         elif p == "c":
-            _, skipped["c"] = run_items(half, clock, "c", plan["dit_l"], clock.left(), cache_dir=os.path.join(scratch, "cache"))
+            _, skipped["c"] = run_items(half, clock, "c", plan["dit_l"], clock.left(), cache_dir=cache)
+        elif p == "m":
+            _, skipped["m"] = run_items(
+                half, clock, "m", plan["materialised"], clock.left(), cache_dir=cache, attention="materialised", record=False
+            )
         elif p == "b":
-            _, skipped["b"] = run_items(half, clock, "b", plan["oom"], clock.left(), cache_dir=os.path.join(scratch, "cache"))
-        elif p == "d":
-            cold = os.path.join(scratch, "cache-d")
-            for tag in ("-cold", "-warm"):
-                _, s = run_items(half, clock, "d", plan["cache"], per_config, cache_dir=cold, tag=tag)
-                skipped["d" + tag] = s
+            _, skipped["b"] = run_items(half, clock, "b", plan["oom"], clock.left(), cache_dir=cache)
+        elif p == "t":
+            skipped["t"] = timing(half, clock, plan["timing"], scratch, per_config)
         clock.end()
     total = round(time.time() - clock.start, 1)
     text = summary.markdown(a.out, plan, clock.spent, skipped, total, estimate, a.cpu)

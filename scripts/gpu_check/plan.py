@@ -1,7 +1,9 @@
 """What the GPU check runs: the group's configs chosen from small to near the
-card, the config that must not fit, DiT-L patch 2 at 80x64x64, the three
-configs run cold then warm; in `--cpu` mode tiny stand-ins of each, so the
-same code path runs on a CPU in a minute or two.
+card, the config that must not fit, DiT-L patch 2 at 80x64x64 (with the
+memory-efficient attention, then with the decomposed one, which must end
+`oom`), and four group-sized configs, one per family, timed cold, warm and as
+one task of four; in `--cpu` mode tiny stand-ins of each, so the same code
+path runs on a CPU in a minute or two.
 
 A config is a worker `spec::RunConfig` as JSON (what `worker run --config`
 reads), built from a measurement record as `MeasurementRecord::run_config`
@@ -15,6 +17,9 @@ import math
 
 FIDELITY_COUNT = 34  # (a): at least 30, every family
 DIT_L_P2 = "dit_pixel_L_64x64x80_p2"  # (c): the group measured 62.1 GB
+# (t): one per family, group-sized: DiT-B patch 4 on the latent, a latent
+# UNet, HDiT-S, U-ViT-S (issue 31).
+TIMING = ("dit_latent_B_64x64x80_p4", "unet_lat4x_4L_small", "hdit_S_p4__1_2_6_2_1", "uvit_S_p8")
 
 
 def norm_groups(widths):
@@ -129,17 +134,20 @@ def gpu_plan(records_path, card_gib):
         usable.append(r)
     fidelity = [dict(item(r), group_peak_gb=r["peak_gb"]) for r in spread(usable, FIDELITY_COUNT)]
     dit_l = next(r for r in records if r["id"] == DIT_L_P2)
-    # (b): DiT-XL patch 2 on twice the tokens of the group's own OOM (DiT-XL at
-    # 80x64x64): about twice an 80 GB card by any runtime's physics.
+    # (b): DiT-XL patch 2 on at least twice the card's memory: the group's own
+    # OOM is DiT-XL at 80x64x64 (40,960 tokens) on an 80 GB card, and the peak
+    # grows with the tokens, so 80 slices for every 40 GiB of card.
+    depth = 80 * max(2, math.ceil(card_gib / 40))
     xl = {k: v for k, v in dit_l.items() if k not in ("hidden", "heads", "depth", "tokens", "params_m")}
-    xl.update(id="dit_XL_p2_160x64x64", variant="XL", spatial=[160, 64, 64], peak_gb=None)
-    warm = [r for r in sorted(usable, key=lambda r: r["peak_gb"]) if r["peak_gb"] >= 0.5]
-    three = [next(r for r in warm if r["family"] == f) for f in ("unet", "dit", "hdit")]
+    xl.update(id=f"dit_XL_p2_{depth}x64x64", variant="XL", spatial=[depth, 64, 64], peak_gb=None)
+    by_id = {r["id"]: r for r in records}
     return {
         "fidelity": run_order(fidelity),
         "oom": [dict(item(xl), expect="oom")],
         "dit_l": [dict(item(dit_l), group_peak_gb=dit_l["peak_gb"])],
-        "cache": [item(r) for r in three],
+        # (m): the same with Burn's decomposed attention: 107 GB of f32 scores per head group.
+        "materialised": [dict(item(dit_l), expect="oom")],
+        "timing": [dict(item(by_id[i]), group_peak_gb=by_id[i]["peak_gb"]) for i in TIMING],
     }
 
 
@@ -148,7 +156,7 @@ def item(r):
     return {"id": r["id"], "config": config_of(r, name), "group_peak_gb": r.get("peak_gb")}
 
 
-def tiny(family, name, spatial=(8, 8, 8), **model):
+def tiny(family, name, spatial=(8, 8, 8), ckpt=False, **model):
     """A CPU-sized config of `family` (the `--cpu` rehearsal)."""
     base = {
         "unet": {"channels": [8, 16], "attention_levels": [False, True], "num_res_blocks": 1, "num_head_channels": 8},
@@ -157,26 +165,28 @@ def tiny(family, name, spatial=(8, 8, 8), **model):
         "uvit": {"hidden": 32, "heads": 2, "depth": 3, "patch": 2},
     }[family]
     r = dict(base, **model)
-    r.update(family=family, in_channels=1, out_channels=1, spatial=list(spatial), batch=1, grad_ckpt=False)
+    r.update(family=family, in_channels=1, out_channels=1, spatial=list(spatial), batch=1, grad_ckpt=ckpt)
     r["id"] = name
     return r
 
 
 def cpu_plan():
     """The same parts on a CPU: tiny configs of every family, a 64 MiB limit for the OOM."""
+    # Checkpointed as the group runs them: every HDiT and U-ViT, the s2d UNets.
     fams = [
-        tiny("unet", "tiny_unet"),
+        tiny("unet", "tiny_unet_ckpt", ckpt=True),
         tiny("dit", "tiny_dit"),
-        tiny("hdit", "tiny_hdit"),
-        tiny("uvit", "tiny_uvit"),
-        tiny("dit", "tiny_dit_ckpt", grad_ckpt=True),
+        tiny("hdit", "tiny_hdit_ckpt", ckpt=True),
+        tiny("uvit", "tiny_uvit_ckpt", ckpt=True),
+        tiny("dit", "tiny_dit_ckpt", ckpt=True),
         tiny("unet", "tiny_unet_16", spatial=(16, 16, 16)),
     ]
-    fams[4]["grad_ckpt"] = True
     big = tiny("dit", "tiny_dit_32_p1", spatial=(32, 32, 32), patch=1)
     return {
         "fidelity": [item(r) for r in fams],
         "oom": [dict(item(big), expect="oom", memory_limit=64 << 20)],
-        "dit_l": [item(tiny("dit", "tiny_dit_p2_16", spatial=(16, 8, 8)))],
-        "cache": [item(r) for r in fams[:3]],
+        # 4,096 tokens: 128 MiB of f32 scores a layer for the decomposed attention, over a 64 MiB limit.
+        "dit_l": [item(tiny("dit", "tiny_dit_p1_16", spatial=(16, 16, 16), patch=1))],
+        "materialised": [dict(item(tiny("dit", "tiny_dit_p1_16", spatial=(16, 16, 16), patch=1)), expect="oom", memory_limit=64 << 20)],
+        "timing": [item(r) for r in fams[:4]],
     }

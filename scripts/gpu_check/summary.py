@@ -1,6 +1,7 @@
 """summary.md of a GPU check: each config's peak by the group, by PyTorch on
-this device and by the worker, the cold and warm runs, and the time each part
-took against its budget."""
+this device and by the worker, the decomposed attention's OOM, the timed
+runs (cold, warm, one task of four), and the time each part took against its
+budget."""
 
 import json
 import os
@@ -47,13 +48,52 @@ def markdown(out, plan, spent, skipped, total, estimate, cpu):
                 f"| {part} | {it['id']} | {it['config']['model']['family']} | {group if group is not None else it.get('expect', '-')} "
                 f"| {_gib(t)} | {_gib(w)} | {_err(w, t)} |"
             )
-    runs = [d for d in _read(os.path.join(out, "phases.jsonl")) if d["half"] == "worker" and d["part"].startswith("d-")]
-    if runs:
-        lines += ["", "| config | cold s | warm s | kernel cache cold / warm |", "|---|---|---|---|"]
-        for it in plan.get("cache", []):
-            cold = next((d for d in runs if d["id"] == it["id"] and d["part"] == "d-cold"), None)
-            warm = next((d for d in runs if d["id"] == it["id"] and d["part"] == "d-warm"), None)
-            wall = lambda d: f"{d['wall_s']:.1f}" if d else "-"  # noqa: E731
-            cache = f"{(cold or {}).get('kernel_cache')} / {(warm or {}).get('kernel_cache')}"
-            lines.append(f"| {it['id']} | {wall(cold)} | {wall(warm)} | {cache} |")
+    details = [d for d in _read(os.path.join(out, "phases.jsonl")) if d["half"] == "worker"]
+    lines += _materialised(details, plan) + _timing(details, plan)
     return "\n".join(lines) + "\n"
+
+
+def _row(details, part, id_):
+    return next((d for d in details if d["part"] == part and d["id"] == id_), None)
+
+
+def _materialised(details, plan):
+    lines = []
+    for it in plan.get("materialised", []):
+        d = _row(details, "m", it["id"])
+        if d:
+            got = d["status"] + (f" in {d['message']}" if d.get("message") else "")
+            lines += ["", f"Decomposed attention (`--attention materialised`), {it['id']}: expected `{it['expect']}`, "
+                          f"got {got} ({d['wall_s']} s)."]
+    return lines
+
+
+def _phases(d):
+    if not d or not d.get("phase_s"):
+        return "-"
+    return " / ".join(f"{d['phase_s'].get(p, 0):.2f}" for p in ("model", "fwd", "bwd", "step"))
+
+
+def _timing(details, plan):
+    items = plan.get("timing", [])
+    if not any(d["part"].startswith("t-") for d in details):
+        return []
+    lines = ["", "Four configs, one per family, each in its own process (wall seconds; phases model / fwd / bwd / step):", "",
+             "| config | cold wall | cold phases | warm wall | warm phases | peak alone | peak in the task of 4 | task vs alone |",
+             "|---|---|---|---|---|---|---|---|"]
+    for it in items:
+        cold, warm, task = (_row(details, p, it["id"]) for p in ("t-cold", "t-warm", "t-task"))
+        wall = lambda d: f"{d['wall_s']:.1f}" if d and d.get("wall_s") is not None else "-"  # noqa: E731
+        peak = lambda d: d["peak_bytes"] if d and d.get("status") == "ok" and d.get("peak_bytes") else None  # noqa: E731
+        alone, inside = peak(warm) or peak(cold), peak(task)
+        diff = f"{100 * (inside / alone - 1):+.2f}%" if alone and inside else "-"
+        fmt = lambda b: f"{b / GIB:.3f} GiB" if b else "-"  # noqa: E731
+        lines.append(f"| {it['id']} | {wall(cold)} | {_phases(cold)} | {wall(warm)} | {_phases(warm)} | {fmt(alone)} | {fmt(inside)} | {diff} |")
+    w, t = _row(details, "t-worker-warm", "worker warm"), _row(details, "t-task", f"task of {len(items)}")
+    if w:
+        lines += ["", f"`worker warm` (filling the cache the warm runs read): {w['wall_s']:.1f} s, exit {w['exit']}."]
+    if t:
+        alone = sum(d["wall_s"] for d in details if d["part"] == "t-warm" and d.get("wall_s"))
+        lines += [f"The task of {len(items)} (one `worker run --manifest`, warm cache): {t['wall_s']:.1f} s, exit {t['exit']}; "
+                  f"the same configs alone, warm: {alone:.1f} s in all."]
+    return lines

@@ -158,7 +158,7 @@ def record(item, peaks, params, phase, err, dev):
         r["memory_limit_gb"] = item["memory_limit"] / GIB
     r["config_name"] = cfg["name"]
     note = f"torch {torch.__version__}, bf16 autocast, SDPA, AdamW foreach"
-    if m["family"] == "unet" and cfg["grad_ckpt"]:
+    if cfg["model"]["family"] == "unet" and cfg["grad_ckpt"]:
         note += ", no checkpointing (MONAI's DiffusionModelUNet has no hooks)"
     r["note"] = note + (f", oom in {phase}" if oom else "")
     return {k: v for k, v in r.items() if v is not None}

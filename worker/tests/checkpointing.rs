@@ -95,3 +95,21 @@ fn checkpointed_transformer_blocks_keep_only_their_inputs() {
         assert!(plain > 0 && ckpt * 5 < plain, "{family}: {ckpt} B checkpointed vs {plain} B plain");
     }
 }
+
+/// Under autocast the pieces hand on tensors of two types (the 16-bit block
+/// outputs, the f32 conditioning): seeding a piece that handed on both adds
+/// their products, which must promote as autocast does. Before the fix every
+/// checkpointed transformer run in `bf16-amp` failed in backward ("binary_op:
+/// dtype mismatch left: BF16 right: F32"), the group's HDiT and U-ViT runs
+/// among them.
+#[test]
+fn checkpointed_blocks_run_under_autocast() {
+    let dir = tempfile::tempdir().unwrap();
+    for (family, model) in [("dit", dit(2)), ("hdit", hdit(vec![1, 1, 1])), ("uvit", uvit(3))] {
+        let cfg = RunConfig { precision: Precision::Bf16Amp, ..config(&format!("{family}_amp_ckpt"), model, true) };
+        let (ckpt, phases, status) = run(dir.path(), &cfg);
+        assert_eq!(status, RunStatus::Ok, "{}", cfg.name);
+        assert_eq!(ckpt, Some(Checkpointing::Block), "{}", cfg.name);
+        assert!(phases[2].2 > 0.0, "{}: gradient norm {}", cfg.name, phases[2].2);
+    }
+}

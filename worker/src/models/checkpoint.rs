@@ -128,7 +128,7 @@ impl<'a> Tape<'a> {
                             leaves[id] = None;
                             seeds[id].take().map(|g| amp::mul(t, g).sum())
                         })
-                        .reduce(|a, b| a + b);
+                        .reduce(amp::add);
                     if let Some(s) = seeded {
                         let mut grads = s.backward();
                         collect(&mut grads, &leaves, &mut seeds, &mut params, model);
