@@ -226,13 +226,14 @@ fn plan_and_render_size_the_time_limit_per_task_and_warn_when_it_is_short() {
     let out = run(&["plan", file, "--state-dir", state]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
-    // (400 + 2 x 60) s, +50%: 13 minutes; nothing measured yet, so the defaults, said so.
-    let want = "time: suggest 00:13:00 per task (3 configs: 1 cold x 400 s + 2 warm x 60 s, +50%); \
+    // (400 + 2 x 90) s, +50%: 15 minutes; nothing measured yet, so the defaults, said so.
+    let want = "time: suggest 00:15:00 per task (3 configs: 1 cold x 400 s + 2 warm x 90 s, +50%); \
                 slurm.time 00:10:00 is too short\n\
                 time: cold 400 s from the default (no cold run of this sweep yet; an H100's first runs took 100-400 s, \
-                docs/gpu.md); warm 60 s from the default (no warm run of this sweep yet)\n";
+                docs/gpu.md); warm 90 s from the default (no warm run of this sweep yet; on an H200 a config after \
+                another took 87 s, docs/gpu.md)\n";
     assert!(stdout.ends_with(want), "{stdout}");
-    assert!(stderr.contains("slurm.time 00:10:00 is shorter than the 00:13:00 a task is expected to need"), "{stderr}");
+    assert!(stderr.contains("slurm.time 00:10:00 is shorter than the 00:15:00 a task is expected to need"), "{stderr}");
     // render: the scripts on stdout (two tasks for five configs), the suggestion on stderr.
     let out = run(&["render", file, "--state-dir", state, "--cluster", "local"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));

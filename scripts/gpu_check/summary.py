@@ -97,3 +97,86 @@ def _timing(details, plan):
         lines += [f"The task of {len(items)} (one `worker run --manifest`, warm cache): {t['wall_s']:.1f} s, exit {t['exit']}; "
                   f"the same configs alone, warm: {alone:.1f} s in all."]
     return lines
+
+
+def _pct(a, b):
+    return 100.0 * (a / b - 1.0)
+
+
+def _stats(errs):
+    """(median, p90) of the absolute errors, in percent."""
+    xs = sorted(abs(e) for e in errs)
+    if not xs:
+        return None
+    med = xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+    return med, xs[min(len(xs) - 1, int(0.9 * len(xs)))]
+
+
+def comparison(out):
+    """The tables docs/gpu.md shows of a GPU check's directory: each config the
+    PyTorch half or the worker measured, beside the group's record, and the
+    errors per family."""
+    with open(os.path.join(out, "plan.json")) as f:
+        plan = json.load(f)
+    torch_rows = {r["config_name"]: r for r in _read(os.path.join(out, "pytorch.jsonl"))}
+    worker_rows = {r["config_name"]: r for r in _read(os.path.join(out, "worker.jsonl"))}
+    lines = ["| config | family | group GiB | PyTorch GiB | PyTorch vs group | worker GiB | worker vs PyTorch |",
+             "|---|---|---|---|---|---|---|"]
+    by_family = {}
+    for part in ("fidelity", "dit_l", "oom"):
+        for it in plan.get(part, []):
+            name, fam, group = it["config"]["name"], it["config"]["model"]["family"], it.get("group_peak_gb")
+            t, w = torch_rows.get(name), worker_rows.get(name)
+            if t is None and w is None:
+                continue
+            tg = t["peak_bytes"] / GIB if t and t.get("peak_bytes") else None
+            wg = w["peak_bytes"] / GIB if w and w.get("peak_bytes") else None
+            vs_group = _pct(tg, group) if tg and group else None
+            vs_torch = _pct(wg, tg) if tg and wg else None
+            fam_errs = by_family.setdefault(fam, ([], []))
+            if vs_group is not None:
+                fam_errs[0].append(vs_group)
+            if vs_torch is not None:
+                fam_errs[1].append(vs_torch)
+            cell = lambda v, f: "-" if v is None else f.format(v)  # noqa: E731
+            lines.append(f"| {name} | {fam} | {cell(group, '{:.1f}')} | {cell(tg, '{:.3f}')} | {cell(vs_group, '{:+.1f}%')} "
+                         f"| {cell(wg, '{:.3f}')} | {cell(vs_torch, '{:+.1f}%')} |")
+    lines += ["", "| family | PyTorch runs | PyTorch vs group: median, p90 abs. | worker runs | worker vs PyTorch: median, p90 abs. |",
+              "|---|---|---|---|---|"]
+    for fam, (g, w) in sorted(by_family.items()):
+        fmt = lambda s: "-" if s is None else f"{s[0]:.1f}%, {s[1]:.1f}%"  # noqa: E731
+        lines.append(f"| {fam} | {len(g)} | {fmt(_stats(g))} | {len(w)} | {fmt(_stats(w))} |")
+    return "\n".join(lines) + "\n"
+
+
+def runs_table(out):
+    """Every worker run of a GPU check's directory (phases.jsonl, and the
+    events of runs made after it, followup-events.jsonl): its end, the kernel
+    cache it found, and seconds per phase."""
+    rows = []
+    for d in _read(os.path.join(out, "phases.jsonl")):
+        if d["half"] == "worker" and d.get("phase_s") is not None:
+            rows.append((d["id"], d["part"], d.get("kernel_cache") or "-", d["phase_s"], d.get("worker_wall_s"), d["status"]))
+    start = None
+    for e in _read(os.path.join(out, "followup-events.jsonl")):
+        if e["event"] == "start":
+            start, phases = e, {}
+        elif e["event"] == "phase_end":
+            phases[e["phase"]] = e["seconds"]
+        elif e["event"] == "result" and start is not None:
+            rows.append((start["config"], "after", start["env"].get("kernel_cache", "-"), phases, e.get("wall_s"), e["status"]))
+    lines = ["| config | run | kernel cache | model s | fwd s | bwd s | step s | worker wall s | end |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, part, cache, ph, wall, status in rows:
+        cell = lambda p: f"{ph[p]:.2f}" if p in ph else "-"  # noqa: E731
+        w = f"{wall:.1f}" if wall is not None else "-"
+        lines.append(f"| {name} | {part} | {cache} | {cell('model')} | {cell('fwd')} | {cell('bwd')} | {cell('step')} | {w} | {status} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: summary.py DIR  (a GPU check's records: the tables docs/gpu.md shows)")
+    print(comparison(sys.argv[1]))
+    print(runs_table(sys.argv[1]), end="")

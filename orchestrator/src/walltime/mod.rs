@@ -24,10 +24,15 @@ use crate::sweep::Sweep;
 pub const MARGIN: f64 = 0.5;
 
 /// A config's first run on a GPU without a kernel cache: the slowest of the
-/// January H100 runs (docs/gpu.md: 100-400 s, nearly all of it compiling).
+/// January H100 runs (docs/gpu.md: 100-400 s, nearly all of it compiling); on
+/// an H200 (2026-11-26) no cold run ended within its 120-130 s.
 const GPU_COLD_S: f64 = 400.0;
-/// A GPU config with its kernels compiled: no run has measured it yet.
-const GPU_WARM_S: f64 = 60.0;
+/// A GPU config after another one on the same node: its kernels are compiled
+/// for the other config's shapes only, and CubeCL compiles and autotunes per
+/// shape. Measured on an H200 (docs/gpu.md, "The GPU check on an H200"): the
+/// smallest DiT-S at twice the tokens of the config before it, 86.7 s; the
+/// same config again, 1.5 s.
+const GPU_WARM_S: f64 = 90.0;
 /// A config on the CPU backend, which compiles no kernels: cold and warm alike.
 const CPU_S: f64 = 60.0;
 
@@ -214,7 +219,11 @@ pub fn suggest(sweep: &Sweep, m: &Measured, set: Option<&str>) -> Suggestion {
     };
     let warm = match warm_measured {
         Some(w) => w,
-        None if gpu => Estimate { seconds: GPU_WARM_S, from: "the default (no warm run of this sweep yet)".into() },
+        None if gpu => Estimate {
+            seconds: GPU_WARM_S,
+            from: "the default (no warm run of this sweep yet; on an H200 a config after another took 87 s, docs/gpu.md)"
+                .into(),
+        },
         None => {
             Estimate { seconds: cold.seconds, from: "the cold figure (the CPU backend compiles no kernels)".into() }
         }

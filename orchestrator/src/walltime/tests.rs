@@ -40,19 +40,19 @@ fn a_gpu_task_of_k_configs_is_one_cold_and_k_minus_one_warm_by_default() {
         &Measured::default(),
         Some("00:10:00"),
     );
-    // (400 + 2 x 60) x 1.5 = 780 s: 13 minutes.
-    assert_eq!((s.configs, s.limit_s), (3, 780));
+    // (400 + 2 x 90) x 1.5 = 870 s: 15 minutes (whole minutes, rounded up).
+    assert_eq!((s.configs, s.limit_s), (3, 900));
     assert_eq!(s.too_short(), Some("00:10:00"));
     let text = s.to_string();
     assert!(
         text.starts_with(
-            "time: suggest 00:13:00 per task (3 configs: 1 cold x 400 s + 2 warm x 60 s, +50%); \
+            "time: suggest 00:15:00 per task (3 configs: 1 cold x 400 s + 2 warm x 90 s, +50%); \
              slurm.time 00:10:00 is too short\n"
         ),
         "{text}"
     );
     assert!(text.contains("docs/gpu.md") && text.contains("default"), "{text}");
-    assert!(s.warning().is_some_and(|w| w.contains("slurm.time 00:10:00 is shorter than the 00:13:00")));
+    assert!(s.warning().is_some_and(|w| w.contains("slurm.time 00:10:00 is shorter than the 00:15:00")));
     // One config a task, and a long enough limit: no warning.
     let s = suggest(&sweep("runtime: burn-vulkan\n"), &Measured::default(), Some("1:00:00"));
     assert_eq!((s.configs, s.limit_s, s.too_short()), (1, 600, None));

@@ -11,7 +11,7 @@ pub fn repo_root() -> PathBuf {
 pub fn scratch_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("scratch dir");
     let root = repo_root();
-    for sub in ["experiments", "templates", "data", "docs"] {
+    for sub in ["experiments", "templates", "data", "docs", "scripts"] {
         copy_dir(&root.join(sub), &dir.path().join(sub));
     }
     dir
@@ -30,11 +30,18 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// trycmd with the names the docs call the binary by, all this build's.
+/// trycmd with the names the docs call the binary by, all this build's, and
+/// `python3` (docs/gpu.md's tables of a GPU check come from a Python script of
+/// the standard library alone).
 pub fn cases() -> trycmd::TestCases {
     let bin = Path::new(env!("CARGO_BIN_EXE_orchestrator"));
     let cases = trycmd::TestCases::new();
+    let python = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("python3"))
+        .find(|p| p.is_file())
+        .expect("python3 on PATH (docs/gpu.md runs scripts/gpu_check/summary.py)");
     cases
+        .register_bin("python3", python)
         .register_bin("orchestrator", bin)
         .register_bin("target/release/orchestrator", bin)
         // Plain text whatever the terminal: no colours, no progress bars.
