@@ -5,7 +5,8 @@ use clap::{CommandFactory, Parser, Subcommand};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use orchestrator::{plan, precheck, submit, sweep, walltime};
+use orchestrator::cluster::ClustersFile;
+use orchestrator::{plan, precheck, state, submit, sweep, walltime};
 
 #[derive(Parser)]
 #[command(
@@ -72,6 +73,10 @@ enum Command {
         /// One JSON object per config instead of the table.
         #[arg(long)]
         json: bool,
+        /// The cluster to plan for, as `submit --cluster` (default: where the
+        /// sweep was first submitted, else the experiment's `cluster:`, else `local`).
+        #[arg(long)]
+        cluster: Option<String>,
     },
     /// Predict the peak memory of measurement records (measured fields ignored): one JSON line each.
     Predict {
@@ -215,7 +220,7 @@ fn restore_default_sigpipe() {
 
 fn run(command: Command) -> Result<()> {
     match command {
-        Command::Plan { exp, json } => {
+        Command::Plan { exp, json, cluster } => {
             let sweep = exp.load()?;
             let (predictor, source) = exp.predictor(&sweep)?;
             let rows = plan::rows(&sweep, &predictor);
@@ -226,9 +231,14 @@ fn run(command: Command) -> Result<()> {
             } else {
                 print!("{}", plan::table(&sweep, &rows));
                 println!("calibration: {source}");
-                let cluster = submit::ClusterChoice::of(None, &sweep, None);
+                // The cluster `submit` and `resume` would use, and why.
+                let stored = state::View::new(&exp.state_dir, &sweep.experiment.name)?.sweep()?;
+                let cluster = submit::ClusterChoice::of(cluster.as_deref(), &sweep, stored.as_ref());
                 println!("cluster: {cluster}");
-                if cluster.check(&sweep).is_err() {
+                let (clusters, label) = ClustersFile::load_or_default(None)?;
+                if let Err(e) = clusters.get(&cluster.name, &label) {
+                    println!("note: {e}: `submit` will refuse it");
+                } else if cluster.check(&sweep).is_err() {
                     println!(
                         "note: planned for {}, so `submit` will not run it on this CPU: name its cluster \
                          (`cluster:` or --cluster NAME), or pass --cluster local",

@@ -23,6 +23,8 @@ pub struct PlanRow {
     /// Predicted peak in GiB (profile mode; train mode adds optimizer state and EMA).
     pub predicted_gib: Option<f64>,
     pub train_gib: Option<f64>,
+    /// The memory the verdict is judged against: the GPU's, or the worker's
+    /// memory limit where lower.
     pub capacity_gib: f64,
     /// `valid` or `invalid: reason`.
     pub status: String,
@@ -59,7 +61,7 @@ fn row(sweep: &Sweep, c: &SweepConfig, predictor: &Predictor) -> PlanRow {
         params,
         predicted_gib: prediction.as_ref().map(|p| p.peak_gib()),
         train_gib: prediction.as_ref().map(|p| p.train_peak_gib()),
-        capacity_gib: cfg.gpu.capacity_gib(),
+        capacity_gib: sweep.available_gib(c),
         status: c.status(),
         verdict,
     }
@@ -85,7 +87,7 @@ fn cells_of(r: &PlanRow) -> Vec<String> {
         r.params.map(millions).unwrap_or_else(|| "-".into()),
         gib(r.predicted_gib),
         gib(r.train_gib),
-        format!("{:.0}G", r.capacity_gib),
+        memory(r.capacity_gib),
         verdict,
     ]
 }

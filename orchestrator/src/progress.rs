@@ -129,11 +129,15 @@ fn in_running_task(r: &ConfigRecord, shared: &BTreeSet<(String, u32)>) -> Activi
 /// parallelism (`array_parallelism`, or as many as run now), and never less
 /// than the longest single remaining run. In a task of several configs,
 /// each counts as its own run: ended once its result is in, waiting until
-/// its worker reaches it.
+/// its worker reaches it. A config never submitted counts as `predicted by
+/// the active sweep` when an active sweep answered it by a prediction
+/// (`predicted`: their names), as `status`'s table counts it, else as `not
+/// submitted`.
 pub fn sweep_progress<'a>(
     records: impl IntoIterator<Item = &'a ConfigRecord>,
     parallelism: Option<u32>,
     now: f64,
+    predicted: &BTreeSet<&str>,
 ) -> SweepProgress {
     let records: Vec<&ConfigRecord> = records.into_iter().collect();
     let shared = shared_tasks(&records);
@@ -147,7 +151,7 @@ pub fn sweep_progress<'a>(
         let state = match r.latest() {
             None => {
                 p.never_submitted += 1;
-                "not submitted".to_string()
+                if predicted.contains(r.name()) { "predicted by the active sweep" } else { "not submitted" }.to_string()
             }
             Some(a) if a.array_job_id().is_none() => {
                 p.waiting += 1;
@@ -228,8 +232,13 @@ fn eta(
     }
 }
 
-/// The progress of experiment `experiment` under `state_root`, read without the lock.
-pub fn read(state_root: &Path, experiment: &str) -> Result<SweepProgress, state::StateError> {
+/// The progress of experiment `experiment` under `state_root`, read without
+/// the lock (`predicted`: the configs an active sweep answered by a prediction).
+pub fn read(
+    state_root: &Path,
+    experiment: &str,
+    predicted: &BTreeSet<&str>,
+) -> Result<SweepProgress, state::StateError> {
     let view = state::View::new(state_root, experiment)?;
     // Read loosely: only the parallelism is needed, whatever version stored the sweep.
     let sweep: Option<serde_json::Value> = fsio::read_json(&view.path("sweep.json"))?;
@@ -239,7 +248,7 @@ pub fn read(state_root: &Path, experiment: &str) -> Result<SweepProgress, state:
         .and_then(|v| v.as_u64())
         .map(|n| n as u32);
     let records: Vec<ConfigRecord> = view.records()?.into_values().collect();
-    Ok(sweep_progress(&records, parallelism, fsio::now()))
+    Ok(sweep_progress(&records, parallelism, fsio::now(), predicted))
 }
 
 /// `1h02m`, `3m05s`, `12s`, `0.4s`.
@@ -379,7 +388,7 @@ mod tests {
         let never = rec_of("n", 1.0, None, None);
         let mut all = vec![done("a", 10.0), done("b", 20.0), failed, running, never];
         all.extend(pending);
-        let p = sweep_progress(&all, None, 1000.0);
+        let p = sweep_progress(&all, None, 1000.0, &BTreeSet::new());
         assert_eq!(p.total, 8);
         assert_eq!(p.ended, 3);
         assert_eq!((p.running, p.waiting, p.never_submitted), (1, 3, 1));
@@ -396,6 +405,19 @@ mod tests {
         assert_eq!(p.eta_left(2000.0), Some(0.0));
     }
 
+    /// A config an active sweep answered by a prediction is not "not
+    /// submitted" beside "N predicted" (issue 32): it counts as predicted.
+    #[test]
+    fn a_config_answered_by_a_prediction_counts_as_predicted() {
+        let all = vec![rec_of("n", 1.0, None, None), rec_of("m", 1.0, None, None)];
+        let p = sweep_progress(&all, None, 0.0, &BTreeSet::from(["n"]));
+        assert_eq!(
+            (p.counts["predicted by the active sweep"], p.counts["not submitted"], p.never_submitted),
+            (1, 1, 2)
+        );
+        assert!(p.line().starts_with("2 configs: 1 not submitted, 1 predicted by the active sweep"), "{}", p.line());
+    }
+
     /// The case seen in the field: the small configs finish first; the big
     /// ones take longer in proportion to their predicted memory, and the
     /// array runs 2 at a time.
@@ -408,12 +430,12 @@ mod tests {
             .collect();
         // One finished run says too little for an ETA.
         let one: Vec<ConfigRecord> = small[..1].iter().chain(&big).cloned().collect();
-        assert_eq!(sweep_progress(&one, Some(2), 0.0).eta_s, None);
+        assert_eq!(sweep_progress(&one, Some(2), 0.0, &BTreeSet::new()).eta_s, None);
         let all: Vec<ConfigRecord> = small.into_iter().chain(big).collect();
         // 2 s per GiB: each big one 20 s; 4 of them 2 at a time: 40 s (a median-run ETA would say 4 s).
-        let p = sweep_progress(&all, Some(2), 0.0);
+        let p = sweep_progress(&all, Some(2), 0.0, &BTreeSet::new());
         assert_eq!(p.eta_s, Some(40.0));
-        let p = sweep_progress(&all, None, 0.0);
+        let p = sweep_progress(&all, None, 0.0, &BTreeSet::new());
         assert_eq!(p.eta_s, Some(80.0), "no parallelism known, none running: one at a time");
     }
 
@@ -427,20 +449,21 @@ mod tests {
         let a = task("a", WorkerOutcome::NotStarted, Some(4.0));
         let b = task("b", WorkerOutcome::NoResult, None);
         let c = task("c", WorkerOutcome::NotStarted, None);
-        let p = sweep_progress(&[a, b, c.clone()], Some(1), 100.0);
+        let p = sweep_progress(&[a, b, c.clone()], Some(1), 100.0, &BTreeSet::new());
         assert_eq!((p.ended, p.running, p.waiting), (1, 1, 1));
         assert_eq!(p.counts["RUNNING"], 3, "SLURM's state, per config");
         // Alone in its task, a config its worker has not started yet runs (the worker is loading).
-        let p = sweep_progress(&[c], Some(1), 100.0);
+        let p = sweep_progress(&[c], Some(1), 100.0, &BTreeSet::new());
         assert_eq!((p.running, p.waiting), (1, 0));
     }
 
     #[test]
     fn no_eta_before_anything_finished_and_zero_when_settled() {
-        let p = sweep_progress(&[rec("r", Some(SlurmState::Running), vec![], None)], None, 0.0);
+        let p = sweep_progress(&[rec("r", Some(SlurmState::Running), vec![], None)], None, 0.0, &BTreeSet::new());
         assert_eq!(p.eta_s, None);
         assert!(p.line().ends_with("ETA after 3 runs end"));
-        let p = sweep_progress(&[rec("a", Some(SlurmState::Completed), vec![], Some(3.0))], None, 0.0);
+        let p =
+            sweep_progress(&[rec("a", Some(SlurmState::Completed), vec![], Some(3.0))], None, 0.0, &BTreeSet::new());
         assert_eq!(p.eta_s, Some(0.0));
         assert!(!p.line().contains("ETA"));
     }

@@ -33,6 +33,10 @@ fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() 
         assert!(events.contains("\"host\":\"replay\"") && events.contains("replayed: record"), "{events}");
     }
     assert!(status.contains("replayed from recorded measurements: no SLURM, no GPU run"), "{status}");
+    // The progress line counts the predictions as the table does, not as configs never submitted.
+    let both = format!("12 configs: {n_measured} COMPLETED, {n_predicted} predicted by the active sweep");
+    assert_eq!(status.matches(&both).count(), 2, "the table's and the progress line's counts:\n{status}");
+    assert!(!status.contains("not submitted"), "{status}");
     // status and the report show both kinds of answer and the savings.
     assert!(
         status.contains(&format!("active sweep: {n_measured} measured, {n_predicted} predicted without a run")),
@@ -153,4 +157,42 @@ fn resume_after_an_active_sweep_submits_only_what_it_left_open() {
     assert!(all.contains(&format!("submitted {settled} configs")), "{all}");
     let status = orchestrator(&state, &["status", "exp13"]);
     assert!(status.contains("(0 runs saved)"), "nothing saved once run:\n{status}");
+}
+
+/// exp15 (U-ViT): the group's records hold 5 of its 12 configs. On the replay
+/// the loop chooses among those first, so it measures before a round of
+/// configs without a record can end it (before: 0 measured, 2 failed runs).
+#[test]
+fn on_the_replay_the_loop_measures_the_recorded_configs_first() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let state = d.path().join("state");
+    let args = ["submit", "experiments/exp15.yaml", "--cluster", "replay", "--active", "--poll-interval", "0.2"];
+    let text = orchestrator(&state, &args);
+    let measured: usize = text
+        .split_once("12 configs: ")
+        .and_then(|(_, rest)| rest.split_once(" measured"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("the answer's counts:\n{text}"));
+    assert!(measured >= 1, "{text}");
+    let first =
+        text.lines().find(|l| l.starts_with("round 1: ") && l.contains(" measured")).expect("round 1's outcome");
+    assert!(first.starts_with("round 1: ") && !first.contains("round 1: 0 measured"), "{text}");
+}
+
+/// `plan` names the cluster `submit` and `resume` would use (issue 34): after
+/// a sweep went to the replay, the replay and why; `--cluster` picks another;
+/// a name no clusters file declares is said at `plan`, not first at `submit`.
+#[test]
+fn plan_names_the_cluster_submit_would_use() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let state = d.path().join("state");
+    let before = orchestrator(&state, &["plan", "experiments/exp13.yaml"]);
+    assert!(before.contains("cluster: local (none named: the built-in cluster, this machine's CPU)\n"), "{before}");
+    orchestrator(&state, &["submit", "experiments/exp13.yaml", "--cluster", "replay"]);
+    let after = orchestrator(&state, &["plan", "experiments/exp13.yaml"]);
+    assert!(after.contains("cluster: replay (where the experiment was first submitted)\n"), "{after}");
+    assert!(!after.contains("will not run it on this CPU"), "{after}");
+    let typo = orchestrator(&state, &["plan", "experiments/exp13.yaml", "--cluster", "idunn"]);
+    assert!(typo.contains("cluster: idunn (from --cluster)\nnote: unknown cluster `idunn` ("), "{typo}");
+    assert!(typo.contains(": `submit` will refuse it\n"), "{typo}");
 }

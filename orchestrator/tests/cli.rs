@@ -280,3 +280,27 @@ fn install_help_says_the_cluster_is_required() {
     assert!(!out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("install needs --cluster NAME"), "{}", text(&out.stderr));
 }
+
+/// The Capacity column shows what each verdict is judged against (issue 34):
+/// under `worker: {memory_limit: 20MiB}` that is the limit, not the GPU's
+/// 39.4 GiB (the column said 39G beside a verdict of "0.020 GiB available").
+#[test]
+fn plan_shows_the_capacity_its_verdicts_used() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let file = d.path().join("limited.yaml");
+    std::fs::write(
+        &file,
+        THREE_A_TASK.replace("worker: {configs_per_task: 3, backend: vulkan}", "worker: {memory_limit: 20MiB}"),
+    )
+    .expect("write");
+    let state = d.path().join("state");
+    let out = run(&["plan", file.to_str().expect("utf-8"), "--state-dir", state.to_str().expect("utf-8")]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.contains(" dit ")).collect();
+    assert_eq!(rows.len(), 5, "{stdout}");
+    for row in rows {
+        assert!(row.contains(" 0.020G "), "the limit, 0.020 GiB, as capacity: {row}");
+        assert!(!row.contains("79G") && !row.contains("79.2G"), "{row}");
+    }
+}

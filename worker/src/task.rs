@@ -1,6 +1,10 @@
-//! One array task of several configs (`worker: {configs_per_task: K}`): run
-//! in turn in one process, so the kernels the first config compiled and tuned
-//! serve the rest.
+//! One array task of several configs (`worker: {configs_per_task: K}`): on a
+//! GPU run in turn in one process, so the kernels the first config compiled
+//! and tuned serve the rest. On the CPU backend, which compiles nothing, each
+//! config gets a process of its own: its meter is the process's host heap,
+//! and what an earlier config leaves allocated there (the backend's buffers)
+//! would count in the next one's peak (a tiny DiT after a 44 MB UNet: 7.6 MB
+//! in one process, 3.1 MB alone).
 //!
 //! This process supervises; a child worker (`worker run … --from J`) runs the
 //! task's configs from index `J` in turn ([`run_in_turn`]), emptying the
@@ -36,10 +40,12 @@ pub const EXIT_RESTART: i32 = 75;
 
 /// The child's part: run `cfgs[from..]` in turn in this process; stop after
 /// the first that does not end `ok`, or before one this process cannot set
-/// its device up for ([`EXIT_RESTART`]). Returns the exit code of the last run.
+/// its device up for, or (CPU backend) after each config ([`EXIT_RESTART`]).
+/// Returns the exit code of the last run.
 pub fn run_in_turn(cfgs: &[RunConfig], from: usize, opts: &RunOptions) -> Result<i32, RunError> {
-    for cfg in cfgs.iter().skip(from) {
-        if !crate::backend::fits_this_process(cfg.precision) {
+    for (i, cfg) in cfgs.iter().enumerate().skip(from) {
+        let fresh_process = i > from && !opts.backend.is_gpu();
+        if fresh_process || !crate::backend::fits_this_process(cfg.precision) {
             return Ok(EXIT_RESTART); // the supervisor starts a fresh process from here
         }
         let outcome = runner::run(cfg, opts)?;

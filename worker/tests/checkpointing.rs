@@ -68,6 +68,7 @@ fn uvit(depth: u32) -> ModelSpec {
 /// any depth, so the test compares two depths.)
 #[test]
 fn checkpointed_transformer_blocks_keep_only_their_inputs() {
+    let _serial = common::measuring();
     let dir = tempfile::tempdir().unwrap();
     let families =
         [("dit", dit(2), dit(6)), ("hdit", hdit(vec![1, 1, 1]), hdit(vec![3, 1, 3])), ("uvit", uvit(3), uvit(7))];
@@ -104,6 +105,7 @@ fn checkpointed_transformer_blocks_keep_only_their_inputs() {
 /// among them.
 #[test]
 fn checkpointed_blocks_run_under_autocast() {
+    let _serial = common::measuring();
     let dir = tempfile::tempdir().unwrap();
     for (family, model) in [("dit", dit(2)), ("hdit", hdit(vec![1, 1, 1])), ("uvit", uvit(3))] {
         let cfg = RunConfig { precision: Precision::Bf16Amp, ..config(&format!("{family}_amp_ckpt"), model, true) };

@@ -105,9 +105,9 @@ impl Refit {
         self.budget_gib
     }
 
-    /// The memory a run of `cfg` may use: the limit, else its GPU's capacity.
+    /// The memory a run of `cfg` may use: its GPU's capacity, or the limit where lower.
     pub fn capacity_gib(&self, cfg: &RunConfig) -> f64 {
-        self.limit_gib.unwrap_or_else(|| cfg.gpu.capacity_gib())
+        crate::precheck::available_gib(cfg, self.limit_gib)
     }
 
     /// The predictor for `cfg` and its identity: `local <runtime> on <device>,

@@ -454,9 +454,14 @@ impl Predictor {
             spec::Mode::Profile => pred.peak_gib(),
             spec::Mode::Train => pred.train_peak_gib(),
         };
-        let available = memory_limit_gib.map_or(cfg.gpu.capacity_gib(), |l| l.min(cfg.gpu.capacity_gib()));
-        judge(gib, available, budget_gib, pred.rel_uncertainty, pred.distance.as_ref())
+        judge(gib, available_gib(cfg, memory_limit_gib), budget_gib, pred.rel_uncertainty, pred.distance.as_ref())
     }
+}
+
+/// The memory a config's run has: its GPU's capacity, or the worker's memory
+/// limit where that is lower (what every verdict is judged against).
+pub fn available_gib(cfg: &RunConfig, memory_limit_gib: Option<f64>) -> f64 {
+    memory_limit_gib.map_or(cfg.gpu.capacity_gib(), |l| l.min(cfg.gpu.capacity_gib()))
 }
 
 /// The verdict with the shipped PyTorch calibration (the group's runtime).

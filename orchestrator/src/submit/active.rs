@@ -12,7 +12,10 @@
 //! A config submitted that measured nothing *could not be measured*: it is
 //! neither settled nor saved, and the loop stops after a round whose every
 //! run failed (the causes grouped in its answer). Run again, the loop tries
-//! one new round before it stops again on failures.
+//! one new round before it stops again on failures. On a `replay` cluster the
+//! loop chooses among the configs its records hold first: one without a
+//! record cannot be measured there, and a round of those would end the loop
+//! before it measured what it could.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,11 +32,13 @@ pub fn load(state_root: &std::path::Path, experiment: &str) -> Result<Option<Act
 use spec::record::MeasurementRecord;
 use spec::RunConfig;
 
-use super::{status, submit, CommandError, Options, Watch};
+use super::{cluster_name, status, submit, CommandError, Options, StoredSweep, Watch};
 use crate::active::{self, Answer, Choice, Refit, Savings, Settings, Stop};
+use crate::cluster::{ClustersFile, TransportKind};
 use crate::precheck::Calibration;
 use crate::state::{Change, ConfigRecord, StateDir};
 use crate::sweep::Sweep;
+use crate::transport::replay::Records;
 
 /// How an active sweep ended: every config's answer and what it saved. Kept
 /// in the state directory as [`FILE`], where `status`, `resume` and the
@@ -133,6 +138,7 @@ pub async fn run(
     let prior = Calibration::builtin();
     // A stop on failures already said (the loop run again): one new round first.
     let said = load(&opts.state_root, &name)?.filter(|r| r.stop == Stop::RoundFailed).map(|r| r.rounds);
+    let replay = replay_records(sweep, opts)?;
     let mut submitted_round = None;
     loop {
         if opts.state_root.join(&name).join("sweep.json").exists() {
@@ -140,9 +146,8 @@ pub async fn run(
         }
         let k = known(opts, &name)?;
         let list: Vec<MeasurementRecord> = k.measured.values().cloned().collect();
-        let limit = sweep.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
         let refit = Refit::new(&prior, sweep.experiment.runtime.as_str(), &list)
-            .with_limit(limit)
+            .with_limit(sweep.memory_limit_gib())
             .with_budget(sweep.experiment.budget_gb);
         let answers = active::answers_after(&configs, &k.measured, &k.failed, &refit, settings.target_error);
         if submitted_round == Some(k.rounds) {
@@ -151,7 +156,7 @@ pub async fn run(
         let choice = if said != Some(k.rounds) && active::round_failed(&k.last_round, &answers) {
             Choice::Done(Stop::RoundFailed)
         } else {
-            active::choose(&configs, &answers, &refit, settings, k.tried.len(), &k.tried)
+            choose_measurable(&configs, &answers, &refit, settings, &k.tried, replay.as_ref())
         };
         let chosen = match choice {
             Choice::Done(stop) => {
@@ -189,6 +194,44 @@ pub async fn run(
     }
 }
 
+/// The records of the sweep's cluster when it is a `replay` one (`None`
+/// for any other: every config can be measured there).
+fn replay_records(sweep: &Sweep, opts: &Options) -> Result<Option<Records>, CommandError> {
+    let prev = crate::fsio::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
+    let cluster = cluster_name(opts, sweep, prev.as_ref());
+    let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
+    let (_, config) = file.get(&cluster, &label)?;
+    if config.transport != TransportKind::Replay {
+        return Ok(None);
+    }
+    let path = config.records.as_deref().ok_or_else(|| {
+        CommandError::Refused(format!("cluster `{cluster}` replays records but names no `records` file"))
+    })?;
+    Ok(Some(Records::load(path)?))
+}
+
+/// [`active::choose`], on a `replay` cluster first among the configs its
+/// records hold: one without a record cannot be measured there, and a round
+/// of those would end the loop (every run failed) before it measured what it
+/// could. Once those are measured or settled, the others as on any cluster.
+fn choose_measurable(
+    configs: &[(String, RunConfig)],
+    answers: &BTreeMap<String, Answer>,
+    refit: &Refit,
+    settings: &Settings,
+    tried: &BTreeSet<String>,
+    replay: Option<&Records>,
+) -> Choice {
+    if let Some(records) = replay {
+        let recorded: Vec<(String, RunConfig)> =
+            configs.iter().filter(|(_, c)| records.find(c).is_ok()).cloned().collect();
+        if let Choice::Measure(keys) = active::choose(&recorded, answers, refit, settings, tried.len(), tried) {
+            return Choice::Measure(keys);
+        }
+    }
+    active::choose(configs, answers, refit, settings, tried.len(), tried)
+}
+
 /// `round 2: 3 measured, 1 could not be measured`.
 fn round_outcome(round: u32, chosen: &[String], answers: &BTreeMap<String, Answer>) -> String {
     let of = |f: fn(&Answer) -> bool| chosen.iter().filter(|k| answers.get(*k).is_some_and(f)).count();
@@ -212,6 +255,11 @@ impl ActiveReport {
     /// what `resume` does not submit unless asked (`--all`).
     pub fn settled_predictions(&self) -> BTreeSet<&str> {
         self.answers.iter().filter(|(_, a)| a.is_settled_prediction()).map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// Every config answered by a prediction, settled or not, by name.
+    pub fn predictions(&self) -> BTreeSet<&str> {
+        self.answers.iter().filter(|(_, a)| matches!(a, Answer::Predicted { .. })).map(|(n, _)| n.as_str()).collect()
     }
 
     /// `status`'s line on it: the kinds of answer and the savings, counting

@@ -358,7 +358,9 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     let mut printer = super::watch::Printer::new(json, watch.then(crate::progress::watch_bar));
     let (root, exp) = (opts.state_root.clone(), name.clone());
     let mut show = move |r: &StatusReport| {
-        let progress = crate::progress::read(&root, &exp).ok();
+        let active = active::load(&root, &exp).ok().flatten();
+        let predicted = active.as_ref().map(active::ActiveReport::predictions).unwrap_or_default();
+        let progress = crate::progress::read(&root, &exp, &predicted).ok();
         if watch {
             printer.show(r, progress.as_ref());
         } else if json {
@@ -370,7 +372,7 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
             if let Some(p) = progress {
                 println!("{}", p.line());
             }
-            if let Ok(Some(a)) = active::load(&root, &exp) {
+            if let Some(a) = &active {
                 let submitted = r.rows.iter().filter(|row| row.state != "-").map(|row| row.name.clone()).collect();
                 println!("{}", a.status_line(&submitted));
             }

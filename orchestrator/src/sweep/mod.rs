@@ -91,8 +91,18 @@ impl Sweep {
         c: &SweepConfig,
         p: &crate::precheck::Prediction,
     ) -> crate::precheck::Verdict {
-        let limit = self.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
-        predictor.verdict_within(&c.config, p, self.experiment.budget_gb, limit)
+        predictor.verdict_within(&c.config, p, self.experiment.budget_gb, self.memory_limit_gib())
+    }
+
+    /// The worker's memory limit (`worker: {memory_limit}`) in GiB.
+    pub fn memory_limit_gib(&self) -> Option<f64> {
+        self.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64)
+    }
+
+    /// The memory config `c` is judged against: its GPU's, or the worker's
+    /// memory limit where lower.
+    pub fn available_gib(&self, c: &SweepConfig) -> f64 {
+        crate::precheck::available_gib(&c.config, self.memory_limit_gib())
     }
 
     /// The precheck for this experiment's runtime, at its configs' precision

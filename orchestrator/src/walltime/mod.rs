@@ -221,8 +221,9 @@ pub fn suggest(sweep: &Sweep, m: &Measured, set: Option<&str>) -> Suggestion {
         Some(w) => w,
         None if gpu => Estimate {
             seconds: GPU_WARM_S,
-            from: "the default (no warm run of this sweep yet; on an H200 a config after another took 87 s, docs/gpu.md)"
-                .into(),
+            from:
+                "the default (no warm run of this sweep yet; on an H200 a config after another took 87 s, docs/gpu.md)"
+                    .into(),
         },
         None => {
             Estimate { seconds: cold.seconds, from: "the cold figure (the CPU backend compiles no kernels)".into() }
