@@ -92,37 +92,45 @@ fn child_of(pid: u32) -> Option<i32> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// Each config of a task measures the peak it measures alone: the pool is
-/// emptied between configs and every phase window starts from the bytes in
-/// use. On the CPU's exact allocator what an earlier config left cached in the
-/// process (3.5 MB of the flex backend's buffers after the first tiny UNet)
-/// is mostly reused by the next; measured, the next config's peak was 2.1%
-/// (345 kB) above its peak alone. Within 3% here; the GPU pool's figure is
-/// checked on the Vulkan device (`tests/vulkan_cpu.rs`).
+/// Each config's peak alone and in a task of all of them, the lower of two
+/// runs each: a CPU run's exact-allocator peak sometimes holds ~2 MB more of
+/// transient buffers when the machine is busy, which says nothing of what a
+/// task leaves from one config to the next (that is there in every run).
+fn alone_and_in_a_task(configs: &[RunConfig]) -> Vec<(u64, u64)> {
+    let mut best: Vec<(u64, u64)> = vec![(u64::MAX, u64::MAX); configs.len()];
+    for _ in 0..2 {
+        let alone = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for (i, c) in configs.iter().enumerate() {
+            let (status, _) = common::run_worker(alone.path(), c);
+            assert!(status.success(), "{}", c.name);
+            best[i].0 = best[i].0.min(result(alone.path(), c).1);
+        }
+        let manifest = write_manifest(dir.path(), configs, configs.len() as u32);
+        let status = wait(start_task(dir.path(), &manifest, &[]));
+        assert!(status.success(), "{status}");
+        for (i, c) in configs.iter().enumerate() {
+            let (status, peak, _) = result(dir.path(), c);
+            assert_eq!(status, RunStatus::Ok, "{}", c.name);
+            best[i].1 = best[i].1.min(peak);
+        }
+    }
+    best
+}
+
+/// Each config of a task keeps its own events and its own peak: on a GPU the
+/// pool is emptied between configs and every phase window starts from the
+/// bytes in use (checked on the Vulkan device, `tests/vulkan_cpu.rs`); on the
+/// CPU backend each config runs in a process of its own, so its peak is the
+/// one it has alone (to a few hundred bytes: the names in its paths).
 #[test]
 fn configs_run_in_turn_keep_their_own_peaks() {
     let _serial = common::measuring();
     let configs = three_configs();
-    let alone = tempfile::tempdir().unwrap();
-    let alone_peaks: Vec<u64> = configs
-        .iter()
-        .map(|c| {
-            let (status, _) = common::run_worker(alone.path(), c);
-            assert!(status.success());
-            result(alone.path(), c).1
-        })
-        .collect();
-
-    let dir = tempfile::tempdir().unwrap();
-    let manifest = write_manifest(dir.path(), &configs, 3);
-    let status = wait(start_task(dir.path(), &manifest, &[]));
-    assert!(status.success(), "{status}");
-    for (c, alone) in configs.iter().zip(alone_peaks) {
-        let (status, peak, _) = result(dir.path(), c);
-        assert_eq!(status, RunStatus::Ok, "{}", c.name);
+    for (c, (alone, peak)) in configs.iter().zip(alone_and_in_a_task(&configs)) {
         let diff = (peak as f64 - alone as f64).abs() / alone as f64;
         eprintln!("{}: {peak} B in the task, {alone} B alone", c.name);
-        assert!(diff <= 0.03, "{}: {peak} B in the task against {alone} B alone", c.name);
+        assert!(diff <= 0.01, "{}: {peak} B in the task against {alone} B alone", c.name);
     }
 }
 
@@ -216,16 +224,7 @@ fn a_config_after_a_larger_one_keeps_its_own_peak() {
     dit.input.channels = 1;
     let configs: Vec<RunConfig> =
         [unet, dit].into_iter().map(|c| RunConfig { precision: Precision::Bf16Amp, ..c }).collect();
-    let alone = tempfile::tempdir().unwrap();
-    let (status, _) = common::run_worker(alone.path(), &configs[1]);
-    assert!(status.success());
-    let alone_peak = result(alone.path(), &configs[1]).1;
-    let dir = tempfile::tempdir().unwrap();
-    let manifest = write_manifest(dir.path(), &configs, 2);
-    let status = wait(start_task(dir.path(), &manifest, &[]));
-    assert!(status.success(), "{status}");
-    let (status, peak, _) = result(dir.path(), &configs[1]);
-    assert_eq!(status, RunStatus::Ok);
+    let (alone_peak, peak) = alone_and_in_a_task(&configs)[1];
     let diff = (peak as f64 - alone_peak as f64).abs() / alone_peak as f64;
     assert!(diff <= 0.01, "{peak} B in the task after the UNet, {alone_peak} B alone");
 }

@@ -234,6 +234,9 @@ fn run_with_setup(
 ) -> Result<Outcome, RunError> {
     let path = events_path(&opts.state_dir, cfg);
     let log = Arc::new(EventLog::open(&path).map_err(|source| RunError::Events { path: path.clone(), source })?);
+    // SIGTERM is watched before anything else: a process that has written
+    // its `start` must record `cancelled`, even while it sets its device up.
+    start_signal_watcher();
     let ev_err = |source| RunError::Events { path: path.clone(), source };
 
     let start = now();
@@ -247,10 +250,15 @@ fn run_with_setup(
         .and_then(|r| r.map_err(|e| format!("device setup failed: {e}")));
     let env = run_environment(cfg, opts, &prepared);
     log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env }).map_err(ev_err)?;
+    set_current(Some((log.clone(), None)));
 
     let (device, autocast, checkpointing) = match prepared {
         Ok(p) => (p.device, p.autocast, p.checkpointing),
-        Err(msg) => return finish(&log, &path, params, start, 0, Err((RunStatus::Failed, msg))),
+        Err(msg) => {
+            let out = finish(&log, &path, params, start, 0, Err((RunStatus::Failed, msg)));
+            set_current(None);
+            return out;
+        }
     };
 
     let meter = Arc::new(Meter::new(opts.backend.is_gpu(), &device, opts.memory_limit, oom_hook));
@@ -260,7 +268,7 @@ fn run_with_setup(
     if !opts.backend.is_gpu() {
         alloc::set_limit(opts.memory_limit);
     }
-    watch_signals(log.clone(), meter.clone());
+    set_current(Some((log.clone(), Some(meter.clone()))));
     // A driver or shader compiler that crashes (SIGSEGV, SIGBUS, SIGABRT) still leaves a result.
     progress::install_crash_handlers();
     let beating = Arc::new(AtomicBool::new(true));
@@ -520,9 +528,10 @@ fn spawn_heartbeat(
 }
 
 /// The run the signal thread records as `cancelled`: the one under way in this
-/// process (a task of several configs runs them in turn; between two runs
-/// there is none, and a signal then ends the process with nothing to record).
-type Current = Option<(Arc<EventLog>, Arc<Meter>)>;
+/// process, from its `start` on (its meter once the device is set up; a task
+/// of several configs runs them in turn; between two runs there is none, and
+/// a signal then ends the process with nothing to record).
+type Current = Option<(Arc<EventLog>, Option<Arc<Meter>>)>;
 static CURRENT: std::sync::Mutex<Current> = std::sync::Mutex::new(None);
 
 fn set_current(current: Current) {
@@ -531,9 +540,8 @@ fn set_current(current: Current) {
 
 /// SIGTERM (SLURM's time limit and `scancel`) and SIGINT: record the current
 /// run `cancelled`, exit 143. One thread per process, started by its first run.
-fn watch_signals(log: Arc<EventLog>, meter: Arc<Meter>) {
+fn start_signal_watcher() {
     static STARTED: std::sync::Once = std::sync::Once::new();
-    set_current(Some((log, meter)));
     STARTED.call_once(|| {
         use signal_hook::consts::{SIGINT, SIGTERM};
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) else {
@@ -543,7 +551,7 @@ fn watch_signals(log: Arc<EventLog>, meter: Arc<Meter>) {
             if let Some(sig) = signals.forever().next() {
                 let current = CURRENT.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 if let Some((log, meter)) = current {
-                    record_cancelled(&log, &meter, sig);
+                    record_cancelled(&log, meter.as_deref(), sig);
                 }
                 std::process::exit(EXIT_CANCELLED);
             }
@@ -551,11 +559,11 @@ fn watch_signals(log: Arc<EventLog>, meter: Arc<Meter>) {
     });
 }
 
-fn record_cancelled(log: &EventLog, meter: &Meter, sig: i32) {
+fn record_cancelled(log: &EventLog, meter: Option<&Meter>, sig: i32) {
     if PROGRESS.finished.swap(true, Ordering::SeqCst) {
         return;
     }
-    let (peaks, peak_bytes) = peaks_so_far(meter.peak());
+    let (peaks, peak_bytes) = peaks_so_far(meter.map_or(0, Meter::peak));
     let t = now();
     let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
     let _ = log.emit(&Event::from(RunResult {
