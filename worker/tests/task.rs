@@ -92,10 +92,17 @@ fn child_of(pid: u32) -> Option<i32> {
     text.split_whitespace().next()?.parse().ok()
 }
 
+/// How far two CPU runs of one config may differ: 1%, or the ~2 MB of
+/// transient buffers that a tiny config's exact-allocator peak holds or not
+/// depending on how its threads interleave on a busy machine (seen: 12.04 MB
+/// and 14.14 MB for the same UNet in two processes). What a task left from
+/// one config to the next was 4.5 MB, in every run.
+fn same_peak(a: u64, b: u64) -> bool {
+    a.abs_diff(b) as f64 <= (0.01 * a.max(b) as f64).max(2.5e6)
+}
+
 /// Each config's peak alone and in a task of all of them, the lower of two
-/// runs each: a CPU run's exact-allocator peak sometimes holds ~2 MB more of
-/// transient buffers when the machine is busy, which says nothing of what a
-/// task leaves from one config to the next (that is there in every run).
+/// runs each (see [`same_peak`]).
 fn alone_and_in_a_task(configs: &[RunConfig]) -> Vec<(u64, u64)> {
     let mut best: Vec<(u64, u64)> = vec![(u64::MAX, u64::MAX); configs.len()];
     for _ in 0..2 {
@@ -128,9 +135,8 @@ fn configs_run_in_turn_keep_their_own_peaks() {
     let _serial = common::measuring();
     let configs = three_configs();
     for (c, (alone, peak)) in configs.iter().zip(alone_and_in_a_task(&configs)) {
-        let diff = (peak as f64 - alone as f64).abs() / alone as f64;
         eprintln!("{}: {peak} B in the task, {alone} B alone", c.name);
-        assert!(diff <= 0.01, "{}: {peak} B in the task against {alone} B alone", c.name);
+        assert!(same_peak(peak, alone), "{}: {peak} B in the task against {alone} B alone", c.name);
     }
 }
 
@@ -211,7 +217,7 @@ fn a_config_of_another_storage_type_gets_a_fresh_process() {
 
 /// What one config leaves allocated in its process must not count in the
 /// next config's peak: a small DiT after a larger UNet in one task peaks as
-/// it does alone, within 1%. (When the CPU backend ran a task's configs in
+/// it does alone ([`same_peak`]). (When the CPU backend ran a task's configs in
 /// one process, the DiT read 7.6 MB in the task against 3.1 MB alone: the
 /// UNet's leftovers on the host heap, the CPU meter.)
 #[test]
@@ -225,6 +231,5 @@ fn a_config_after_a_larger_one_keeps_its_own_peak() {
     let configs: Vec<RunConfig> =
         [unet, dit].into_iter().map(|c| RunConfig { precision: Precision::Bf16Amp, ..c }).collect();
     let (alone_peak, peak) = alone_and_in_a_task(&configs)[1];
-    let diff = (peak as f64 - alone_peak as f64).abs() / alone_peak as f64;
-    assert!(diff <= 0.01, "{peak} B in the task after the UNet, {alone_peak} B alone");
+    assert!(same_peak(peak, alone_peak), "{peak} B in the task after the UNet, {alone_peak} B alone");
 }

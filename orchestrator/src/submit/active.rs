@@ -32,7 +32,7 @@ pub fn load(state_root: &std::path::Path, experiment: &str) -> Result<Option<Act
 use spec::record::MeasurementRecord;
 use spec::RunConfig;
 
-use super::{cluster_name, status, submit, CommandError, Options, StoredSweep, Watch};
+use super::{cluster_name, status, submit, CommandError, Options, Watch};
 use crate::active::{self, Answer, Choice, Refit, Savings, Settings, Stop};
 use crate::cluster::{ClustersFile, TransportKind};
 use crate::precheck::Calibration;
@@ -197,7 +197,7 @@ pub async fn run(
 /// The records of the sweep's cluster when it is a `replay` one (`None`
 /// for any other: every config can be measured there).
 fn replay_records(sweep: &Sweep, opts: &Options) -> Result<Option<Records>, CommandError> {
-    let prev = crate::fsio::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
+    let prev = crate::state::View::new(&opts.state_root, &sweep.experiment.name)?.sweep()?;
     let cluster = cluster_name(opts, sweep, prev.as_ref());
     let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
     let (_, config) = file.get(&cluster, &label)?;
