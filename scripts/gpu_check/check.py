@@ -107,7 +107,7 @@ def timing(half, clock, items, scratch, per_config):
     """Part t: cold, `worker warm`, warm, then the four as one task."""
     skipped = []
     for i, it in enumerate(items):  # each cold: a kernel cache of its own, empty
-        rows, s = run_items(half, clock, "t-cold", [it], per_config, cache_dir=os.path.join(scratch, f"cold-{i}"))
+        _, s = run_items(half, clock, "t-cold", [it], per_config, cache_dir=os.path.join(scratch, f"cold-{i}"))
         skipped += s
     cache = os.path.join(scratch, "warmed")
     if clock.left() > 10:
