@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cluster, worker_binary, Env, ONE_AT_A_TIME};
+use common::{cluster, worker_binary, Env, Use};
 
 fn clusters_file(env: &Env, dir: &Path, remote_work: &str) -> PathBuf {
     let path = dir.join("clusters.yaml");
@@ -58,8 +58,7 @@ fn submissions(state: &Path) -> BTreeMap<String, Vec<String>> {
 
 #[test]
 fn cluster_active_sweep_killed_between_rounds_resumes_without_a_duplicate() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let dir = std::env::temp_dir().join(format!("sweep-cluster-active-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("test dir");
     let remote_work = format!("{}/ca-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());
@@ -156,8 +155,7 @@ fn broken_template(dir: &Path) -> PathBuf {
 
 #[test]
 fn cluster_active_sweep_whose_first_round_fails_stops_with_the_cause_and_saves_nothing() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let dir = std::env::temp_dir().join(format!("sweep-cluster-active-fail-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("test dir");
     let remote_work = format!("{}/caf-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{cluster, rt, Env, ONE_AT_A_TIME};
+use common::{cluster, rt, Env, Use};
 
 /// The bastion as the jump tests see it.
 impl Env {
@@ -127,6 +127,9 @@ fn world(env: &Env, name: &str, n: usize) -> World {
         state_root: dir.join("state"),
         clusters_file: Some(dir.join("clusters.yaml")),
         template_dirs: vec![],
+        // The record template's jobs write no worker events: an ended job's
+        // missing result is not awaited for the default two minutes.
+        result_grace: Duration::from_secs(2),
         ..Options::default()
     };
     World { _tmp: tmp, opts, exp_file, remote_work }
@@ -134,8 +137,7 @@ fn world(env: &Env, name: &str, n: usize) -> World {
 
 #[test]
 fn cluster_jump_sweep_completes_through_the_bastion() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let node_port = env.port("SWEEP_TEST_SSH_PORT");
     let before = env.forwards_to(node_port);
     let w = world(&env, "cj-sweep", 6);
@@ -173,8 +175,7 @@ fn cluster_jump_sweep_completes_through_the_bastion() {
 
 #[test]
 fn cluster_jump_fails_naming_the_bastion_when_it_is_down() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Alone) else { return };
     let bport = env.port("SWEEP_TEST_BASTION_PORT");
     let cfg = PathBuf::from(env.get("SWEEP_TEST_SSH_CONFIG"));
     let sh = shell("sweeptest-jump", &cfg, Duration::from_secs(2));
@@ -208,8 +209,7 @@ fn cluster_jump_fails_naming_the_bastion_when_it_is_down() {
 
 #[test]
 fn cluster_jump_verifies_every_hops_host_key() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let all = std::fs::read_to_string(env.get("SWEEP_TEST_KNOWN_HOSTS")).expect("known_hosts");
     let node_line = format!("[127.0.0.1]:{} ", env.get("SWEEP_TEST_SSH_PORT"));
@@ -248,8 +248,7 @@ fn cluster_jump_verifies_every_hops_host_key() {
 
 #[test]
 fn cluster_jump_chain_of_two_hops_and_proxy_command() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let (bport, nport) = (env.port("SWEEP_TEST_BASTION_PORT"), env.port("SWEEP_TEST_SSH_PORT"));
     let cfg = ssh_config(
@@ -298,8 +297,7 @@ fn cluster_jump_chain_of_two_hops_and_proxy_command() {
 
 #[test]
 fn cluster_keepalives_are_sent_and_a_frozen_server_is_dropped() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     // The bastion as the target itself, so its log shows our keepalives.
     let cfg = ssh_config(
@@ -348,8 +346,7 @@ fn cluster_keepalives_are_sent_and_a_frozen_server_is_dropped() {
 
 #[test]
 fn cluster_a_host_that_does_not_resolve_fails_at_once() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let cfg = ssh_config(
         &env,
@@ -397,8 +394,7 @@ fn cluster_a_host_that_does_not_resolve_fails_at_once() {
 /// first-value-wins across blocks.
 #[test]
 fn cluster_ssh_config_reads_as_openssh_does() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let inc = tmp.path().join("inc");
     std::fs::create_dir(&inc).expect("mkdir");

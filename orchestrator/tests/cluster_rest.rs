@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{cluster, rt, text, worker_binary, Env, ONE_AT_A_TIME};
+use common::{cluster, rt, text, worker_binary, Env, Use};
 
 /// One test's world: its clusters file (`test`: REST with local files;
 /// `test-sftp`: REST with files over SFTP; both on one fresh work dir), its
@@ -149,8 +149,7 @@ fn remove_stale_workers(root: &Path) {
 /// results collected into the local state; every poll is two requests.
 #[test]
 fn rest_worker_sweep_runs_to_completion_with_results_collected() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let w = world(
         &env,
         "rt-worker",
@@ -202,8 +201,7 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
 /// tasks end CANCELLED.
 #[test]
 fn rest_cancel_over_sftp_files_cancels_running_and_pending_tasks() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "rt-cancel", "test-sftp", &record_body(4, 2), 60.0);
     let rep = rt().block_on(submit::submit(&w.sweep(), &w.opts, false)).expect("submit");
     assert_eq!(rep.submitted.len(), 4);
@@ -236,8 +234,7 @@ fn rest_cancel_over_sftp_files_cancels_running_and_pending_tasks() {
 /// finds the job by its name through REST and adopts it; nothing runs twice.
 #[test]
 fn rest_crash_after_submit_then_resume_adopts_without_duplicate() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "rt-crash", "test", &record_body(5, 5), 0.0);
     let out = w.cli("submit", &w.exp_file).env("ORCHESTRATOR_TEST_KILL_AFTER_SBATCH", "1").output().expect("runs");
     use std::os::unix::process::ExitStatusExt;
@@ -280,8 +277,7 @@ impl World {
 /// before anything is sent, and the error names the endpoint and why.
 #[test]
 fn rest_over_https_trusts_the_sites_ca_and_only_that() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "rt-https", "https", &record_body(3, 3), 0.0);
     w.add_https_cluster(&env, "https", true);
     let t = Instant::now();
@@ -312,8 +308,7 @@ fn rest_over_https_trusts_the_sites_ca_and_only_that() {
 /// the endpoint and the HTTP status, and never prints the token.
 #[test]
 fn rest_wrong_or_expired_token_is_a_clear_error_without_the_token() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let url = env.get("SWEEP_TEST_REST_URL");
     let t0 = Instant::now();
     // Wrong: a well-formed JWT for this user, signed with another key.
@@ -414,8 +409,7 @@ impl Drop for Undo<'_> {
 /// with exactly one SLURM job, completed.
 #[test]
 fn rest_stalled_controller_or_stopped_slurmrestd_during_submit_makes_exactly_one_job_per_config() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Alone) else { return };
     for (case, action, undo) in
         [("paused", "pause-slurmctld", "resume-slurmctld"), ("norest", "stop-slurmrestd", "start-slurmrestd")]
     {

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{cluster, rt, Env, ONE_AT_A_TIME};
+use common::{cluster, rt, Env, Use};
 
 /// One test's world: a local state dir, a clusters file naming the test
 /// cluster over SSH with a fresh remote work dir, a template, an experiment file.
@@ -134,8 +134,7 @@ fn jobs_per_config(env: &Env, w: &World, exp: &str) -> BTreeMap<String, usize> {
 
 #[test]
 fn cluster_sweep_of_24_configs_is_one_array_followed_to_completion() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "ct-sweep24", 24, 8, 0.0);
     let sweep = w.sweep();
     let report = rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
@@ -167,8 +166,7 @@ fn cluster_sweep_of_24_configs_is_one_array_followed_to_completion() {
 
 #[test]
 fn cluster_crash_after_sbatch_then_resume_makes_no_duplicate() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "ct-crash", 6, 6, 0.0);
     let out = w.binary("submit", &w.exp_file).env("ORCHESTRATOR_TEST_KILL_AFTER_SBATCH", "1").output().expect("runs");
     use std::os::unix::process::ExitStatusExt;
@@ -193,8 +191,7 @@ fn cluster_crash_after_sbatch_then_resume_makes_no_duplicate() {
 
 #[test]
 fn cluster_sshd_restart_during_watch_reconnects() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Alone) else { return };
     let w = world(&env, "ct-sshd", 4, 1, 2.0);
     let sweep = w.sweep();
     rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
@@ -224,8 +221,7 @@ fn cluster_sshd_restart_during_watch_reconnects() {
 
 #[test]
 fn cluster_slurmctld_restart_loses_no_config() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Alone) else { return };
     let w = world(&env, "ct-ctld", 6, 1, 1.0);
     let sweep = w.sweep();
     rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
@@ -245,8 +241,7 @@ fn cluster_slurmctld_restart_loses_no_config() {
 
 #[test]
 fn cluster_scancel_one_task_shows_cancelled_and_resume_resubmits_it() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "ct-scancel", 3, 1, 1.0);
     let sweep = w.sweep();
     let rep = rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
@@ -270,8 +265,7 @@ fn cluster_scancel_one_task_shows_cancelled_and_resume_resubmits_it() {
 
 #[test]
 fn cluster_hostile_values_arrive_intact_and_never_execute() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "ct-inject", 3, 3, 0.0);
     let marker = w.dir.join("pwned");
     let m = marker.display();
@@ -310,8 +304,7 @@ fn cluster_hostile_values_arrive_intact_and_never_execute() {
 
 #[test]
 fn cluster_unknown_or_changed_host_key_is_refused() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let empty = tmp.path().join("known_hosts");
     std::fs::write(&empty, "").expect("empty known_hosts");
@@ -343,8 +336,7 @@ fn cluster_unknown_or_changed_host_key_is_refused() {
 /// cluster's MaxArraySize=100) and one status poll. Jobs are cancelled after.
 #[test]
 fn cluster_figures_for_a_120_config_sweep() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "ct-fig120", 120, 4, 0.0);
     let sweep = w.sweep();
     let rep = rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
@@ -388,8 +380,7 @@ enum Moment {
 /// intent unresolved (never abandoned) until SLURM answers by the job name.
 #[test]
 fn cluster_stalled_slurmctld_at_any_moment_of_submit_makes_exactly_one_job_per_config() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Alone) else { return };
     let t_all = Instant::now();
     for moment in
         [Moment::BeforeSubmit, Moment::MidSbatch, Moment::LateSbatch, Moment::AfterSubmit, Moment::DownDuringSbatch]
@@ -484,8 +475,7 @@ fn submit_through_a_stall(w: &World, exp: &str, moment: Moment, stall: &mut Stal
 /// first, as a dropped session is.)
 #[test]
 fn cluster_a_silent_worker_probe_names_the_command_not_the_network() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "ct-silent", 1, 1, 0.0);
     // A template that runs the worker, so submit checks it first.
     std::fs::write(w.dir.join("record.sbatch.hbs"), template(0.0) + "{{sh worker}} --version\n").expect("template");

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{cluster, rt, worker_binary, Env, ONE_AT_A_TIME};
+use common::{cluster, rt, worker_binary, Env, Use};
 
 /// A clusters file naming the test cluster `test` (work dir `ck-<pid>` under
 /// its work root; those of earlier runs, their process gone, removed), and
@@ -229,8 +229,7 @@ fn resume_retries_the_rest_once(env: &Env, c: &Case) {
 
 #[test]
 fn cluster_tasks_a_task_killed_midway_keeps_what_ended_and_retries_the_rest_once() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let t0 = Instant::now();
     let c = case(&env, "ck-kill");
     submit_and_stop(&c, Stop::Kill);
@@ -251,8 +250,7 @@ fn cluster_tasks_a_task_killed_midway_keeps_what_ended_and_retries_the_rest_once
 
 #[test]
 fn cluster_tasks_a_task_cancelled_midway_keeps_what_ended_and_retries_the_rest_once() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let t0 = Instant::now();
     let c = case(&env, "ck-cancel");
     submit_and_stop(&c, Stop::Cancel);

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{cluster, text, worker_binary, Env, ONE_AT_A_TIME};
+use common::{cluster, text, worker_binary, Env, Use};
 
 /// The clusters file entry `test` through `transport` (`ssh` or `rest`).
 fn clusters_entry(env: &Env, transport: &str, work: &str) -> String {
@@ -44,8 +44,7 @@ fn ended(env: &Env, id: &str, limit: Duration) -> String {
 }
 
 fn install_warm_completes_and_fills_the_nodes_cache(transport: &str) {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let work = env.remote_work(&format!("warm-{transport}"));
     let clusters = dir.path().join("clusters.yaml");

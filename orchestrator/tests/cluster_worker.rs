@@ -22,7 +22,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{cluster, rt, worker_binary, Env, ONE_AT_A_TIME};
+use common::{cluster, rt, worker_binary, Env, Use};
 
 /// The connection and the remote work dir every test of this file shares
 /// (one install per test run).
@@ -167,8 +167,7 @@ fn num(v: &serde_json::Value, k: &str) -> u64 {
 
 #[test]
 fn cluster_worker_install_uploads_once_then_skips() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let sh = shared(&env);
     eprintln!(
         "install: {} (first install {:.1} s); again: {}",
@@ -197,8 +196,7 @@ fn cluster_worker_install_uploads_once_then_skips() {
 /// in `measurements.jsonl`, which `orchestrator calibrate` reads.
 #[test]
 fn cluster_worker_sweep_of_four_families_lands_measurements_locally() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let sh = shared(&env);
     let exp = experiment(
         sh,
@@ -307,8 +305,7 @@ fn the_report_has_an_ok_row_per_config(exp: &Exp, sweep: &Sweep) {
 /// first is recorded `oom` (status shows it) and `resume` leaves it alone.
 #[test]
 fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let sh = shared(&env);
     let exp = experiment(
         sh,
@@ -365,8 +362,7 @@ fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
 /// `resume` runs it again as a new job; `cancel` cleans up.
 #[test]
 fn cluster_worker_killed_is_recorded_and_resubmitted() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let sh = shared(&env);
     let exp = experiment(
         sh,
@@ -437,8 +433,7 @@ impl Drop for Mirror<'_> {
 /// not retry it, and every result is collected once it shows up.
 #[test]
 fn cluster_worker_lagging_events_are_all_collected_and_a_late_oom_is_not_retried() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(env) = cluster() else { return };
+    let Some(env) = cluster(Use::Shared) else { return };
     let sh = shared(&env);
     let profile =
         std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../templates/profile.sbatch.hbs"))

@@ -8,15 +8,30 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
-/// The tests of one file run one at a time (they share the one test cluster).
-pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+/// The tests of one file run one at a time (they share the node and fixtures).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// The test cluster's variables (`scripts/test-cluster.sh up` writes them).
-pub struct Env(pub BTreeMap<String, String>);
+/// How a test uses the one test cluster, which the cluster test binaries
+/// share: `scripts/test.sh` runs them side by side.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// Leaves every daemon as it found it: tests of other binaries run meanwhile.
+    Shared,
+    /// Stops, pauses or restarts a daemon (slurmctld, sshd, slurmrestd, the
+    /// bastion): no other binary's test runs meanwhile.
+    Alone,
+}
+
+/// The test cluster's variables (`scripts/test-cluster.sh up` writes them),
+/// and the cluster held for the test that asked (see [`cluster`]) while they live.
+pub struct Env {
+    vars: BTreeMap<String, String>,
+    _held: (std::sync::MutexGuard<'static, ()>, std::fs::File),
+}
 
 impl Env {
     pub fn get(&self, k: &str) -> String {
-        self.0.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from the test cluster env file"))
+        self.vars.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from the test cluster env file"))
     }
 
     pub fn port(&self, k: &str) -> u16 {
@@ -162,9 +177,27 @@ pub fn batch_grid_experiment(
     )
 }
 
-/// The running test cluster, or `None` when skipping was asked for.
-pub fn cluster() -> Option<Env> {
-    cluster_env().map(Env)
+/// The running test cluster, held for the calling test until the returned
+/// `Env` is dropped, or `None` when skipping was asked for. Held: the tests
+/// of one binary one at a time; across binaries an advisory lock on the
+/// cluster directory's `tests.lock`, shared for [`Use::Shared`], exclusive
+/// for [`Use::Alone`].
+pub fn cluster(how: Use) -> Option<Env> {
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let vars = cluster_env()?;
+    let path = Path::new(&vars["SWEEP_TEST_CLUSTER_DIR"]).join("tests.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    match how {
+        Use::Shared => file.lock_shared(),
+        Use::Alone => file.lock(),
+    }
+    .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    Some(Env { vars, _held: (one, file) })
 }
 
 /// The runtime the async commands run on.
