@@ -115,6 +115,10 @@ pub enum Checkpointing {
     /// Per block, as `torch.utils.checkpoint` around each transformer block in
     /// the group's runs: a block keeps only its inputs and is recomputed in backward.
     Block,
+    /// Asked for, but the model has no checkpoint hooks (MONAI's
+    /// `DiffusionModelUNet`): it runs as without, keeping every activation,
+    /// as the group's UNet runs with checkpointing on did.
+    NoneInModel,
 }
 
 /// How float types are used across a run.

@@ -180,7 +180,7 @@ pub fn prepare(backend: Backend, precision: Precision, checkpointing: Checkpoint
     let device = device.autodiff();
     let device = match checkpointing {
         Checkpointing::BurnBalanced => device.gradient_checkpointing(),
-        Checkpointing::Off | Checkpointing::Block => device,
+        Checkpointing::Off | Checkpointing::Block | Checkpointing::NoneInModel => device,
     };
     Ok(Prepared { device, dtype, fell_back_from: (dtype != wanted).then_some(wanted), autocast, checkpointing })
 }

@@ -5,7 +5,15 @@
 //! --config`, one process per config as in a sweep), and its result is set
 //! beside the record's peak. The table says how close the worker comes to the
 //! group's truth; which device that means is in its header.
+//!
+//! Each row carries the worker's per-phase peaks (`model`: the f32 weights;
+//! `fwd`, `bwd`; `step`: weights, gradients, AdamW moments and the foreach
+//! step's square-root list), so an error is named by the phase that set the
+//! peak, not only by its total. With `--predictions` (the JSON lines of
+//! `orchestrator predict --records` on the same file) the precheck's
+//! `pytorch` prediction and its peak phase stand beside them.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -27,10 +35,14 @@ pub struct Options {
     pub backend: String,
     /// Where the runs' events go (kept for inspection).
     pub state_dir: PathBuf,
+    /// Record ids to leave out (configs the device cannot finish in reasonable time).
+    pub skip: Vec<String>,
+    /// Append each row here as a JSON line as its config ends (the file is truncated first).
+    pub json: Option<PathBuf>,
 }
 
 /// One config: the group's figure and the worker's.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Row {
     pub id: String,
     pub family: Family,
@@ -38,6 +50,12 @@ pub struct Row {
     pub worker_gib: Option<f64>,
     pub status: RunStatus,
     pub message: Option<String>,
+    /// Parameters (the worker's count).
+    pub params: u64,
+    /// The worker's peak per phase, GiB: model, fwd, bwd, step.
+    pub phases_gib: [Option<f64>; 4],
+    /// Seconds the run took.
+    pub wall_s: f64,
 }
 
 impl Row {
@@ -48,14 +66,13 @@ impl Row {
 }
 
 /// The records this comparison can run: PyTorch runs that fitted (`ok`),
-/// measured peak within `max_peak_gib`; with gradient checkpointing only for the
-/// transformer families, which the worker checkpoints per block as the group's
-/// runs do (its UNet's checkpointing is Burn's op-level strategy, MONAI's none).
+/// measured peak within `max_peak_gib`, with or without gradient checkpointing
+/// (the transformers checkpoint per block as the group's do; the UNet, like
+/// MONAI's, has nothing to checkpoint and runs unchanged).
 pub fn select(records: &[MeasurementRecord], max_peak_gib: f64) -> Vec<&MeasurementRecord> {
     records
         .iter()
         .filter(|r| r.framework == "pytorch" && r.superseded.is_none())
-        .filter(|r| !r.grad_ckpt || r.family != Family::Unet)
         .filter(|r| r.peak_gb.is_some_and(|p| p <= max_peak_gib))
         .collect()
 }
@@ -67,6 +84,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
         .map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", opts.records.display()))?;
     let mut chosen = select(&records, opts.max_peak_gib);
     chosen.retain(|r| opts.families.is_empty() || opts.families.contains(&r.family));
+    chosen.retain(|r| !opts.skip.iter().any(|id| id == &r.id));
     anyhow::ensure!(
         !chosen.is_empty(),
         "no record of {} is within {} GiB (and of the families asked for)",
@@ -74,9 +92,22 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
         opts.max_peak_gib
     );
     let exe = std::env::current_exe().context("locating this worker binary")?;
-    let mut rows = Vec::new();
+    if let Some(path) = &opts.json {
+        std::fs::write(path, "").with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    // The reports repeat some runs in two tables (DiT latent and pixel): a
+    // config the worker already ran (same model, input and precision) is not run again.
+    let mut done: HashMap<String, usize> = HashMap::new();
     for (i, r) in chosen.iter().enumerate() {
-        let row = run_one(&exe, r, opts)?;
+        let key = same_run_key(r)?;
+        let row = match done.get(&key) {
+            Some(&j) => Row { id: r.id.clone(), measured_gib: r.peak_gb.unwrap_or(0.0), ..rows[j].clone() },
+            None => {
+                done.insert(key, rows.len());
+                run_one(&exe, r, opts)?
+            }
+        };
         eprintln!(
             "[{}/{}] {}: {:?} {}",
             i + 1,
@@ -85,9 +116,31 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
             row.status,
             row.worker_gib.map(|g| format!("{g:.3} GiB (measured {:.3})", row.measured_gib)).unwrap_or_default()
         );
+        if let Some(path) = &opts.json {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+            writeln!(f, "{}", serde_json::to_string(&row)?).with_context(|| format!("writing {}", path.display()))?;
+        }
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// Rows as `--json` wrote them.
+pub fn read_rows(text: &str) -> Result<Vec<Row>> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("row line {}", i + 1)))
+        .collect()
+}
+
+/// What makes two records the same worker run: the config without its names.
+fn same_run_key(r: &MeasurementRecord) -> Result<String> {
+    let mut cfg = r.run_config()?;
+    cfg.experiment.clear();
+    cfg.name.clear();
+    Ok(serde_json::to_string(&cfg)?)
 }
 
 fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
@@ -110,17 +163,32 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
     let text = std::fs::read_to_string(&events).unwrap_or_default();
     // The last line that is a result (the spec's `RunResult` reads only those).
     let result = text.lines().rev().find_map(|l| serde_json::from_str::<RunResult>(l).ok());
-    let (status, peak, message) = match result {
-        Some(r) => (r.status, r.peak_bytes, r.message),
-        None => (RunStatus::Failed, 0, Some(format!("no result written (worker exit {status})"))),
+    let Some(res) = result else {
+        let message = Some(format!("no result written (worker exit {status})"));
+        return Ok(Row {
+            id: r.id.clone(),
+            family: r.family,
+            measured_gib: r.peak_gb.unwrap_or(0.0),
+            worker_gib: None,
+            status: RunStatus::Failed,
+            message,
+            params: 0,
+            phases_gib: [None; 4],
+            wall_s: 0.0,
+        });
     };
+    let gib = |b: Option<u64>| b.map(|b| b as f64 / GIB);
+    let p = &res.peaks;
     Ok(Row {
         id: r.id.clone(),
         family: r.family,
         measured_gib: r.peak_gb.unwrap_or(0.0),
-        worker_gib: (status == RunStatus::Ok).then_some(peak as f64 / GIB),
-        status,
-        message,
+        worker_gib: (res.status == RunStatus::Ok).then_some(res.peak_bytes as f64 / GIB),
+        status: res.status,
+        message: res.message,
+        params: res.params,
+        phases_gib: [gib(p.model), gib(p.fwd), gib(p.bwd), gib(p.step)],
+        wall_s: res.wall_s,
     })
 }
 
@@ -129,11 +197,86 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// The comparison as markdown: one row per config, then per family the median
-/// and p90 of the absolute error and the median signed error.
-pub fn markdown(rows: &[Row], device: &str) -> String {
+/// The precheck's prediction of a record: `orchestrator predict --records`'s
+/// JSON line (peak, its phase, both phases' peaks, the terms at the peak by kind).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Predicted {
+    pub id: String,
+    pub peak_gb: Option<f64>,
+    pub peak_phase: Option<String>,
+    #[serde(default)]
+    pub fwd_bwd_gb: Option<f64>,
+    #[serde(default)]
+    pub step_gb: Option<f64>,
+    #[serde(default)]
+    pub terms: std::collections::BTreeMap<String, f64>,
+}
+
+impl Predicted {
+    /// The terms at the peak, largest first, those of at least 1% of it: `activations 0.41, weights 0.12`.
+    fn terms_text(&self) -> String {
+        let peak = self.peak_gb.unwrap_or(0.0);
+        let mut t: Vec<(&String, &f64)> = self.terms.iter().filter(|(_, &g)| g >= 0.01 * peak).collect();
+        t.sort_by(|a, b| b.1.total_cmp(a.1));
+        t.iter().map(|(k, g)| format!("{k} {g:.2}")).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Read `orchestrator predict`'s JSON lines, by record id.
+pub fn read_predictions(text: &str) -> Result<HashMap<String, Predicted>> {
+    let mut out = HashMap::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let p: Predicted = serde_json::from_str(line).with_context(|| format!("prediction line {}", i + 1))?;
+        out.insert(p.id.clone(), p);
+    }
+    Ok(out)
+}
+
+fn cell(x: Option<f64>) -> String {
+    x.map(|g| format!("{g:.3}")).unwrap_or_else(|| "-".into())
+}
+
+/// The phase that set the worker's peak, and the bytes per parameter the step holds.
+fn peak_phase(r: &Row) -> (&'static str, Option<f64>) {
+    let names = ["model", "fwd", "bwd", "step"];
+    let best = (0..4)
+        .filter(|&i| r.phases_gib[i].is_some())
+        .max_by(|&a, &b| r.phases_gib[a].unwrap_or(0.0).total_cmp(&r.phases_gib[b].unwrap_or(0.0)));
+    let per_param = r.phases_gib[3].filter(|_| r.params > 0).map(|g| g * GIB / r.params as f64);
+    (best.map_or("-", |i| names[i]), per_param)
+}
+
+/// One summary line: runs, median and p90 of |error|, median signed error.
+fn summary(name: &str, rows: &[&Row]) -> Option<String> {
+    let mut signed: Vec<f64> = rows.iter().filter_map(|r| r.error()).collect();
+    if signed.is_empty() {
+        return None;
+    }
+    let mut abs: Vec<f64> = signed.iter().map(|e| e.abs()).collect();
+    signed.sort_by(f64::total_cmp);
+    abs.sort_by(f64::total_cmp);
+    Some(format!(
+        "| {name} | {} | {:.1}% | {:.1}% | {:+.1}% |\n",
+        abs.len(),
+        100.0 * percentile(&abs, 0.5),
+        100.0 * percentile(&abs, 0.9),
+        100.0 * percentile(&signed, 0.5)
+    ))
+}
+
+/// The comparison as markdown: one row per config (the worker's per-phase
+/// peaks, the phase that set its peak, the step's bytes per parameter, and
+/// the precheck's prediction where given), then per family and overall the
+/// median and p90 of the absolute error and the median signed error.
+/// `before`: the rows of an earlier run of the command (its `--json`), whose
+/// error stands beside each config's as "before", and per family.
+pub fn markdown(rows: &[Row], device: &str, predictions: &HashMap<String, Predicted>, before: &[Row]) -> String {
+    let before: HashMap<&str, &Row> = before.iter().map(|r| (r.id.as_str(), r)).collect();
     let mut out = format!(
-        "Worker ({device}) against the group's PyTorch peaks, {} configs:\n\n| config | family | measured GiB | worker GiB | error |\n|---|---|---|---|---|\n",
+        "Worker ({device}) against the group's PyTorch peaks, {} configs (GiB; phases are the worker's):\n\n\
+         | config | family | measured | worker | error | before | model | fwd | bwd | step | peak in | step B/param \
+         | precheck | precheck fwd+bwd | precheck step | precheck terms at its peak |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         rows.len()
     );
     for r in rows {
@@ -141,28 +284,41 @@ pub fn markdown(rows: &[Row], device: &str) -> String {
             (Some(w), Some(e)) => (format!("{w:.3}"), format!("{:+.1}%", 100.0 * e)),
             _ => (format!("{:?}", r.status).to_lowercase(), r.message.clone().unwrap_or_default()),
         };
-        out += &format!("| {} | {} | {:.2} | {worker} | {err} |\n", r.id, r.family.name(), r.measured_gib);
+        let [m, f, b, st] = r.phases_gib.map(cell);
+        let (phase, bpp) = peak_phase(r);
+        let pred = predictions.get(&r.id);
+        out += &format!(
+            "| {} | {} | {:.2} | {worker} | {err} | {} | {m} | {f} | {b} | {st} | {phase} | {} | {} | {} | {} | {} |\n",
+            r.id,
+            r.family.name(),
+            r.measured_gib,
+            before.get(r.id.as_str()).and_then(|b| b.error()).map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
+            bpp.map_or("-".into(), |x| format!("{x:.1}")),
+            cell(pred.and_then(|p| p.peak_gb)),
+            cell(pred.and_then(|p| p.fwd_bwd_gb)),
+            cell(pred.and_then(|p| p.step_gb)),
+            pred.map(Predicted::terms_text).unwrap_or_default(),
+        );
     }
     out += "\n| family | runs | median abs. error | p90 abs. error | median signed error |\n|---|---|---|---|---|\n";
     let mut families: Vec<Family> = rows.iter().map(|r| r.family).collect();
     families.sort_by_key(|f| f.name());
     families.dedup();
-    for f in families {
-        let mut signed: Vec<f64> = rows.iter().filter(|r| r.family == f).filter_map(Row::error).collect();
-        if signed.is_empty() {
-            continue;
+    for f in &families {
+        let of: Vec<&Row> = rows.iter().filter(|r| r.family == *f).collect();
+        out += &summary(f.name(), &of).unwrap_or_default();
+    }
+    let all: Vec<&Row> = rows.iter().collect();
+    out += &summary("all", &all).unwrap_or_default();
+    if !before.is_empty() {
+        out += "\nBefore (the earlier run's rows, on the configs it ran):\n\n\
+                | family | runs | median abs. error | p90 abs. error | median signed error |\n|---|---|---|---|---|\n";
+        for f in &families {
+            let of: Vec<&Row> = before.values().copied().filter(|r| r.family == *f).collect();
+            out += &summary(f.name(), &of).unwrap_or_default();
         }
-        let mut abs: Vec<f64> = signed.iter().map(|e| e.abs()).collect();
-        signed.sort_by(f64::total_cmp);
-        abs.sort_by(f64::total_cmp);
-        out += &format!(
-            "| {} | {} | {:.1}% | {:.1}% | {:+.1}% |\n",
-            f.name(),
-            abs.len(),
-            100.0 * percentile(&abs, 0.5),
-            100.0 * percentile(&abs, 0.9),
-            100.0 * percentile(&signed, 0.5)
-        );
+        let all: Vec<&Row> = before.values().copied().collect();
+        out += &summary("all", &all).unwrap_or_default();
     }
     out
 }
@@ -179,12 +335,12 @@ mod tests {
 {"id":"f","family":"unet","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":true,"batch":1,"in_channels":1,"out_channels":1,"spatial":[8,8,8],"channels":[8,16],"attention_levels":[false,false],"num_res_blocks":[1,1],"num_head_channels":8,"peak_gb":0.5,"status":"ok"}"#;
 
     #[test]
-    fn selects_pytorch_runs_that_fit_and_checkpoint_as_the_worker_does() {
+    fn selects_pytorch_runs_that_fit_with_and_without_checkpointing() {
         let recs = spec::record::read_jsonl(RECORDS).unwrap();
         let ids: Vec<&str> = select(&recs, 4.0).iter().map(|r| r.id.as_str()).collect();
         // b: a checkpointed transformer (per block, as the worker does); f: a
-        // checkpointed UNet, which the worker cannot checkpoint as the group's ran.
-        assert_eq!(ids, ["a", "b"]);
+        // checkpointed UNet, which runs as the group's did (nothing to checkpoint).
+        assert_eq!(ids, ["a", "b", "f"]);
     }
 
     #[test]
@@ -196,11 +352,28 @@ mod tests {
             worker_gib: Some(worker),
             status: RunStatus::Ok,
             message: None,
+            params: 1 << 26,
+            phases_gib: [Some(0.25), Some(worker / 2.0), Some(worker / 2.0), Some(worker)],
+            wall_s: 1.0,
         };
         let rows = [row("a", 1.0, 1.1), row("b", 2.0, 1.8)];
-        let md = markdown(&rows, "cpu");
-        assert!(md.contains("| a | dit | 1.00 | 1.100 | +10.0% |"), "{md}");
+        let predictions = read_predictions(
+            r#"{"id":"a","peak_gb":0.95,"fits":true,"verdict":"fits","peak_phase":"step","fwd_bwd_gb":0.5,"step_gb":0.95,"terms":{"weights":0.2,"grads":0.2,"optimizer":0.55}}"#,
+        )
+        .unwrap();
+        let earlier = [row("a", 1.0, 0.7)];
+        let md = markdown(&rows, "cpu", &predictions, &earlier);
+        // a: its step (1.1 GiB for 2^26 parameters: 17.6 B each) beside the precheck's 0.95 GiB step.
+        assert!(
+            md.contains(
+                "| a | dit | 1.00 | 1.100 | +10.0% | -30.0% | 0.250 | 0.550 | 0.550 | 1.100 | step | 17.6 | 0.950 | 0.500 | 0.950 \
+                 | optimizer 0.55, grads 0.20, weights 0.20 |"
+            ),
+            "{md}"
+        );
         assert!(md.contains("| b | dit | 2.00 | 1.800 | -10.0% |"), "{md}");
         assert!(md.contains("| dit | 2 | 10.0% | 10.0% |"), "{md}");
+        assert!(md.contains("| all | 2 | 10.0% | 10.0% |"), "{md}");
+        assert!(md.contains("| all | 1 | 30.0% | 30.0% | -30.0% |"), "{md}");
     }
 }

@@ -17,6 +17,7 @@ pub mod meter;
 pub mod models;
 #[cfg(feature = "nvml")]
 pub mod nvml;
+pub mod optim;
 pub mod runner;
 pub mod task;
 pub mod warm;

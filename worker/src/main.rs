@@ -66,9 +66,22 @@ struct FidelityArgs {
     /// Where the runs' events go.
     #[arg(long, default_value = "state")]
     state_dir: PathBuf,
-    /// Also write the rows as JSON lines here.
+    /// Also write the rows as JSON lines here, each as its config ends.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Run nothing: the table of the rows a `--json` of an earlier run wrote.
+    #[arg(long)]
+    from_json: Option<PathBuf>,
+    /// The precheck's predictions of the same records (`orchestrator predict
+    /// --records FILE` output), set beside each row.
+    #[arg(long)]
+    predictions: Option<PathBuf>,
+    /// Record ids to leave out (configs the device cannot finish in reasonable time).
+    #[arg(long, value_delimiter = ',')]
+    skip: Vec<String>,
+    /// Rows of an earlier run (its `--json`): their errors stand beside these as "before".
+    #[arg(long)]
+    before: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -178,24 +191,7 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        Command::Fidelity(args) => {
-            let backend = backend_of(args.backend.as_deref())?;
-            let opts = worker::fidelity::Options {
-                records: args.records,
-                max_peak_gib: args.max_peak_gib,
-                families: args.family,
-                backend: backend.name().to_string(),
-                state_dir: args.state_dir,
-            };
-            let rows = worker::fidelity::run(&opts)?;
-            if let Some(path) = &args.json {
-                let lines: Vec<String> = rows.iter().map(serde_json::to_string).collect::<Result<_, _>>()?;
-                std::fs::write(path, lines.join("\n") + "\n").with_context(|| format!("writing {}", path.display()))?;
-            }
-            let device = if backend.is_gpu() { backend.name().to_string() } else { "CPU, flex backend".into() };
-            print!("{}", worker::fidelity::markdown(&rows, &device));
-            Ok(())
-        }
+        Command::Fidelity(args) => fidelity(args),
         Command::Warm(args) => std::process::exit(warm(&args)?),
         Command::Run(args) => {
             let (cfgs, memory_limit) = configs_of(&args)?;
@@ -224,6 +220,42 @@ fn main() -> Result<()> {
             std::process::exit(code);
         }
     }
+}
+
+/// `worker fidelity`: run (or re-read) the rows and print the table.
+fn fidelity(args: FidelityArgs) -> Result<()> {
+    let backend = backend_of(args.backend.as_deref())?;
+    let opts = worker::fidelity::Options {
+        records: args.records,
+        max_peak_gib: args.max_peak_gib,
+        families: args.family,
+        backend: backend.name().to_string(),
+        state_dir: args.state_dir,
+        skip: args.skip,
+        json: if args.from_json.is_some() { None } else { args.json },
+    };
+    let rows = match &args.from_json {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            worker::fidelity::read_rows(&text)?
+        }
+        None => worker::fidelity::run(&opts)?,
+    };
+    let predictions = match &args.predictions {
+        Some(path) => worker::fidelity::read_predictions(
+            &std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        )?,
+        None => Default::default(),
+    };
+    let before = match &args.before {
+        Some(path) => worker::fidelity::read_rows(
+            &std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        )?,
+        None => Vec::new(),
+    };
+    let device = if backend.is_gpu() { backend.name().to_string() } else { "CPU, flex backend".into() };
+    print!("{}", worker::fidelity::markdown(&rows, &device, &predictions, &before));
+    Ok(())
 }
 
 /// `worker warm`: each warm-up config through `worker run` in a process of

@@ -1,12 +1,16 @@
 //! What an attention keeps for backward, measured by the worker's exact
 //! tracking allocator: linear in tokens with the memory-efficient kernel,
 //! quadratic with Burn's decomposed (materialised) attention. Its own test
-//! binary, so no other test allocates while it measures.
+//! binary; its two tests measure peaks of the whole process, so they run one
+//! at a time (`--test-threads=1` is not needed: each holds [`LOCK`]).
 
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use worker::alloc;
 use worker::models::attention::{scaled_dot_product, AttentionKernel};
+
+/// The tests of this binary measure one process's bytes: one at a time.
+static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Bytes still held after the forward pass of one attention over `n` tokens
 /// (4 heads of 16 channels): the inputs, the output and what backward keeps.
@@ -26,6 +30,7 @@ fn held_after_forward(kernel: AttentionKernel, n: usize) -> u64 {
 
 #[test]
 fn memory_efficient_attention_keeps_linear_memory_and_the_decomposed_one_quadratic() {
+    let _one = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let tokens = [512, 1024, 2048];
     // The first run at a size also grows the matmul kernels' cached scratch
     // buffers and the thread pool, which stay: warm them at the largest size.
@@ -55,5 +60,49 @@ fn memory_efficient_attention_keeps_linear_memory_and_the_decomposed_one_quadrat
             (efficient[w] as f64 / efficient[w - 1] as f64, materialised[w] as f64 / materialised[w - 1] as f64);
         assert!((1.9..2.2).contains(&e), "doubling tokens multiplied the memory-efficient hold by {e:.2}");
         assert!(m > 3.5, "doubling tokens multiplied the materialised hold by only {m:.2}");
+    }
+}
+
+/// The memory-efficient attention's working set over `n` tokens (4 heads of
+/// 16 channels): the peak during the forward above what it leaves held, and
+/// the peak during the backward above what was live when it started.
+fn working_set(n: usize) -> (u64, u64) {
+    let device = Device::flex().autodiff();
+    let input = || Tensor::<4>::random([1, 4, n, 16], Distribution::Normal(0.0, 1.0), &device).require_grad();
+    let (q, k, v) = (input(), input(), input());
+    device.sync().unwrap();
+    alloc::reset_peak();
+    let out = scaled_dot_product(q.clone(), k.clone(), v.clone(), AttentionKernel::MemoryEfficient);
+    device.sync().unwrap();
+    let fwd = alloc::peak().saturating_sub(alloc::current());
+    let before = alloc::current();
+    alloc::reset_peak();
+    let grads = out.sum().backward();
+    device.sync().unwrap();
+    let bwd = alloc::peak().saturating_sub(before);
+    drop((grads, q, k, v));
+    (fwd, bwd)
+}
+
+#[test]
+fn memory_efficient_working_set_is_bounded_by_its_chunk() {
+    let _one = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    use worker::models::attention::CHUNK_SCORE_ELEMS;
+    let tokens = [1024usize, 2048, 4096, 8192];
+    working_set(tokens[tokens.len() - 1]);
+    // The bound: a few f32 score tiles of one chunk (scores, their softmax, the
+    // gradient of the softmax in backward, and their half casts), plus
+    // tensors of q's size (the output, q, k and v's gradients, the f32
+    // accumulators of dk and dv, the chunked dq and its concatenation).
+    // One materialised score tensor is 4 x n x n x 4 B: 64 MiB at 2,048
+    // tokens, 1 GiB at 8,192; the former 64 MiB score chunks alone exceed it.
+    let tile = 4 * CHUNK_SCORE_ELEMS as u64;
+    for n in tokens {
+        let (fwd, bwd) = working_set(n);
+        let q_bytes = (n * 64 * 4) as u64;
+        let bound = 4 * tile + 16 * q_bytes;
+        eprintln!("{n:>5} tokens: working set forward {fwd:>10} B, backward {bwd:>10} B (bound {bound} B)");
+        assert!(fwd <= bound, "forward at {n} tokens peaked {fwd} B above what it keeps; bound {bound} B");
+        assert!(bwd <= bound, "backward at {n} tokens peaked {bwd} B above its start; bound {bound} B");
     }
 }

@@ -1,6 +1,6 @@
 //! `bf16-amp` against `fp32` on the CPU backend's exact allocator: autocast
 //! keeps the parameters, gradients and AdamW state in f32 (the `model` and
-//! `step` phases hold the same bytes as an fp32 run, 4 and 16 bytes a
+//! `step` phases hold the same bytes as an fp32 run, 4 and 20 bytes a
 //! parameter) and saves half-precision activations (the forward holds less).
 
 use std::path::Path;
@@ -77,16 +77,17 @@ fn autocast_keeps_f32_weights_and_adam_state_and_saves_half_activations() {
         // f32 parameters: 4 bytes each (and a few percent of module bookkeeping).
         assert_eq!(model_amp, model_f32, "{family}");
         assert!(model_amp >= 4 * params && model_amp < 4 * params + 4 * params / 20, "{family}: {model_amp} B");
-        // f32 gradients and AdamW moments: the step holds what an fp32 run's does, 16 B a parameter or more.
+        // f32 gradients, AdamW moments and the foreach step's square roots:
+        // the step holds what an fp32 run's does, 20 B a parameter or more
+        // (a strided gradient copied flat held 6.6 MB more in fp32's).
         assert!(step_amp.abs_diff(step_f32) * 100 <= step_f32, "{family}: {step_amp} vs {step_f32} B");
-        assert!(step_amp >= 16 * params, "{family}: {step_amp} B for {params} params");
-        // Half-precision saved activations: the forward holds less. Only a
-        // little less in these tiny configs: in the UNet the f32 GroupNorm and
-        // SiLU tensors dominate what is kept (4% less; the precheck's `pytorch`
-        // runtime counts 26% less), in the DiT one block's f32 attention tiles
-        // and LayerNorms (14% less; the precheck 39%). At DiT-S sizes the
-        // worker's bf16-amp forward lands within 0.3% of the group's (docs/gpu.md).
-        let most = if family == "unet" { 99 } else { 90 };
+        assert!(step_amp >= 20 * params, "{family}: {step_amp} B for {params} params");
+        // Half-precision saved activations, and PyTorch's saved tensors for
+        // the norms and SiLU: the forward holds less than this fp32 run
+        // (Burn's composed norms; seen: UNet 76 %, DiT 81 %, weights' half
+        // copies included). How much less against PyTorch's own fp32 is
+        // `tests/autocast_ratio.rs`, held to the precheck's dtype model.
+        let most = if family == "unet" { 85 } else { 88 };
         assert!(held_amp * 100 < held_f32 * most, "{family}: {held_amp} B bf16-amp vs {held_f32} B fp32");
     }
 }

@@ -12,7 +12,13 @@
 //! - an element-wise op between a half and an f32 tensor runs in f32
 //!   (PyTorch's type promotion), through [`add`] and [`mul`].
 //!
-//! Outside a context every helper is the plain operation.
+//! - norms and SiLU keep for backward what PyTorch's autograd keeps (the
+//!   input and the row statistics, [`super::ops`]), not what Burn's composed
+//!   ops would.
+//!
+//! Outside a context every helper is the plain operation. [`Autocast::torch_f32`]
+//! enters a context without a half type that still saves as PyTorch does: the
+//! fp32 baseline the autocast saving is measured against (`tests/autocast_memory.rs`).
 
 use std::cell::Cell;
 
@@ -25,6 +31,7 @@ use burn::tensor::{DType, FloatDType};
 
 thread_local! {
     static HALF: Cell<Option<FloatDType>> = const { Cell::new(None) };
+    static TORCH_SAVED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The half type of the current autocast context, if one is entered.
@@ -36,18 +43,46 @@ pub fn half() -> Option<FloatDType> {
 #[must_use = "the context ends when the guard is dropped"]
 pub struct Autocast {
     previous: Option<FloatDType>,
+    previous_saved: bool,
 }
 
 impl Autocast {
-    /// Enter autocast to `half` on this thread (`None`: no autocast).
+    /// Enter autocast to `half` on this thread (`None`: no autocast, Burn's
+    /// own ops as before).
     pub fn enter(half: Option<FloatDType>) -> Autocast {
-        Autocast { previous: HALF.with(|h| h.replace(half)) }
+        Self::with(half, half.is_some())
+    }
+    /// No half type, but norms and SiLU saving as PyTorch's (the fp32 run
+    /// an autocast run's saving is measured against).
+    pub fn torch_f32() -> Autocast {
+        Self::with(None, true)
+    }
+    fn with(half: Option<FloatDType>, torch_saved: bool) -> Autocast {
+        Autocast {
+            previous: HALF.with(|h| h.replace(half)),
+            previous_saved: TORCH_SAVED.with(|t| t.replace(torch_saved)),
+        }
     }
 }
 
 impl Drop for Autocast {
     fn drop(&mut self) {
         HALF.with(|h| h.set(self.previous));
+        TORCH_SAVED.with(|t| t.set(self.previous_saved));
+    }
+}
+
+/// Whether norms and SiLU run as PyTorch's ([`super::ops`]).
+pub fn torch_saved() -> bool {
+    TORCH_SAVED.with(Cell::get)
+}
+
+/// SiLU: PyTorch's (keeps its input) inside a context, else Burn's.
+pub fn silu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    if torch_saved() {
+        super::ops::silu(x)
+    } else {
+        burn::tensor::activation::silu(x)
     }
 }
 
@@ -150,13 +185,24 @@ impl AutocastForward<5> for Conv3d {
 
 impl<const D: usize> AutocastForward<D> for GroupNorm {
     fn amp(&self, x: Tensor<D>) -> Tensor<D> {
-        self.forward(to_f32(x))
+        let x = to_f32(x);
+        match (&self.gamma, &self.beta) {
+            (Some(g), Some(b)) if torch_saved() => {
+                super::ops::group_norm(x, g.val(), b.val(), self.num_groups, self.epsilon)
+            }
+            _ => self.forward(x),
+        }
     }
 }
 
 impl<const D: usize> AutocastForward<D> for LayerNorm {
     fn amp(&self, x: Tensor<D>) -> Tensor<D> {
-        self.forward(to_f32(x))
+        let x = to_f32(x);
+        match &self.beta {
+            // The models build every LayerNorm with Burn's default eps, 1e-5 (the field is private).
+            Some(b) if torch_saved() => super::ops::layer_norm(x, self.gamma.val(), b.val(), 1e-5),
+            _ => self.forward(x),
+        }
     }
 }
 

@@ -6,8 +6,11 @@
 //!   softmax and output and the row log-sum-exp, and keeps for backward only q,
 //!   k, v, the output and the log-sum-exp. Backward recomputes each chunk's
 //!   scores from them (the flash-attention backward). No N x N tensor outlives
-//!   a chunk, so what a block holds for backward grows linearly in tokens; the
-//!   chunk's transient scores are bounded by 64 MiB.
+//!   a chunk, so what a block holds for backward grows linearly in tokens. A
+//!   chunk's scores are at most [`CHUNK_SCORE_ELEMS`] elements (2 MiB in the
+//!   half type, 4 MiB as the f32 softmax tile): its working set is a few MiB
+//!   whatever the token count, below anything a run's peak would show, as
+//!   SDPA's kernels hold their tiles on chip.
 //! - [`AttentionKernel::Materialised`] (MONAI's UNet attention, and the old
 //!   behaviour for comparison): `burn::tensor::module::attention`, which Burn
 //!   0.22's autodiff decomposes into matmul, softmax and matmul, holding the
@@ -40,9 +43,12 @@ pub struct Heads {
     pub kernel: AttentionKernel,
 }
 
-/// Upper bound of one chunk's f32 score tensor (`[B, heads, chunk, N]`): 64 MiB.
-/// A variable only so that tests can force many chunks on small inputs.
-static CHUNK_SCORE_BYTES: AtomicUsize = AtomicUsize::new(64 << 20);
+/// Upper bound of the elements of one chunk's scores (`[B, heads, chunk, N]`):
+/// 1 Mi, 2 MiB in the half type, 4 MiB as the f32 softmax tile.
+pub const CHUNK_SCORE_ELEMS: usize = 1 << 20;
+
+/// The bound in use: a variable only so that tests can force many chunks on small inputs.
+static CHUNK_ELEMS: AtomicUsize = AtomicUsize::new(CHUNK_SCORE_ELEMS);
 
 /// Attention of `q`, `k`, `v` `[B, heads, N, head_dim]` with the given kernel.
 pub fn scaled_dot_product(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, kernel: AttentionKernel) -> Tensor<4> {
@@ -142,12 +148,13 @@ fn rows<B: Backend>(t: FloatTensor<B>, start: usize, end: usize) -> FloatTensor<
     B::float_slice(t, &[all, all, Slice::new(start as isize, Some(end as isize), 1), all])
 }
 
-/// Query rows per chunk so that one chunk's f32 scores stay within [`CHUNK_SCORE_BYTES`].
+/// Query rows per chunk so that one chunk's scores stay within [`CHUNK_SCORE_ELEMS`].
 fn chunk_rows(batch_heads: usize, n: usize) -> usize {
-    (CHUNK_SCORE_BYTES.load(Ordering::Relaxed) / (batch_heads * n * 4).max(1)).clamp(1, n.max(1))
+    (CHUNK_ELEMS.load(Ordering::Relaxed) / (batch_heads * n).max(1)).clamp(1, n.max(1))
 }
 
-/// Chunked forward: (output `[B, h, N, d]`, row log-sum-exp `[B, h, N, 1]` in f32).
+/// Chunked forward: (output `[B, h, N, d]`, a view of `[B, N, h, d]` storage;
+/// row log-sum-exp `[B, h, N, 1]` in f32).
 fn forward<B: Backend>(q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>) -> (FloatTensor<B>, FloatTensor<B>) {
     let [b, h, n, d] = dims4::<B>(&q);
     let dtype = float_dtype::<B>(&q);
@@ -163,10 +170,13 @@ fn forward<B: Backend>(q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>) 
         let l = B::float_sum_dim(p.clone(), 3); // [B, h, c, 1]
         let o = B::float_matmul(cast::<B>(p, dtype), v.clone()); // [B, h, c, d]
         let o = B::float_div(cast::<B>(o, FloatDType::F32), l.clone());
-        outs.push(cast::<B>(o, dtype));
+        outs.push(cast::<B>(B::float_swap_dims(o, 1, 2), dtype)); // [B, c, h, d]
         lses.push(B::float_add(m, B::float_log(l)));
     }
-    (B::float_cat(outs, 2), B::float_cat(lses, 2))
+    // Laid out [B, N, h, d] and handed on as a [B, h, N, d] view, as SDPA's
+    // kernels return theirs: the caller's `[B, N, h·d]` for the projection is
+    // then the same storage, not a second copy of the output.
+    (B::float_swap_dims(B::float_cat(outs, 1), 1, 2), B::float_cat(lses, 2))
 }
 
 /// The flash-attention backward: scores recomputed chunk by chunk from q, k and
@@ -246,10 +256,10 @@ mod tests {
         let input = || Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
         let inputs = [input(), input(), input(), input()];
         let (reference, reference_grads) = grads(AttentionKernel::Materialised, &inputs);
-        for budget in [64 << 20, 2 * 3 * 37 * 4 * 4] {
-            CHUNK_SCORE_BYTES.store(budget, Ordering::Relaxed);
+        for budget in [CHUNK_SCORE_ELEMS, 2 * 3 * 37 * 4] {
+            CHUNK_ELEMS.store(budget, Ordering::Relaxed);
             let (out, g) = grads(AttentionKernel::MemoryEfficient, &inputs);
-            CHUNK_SCORE_BYTES.store(64 << 20, Ordering::Relaxed);
+            CHUNK_ELEMS.store(CHUNK_SCORE_ELEMS, Ordering::Relaxed);
             assert_close("output", &out, &reference);
             for (name, (a, b)) in ["dq", "dk", "dv"].iter().zip(g.iter().zip(&reference_grads)) {
                 assert_close(name, a, b);

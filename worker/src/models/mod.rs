@@ -7,25 +7,30 @@
 //!
 //! Layouts follow the upstream code the research group profiled (MONAI
 //! `DiffusionModelUNet`, DiT, an hourglass DiT, U-ViT); the domain notes are summarised in the README.
-//! Attention goes through `burn::tensor::module::attention`: under autodiff Burn
-//! 0.22.1 decomposes it into matmul + softmax, so the B x heads x N x N score
-//! tensor *is* materialised (unlike PyTorch's SDPA); the precheck models that.
+//! Attention ([`attention`]): the transformer families run a memory-efficient
+//! kernel as PyTorch's SDPA does (q, k, v, the output and the row
+//! log-sum-exp kept for backward; scores only in small chunks in the compute
+//! dtype, never N x N); MONAI's UNet attention materialises its
+//! B x heads x N x N scores, as MONAI's does. `--attention materialised`
+//! runs the transformers through Burn's decomposed attention instead.
+//! Norms and SiLU keep what PyTorch's autograd keeps ([`ops`], under autocast).
 
 pub mod amp;
 pub mod attention;
 pub mod checkpoint;
 pub mod dit;
 pub mod hdit;
+pub mod ops;
 pub mod unet;
 pub mod uvit;
 
 use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, silu};
+use burn::tensor::activation::gelu;
 use spec::{Input, ModelSpec};
 
-use amp::AutocastForward;
+use amp::{silu, AutocastForward};
 use attention::{scaled_dot_product, AttentionKernel, Heads};
 use checkpoint::Tape;
 
@@ -116,9 +121,16 @@ pub(crate) fn linear(i: usize, o: usize, device: &Device) -> Linear {
     LinearConfig::new(i, o).init(device)
 }
 
-/// LayerNorm without affine parameters over the last dim (DiT's `elementwise_affine=False`), in f32 under autocast.
+/// LayerNorm without affine parameters over the last dim (DiT's
+/// `elementwise_affine=False`), in f32 under autocast, saving what PyTorch's does.
 pub(crate) fn layer_norm_plain(x: Tensor<3>, eps: f64) -> Tensor<3> {
     let x = amp::to_f32(x);
+    if amp::torch_saved() {
+        let [.., h] = x.dims();
+        let device = x.device();
+        let (gamma, beta) = (Tensor::ones([h], &device), Tensor::zeros([h], &device));
+        return ops::layer_norm(x, gamma, beta, eps);
+    }
     let (var, mean) = x.clone().var_mean_bias(2);
     (x - mean).div(var.add_scalar(eps).sqrt())
 }

@@ -9,10 +9,9 @@
 use burn::nn::conv::{Conv3d, Conv3dConfig};
 use burn::nn::{GroupNorm, GroupNormConfig, Linear, PaddingConfig3d};
 use burn::prelude::*;
-use burn::tensor::activation::silu;
 use spec::{Input, UnetSpec};
 
-use super::amp::{self, AutocastForward};
+use super::amp::{self, silu, AutocastForward};
 use super::{attention_qkv, linear, timestep_embedding, BuildError};
 
 /// MONAI uses eps 1e-6 in its diffusion UNet norms.

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::AdamWConfig;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 use spec::event::{
@@ -40,11 +39,12 @@ use crate::meter::Meter;
 use crate::models::amp::Autocast;
 use crate::models::checkpoint::Tape;
 use crate::models::Model;
+use crate::optim::ForeachAdamW;
 
 mod progress;
 mod readback;
 
-use progress::{current_phase, oom_hook, peaks_so_far, phase_index, NONE, PROGRESS};
+use progress::{current_phase, oom_hook, peaks_so_far, phase_index, NONE, PROGRESS, SETUP};
 
 /// Exit codes of `worker run`: the result is in the event stream either way;
 /// these let a plain shell or SLURM tell the outcomes apart.
@@ -215,12 +215,14 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
 }
 
 /// How a config's `grad_ckpt` runs: per block for the transformer families (the
-/// group's `torch.utils.checkpoint` per block); MONAI's UNet has no checkpoint
-/// hooks, so the worker's UNet keeps Burn's op-level strategy, as before.
+/// group's `torch.utils.checkpoint` per block). MONAI's `DiffusionModelUNet`
+/// has no checkpoint hooks, and the group's UNet runs with checkpointing on
+/// kept what runs without it kept (the records: fitted keep fraction 0.996),
+/// so the UNet runs unchanged (`checkpointing: none-in-model`).
 fn checkpointing_of(cfg: &RunConfig) -> Checkpointing {
     match (&cfg.model, cfg.grad_ckpt) {
         (_, false) => Checkpointing::Off,
-        (spec::ModelSpec::Unet(_), true) => Checkpointing::BurnBalanced,
+        (spec::ModelSpec::Unet(_), true) => Checkpointing::NoneInModel,
         (_, true) => Checkpointing::Block,
     }
 }
@@ -242,6 +244,9 @@ fn run_with_setup(
     let start = now();
     let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap_or(0);
     reset_progress(opts, &log, start, params);
+    // A driver that crashes (SIGSEGV, SIGBUS, SIGABRT) while the device is set
+    // up, or later in a phase, still leaves a result.
+    progress::install_crash_handlers();
 
     // Device setup is the first thing to fail on a node without a GPU or
     // driver, often as a panic inside the backend: guarded like the phases.
@@ -269,8 +274,6 @@ fn run_with_setup(
         alloc::set_limit(opts.memory_limit);
     }
     set_current(Some((log.clone(), Some(meter.clone()))));
-    // A driver or shader compiler that crashes (SIGSEGV, SIGBUS, SIGABRT) still leaves a result.
-    progress::install_crash_handlers();
     let beating = Arc::new(AtomicBool::new(true));
     let heartbeat = spawn_heartbeat(log.clone(), meter.clone(), beating.clone(), opts.heartbeat);
 
@@ -309,7 +312,7 @@ fn run_with_setup(
 /// run's start, event file, meter kind and limit.
 fn reset_progress(opts: &RunOptions, log: &EventLog, start: f64, params: u64) {
     PROGRESS.start_bits.store(start.to_bits(), Ordering::Relaxed);
-    PROGRESS.phase.store(0, Ordering::Relaxed);
+    PROGRESS.phase.store(SETUP, Ordering::Relaxed);
     for p in &PROGRESS.peaks {
         p.store(NONE, Ordering::Relaxed);
     }
@@ -376,9 +379,9 @@ fn finish(
         Err((s, m)) => (s, Some(m)),
     };
     // Every phase closed on success: no open window to add.
-    let (peaks, peak_bytes) = peaks_so_far(if status == RunStatus::Ok { 0 } else { live_peak });
+    let (peaks, peak_bytes) = peaks_so_far(current_phase(), if status == RunStatus::Ok { 0 } else { live_peak });
     let nvml_peak_bytes = Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0);
-    let phase = (status != RunStatus::Ok).then(current_phase);
+    let phase = (status != RunStatus::Ok).then(current_phase).flatten();
     let t = now();
     let result = RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s: t - start, nvml_peak_bytes };
     if !PROGRESS.finished.swap(true, Ordering::SeqCst) {
@@ -453,7 +456,8 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
         readback::pool_holds_params(device, m)?;
         readback::param_checksum(m)
     })?;
-    let mut optim = AdamWConfig::new().init();
+    // PyTorch's default AdamW on CUDA: the multi-tensor step and its temporaries.
+    let mut optim = ForeachAdamW::new();
     let steps = match cfg.mode {
         Mode::Profile => 1,
         Mode::Train => cfg.steps.max(1),
@@ -488,7 +492,10 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
             readback::grad_norm(&model, grads)
         })?;
         drop(x);
-        let step = || Ok(optim.step(1e-4, model.clone(), grads));
+        // The model moves into the step (no second reference), so the
+        // parameters update in place as PyTorch's `_foreach_addcdiv_` does.
+        let current = model;
+        let step = || Ok(optim.step(1e-4, current, grads));
         model = phase(Phase::Step, at, device, meter, log, step, readback::param_checksum)?;
     }
     Ok(())
@@ -516,9 +523,10 @@ fn spawn_heartbeat(
                 if PROGRESS.finished.load(Ordering::Relaxed) {
                     break;
                 }
+                let Some(phase) = current_phase() else { continue };
                 let _ = log.emit(&Event::Heartbeat {
                     t: now(),
-                    phase: current_phase(),
+                    phase,
                     current_bytes: meter.current(),
                     peak_bytes: meter.peak(),
                 });
@@ -563,7 +571,7 @@ fn record_cancelled(log: &EventLog, meter: Option<&Meter>, sig: i32) {
     if PROGRESS.finished.swap(true, Ordering::SeqCst) {
         return;
     }
-    let (peaks, peak_bytes) = peaks_so_far(meter.map_or(0, Meter::peak));
+    let (peaks, peak_bytes) = peaks_so_far(current_phase(), meter.map_or(0, Meter::peak));
     let t = now();
     let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
     let _ = log.emit(&Event::from(RunResult {
@@ -572,8 +580,11 @@ fn record_cancelled(log: &EventLog, meter: Option<&Meter>, sig: i32) {
         params: PROGRESS.params.load(Ordering::Relaxed),
         peaks,
         peak_bytes,
-        phase: Some(current_phase()),
-        message: Some(format!("received signal {sig}")),
+        phase: current_phase(),
+        message: Some(match current_phase() {
+            Some(_) => format!("received signal {sig}"),
+            None => format!("received signal {sig} during device setup"),
+        }),
         wall_s: t - start,
         nvml_peak_bytes: Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0),
     }));

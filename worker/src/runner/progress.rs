@@ -34,9 +34,11 @@ pub(super) struct Progress {
 }
 
 pub(super) const NONE: u64 = u64::MAX;
+/// `Progress::phase` while the device is set up, before the first phase.
+pub(super) const SETUP: u8 = u8::MAX;
 
 pub(super) static PROGRESS: Progress = Progress {
-    phase: AtomicU8::new(0),
+    phase: AtomicU8::new(SETUP),
     peaks: [AtomicU64::new(NONE), AtomicU64::new(NONE), AtomicU64::new(NONE), AtomicU64::new(NONE)],
     params: AtomicU64::new(0),
     start_bits: AtomicU64::new(0),
@@ -57,20 +59,33 @@ pub(super) fn phase_index(p: Phase) -> usize {
     }
 }
 
-pub(super) fn current_phase() -> Phase {
-    Phase::ALL[(PROGRESS.phase.load(Ordering::Relaxed) as usize).min(3)]
+/// The phase under way; `None` while the device is set up.
+pub(super) fn current_phase() -> Option<Phase> {
+    Phase::ALL.get(PROGRESS.phase.load(Ordering::Relaxed) as usize).copied()
 }
 
-/// Phase peaks so far, the current phase's open window included (`live_peak`).
-pub(super) fn peaks_so_far(live_peak: u64) -> (PhasePeaks, u64) {
-    let cur = PROGRESS.phase.load(Ordering::Relaxed) as usize;
+/// Where the run is, for a message: "the fwd phase", "device setup".
+fn where_now() -> &'static str {
+    match current_phase() {
+        Some(Phase::Model) => "the model phase",
+        Some(Phase::Fwd) => "the fwd phase",
+        Some(Phase::Bwd) => "the bwd phase",
+        Some(Phase::Step) => "the step phase",
+        None => "device setup",
+    }
+}
+
+/// Phase peaks so far, the open window of phase `open` included
+/// (`live_peak`; with no phase open, device setup, in the overall peak only).
+pub(super) fn peaks_so_far(open: Option<Phase>, live_peak: u64) -> (PhasePeaks, u64) {
+    let cur = open.map(phase_index);
     let mut v = [None; 4];
     for (i, slot) in v.iter_mut().enumerate() {
         let p = PROGRESS.peaks[i].load(Ordering::Relaxed);
         let p = if p == NONE { None } else { Some(p) };
-        *slot = if i == cur { Some(p.unwrap_or(0).max(live_peak)) } else { p };
+        *slot = if Some(i) == cur { Some(p.unwrap_or(0).max(live_peak)) } else { p };
     }
-    let overall = v.iter().flatten().copied().max().unwrap_or(0);
+    let overall = v.iter().flatten().copied().max().unwrap_or(0).max(live_peak);
     (PhasePeaks { model: v[0], fwd: v[1], bwd: v[2], step: v[3] }, overall)
 }
 
@@ -110,11 +125,12 @@ fn epoch_seconds() -> f64 {
 fn format_result(
     out: &mut StackBuf,
     status: &str,
+    phase: Option<Phase>,
     live_peak: u64,
     message: impl FnOnce(&mut StackBuf) -> std::fmt::Result,
 ) -> std::fmt::Result {
     let t = epoch_seconds();
-    let (peaks, overall) = peaks_so_far(live_peak);
+    let (peaks, overall) = peaks_so_far(phase, live_peak);
     let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
     let params = PROGRESS.params.load(Ordering::Relaxed);
     write!(out, "{{\"event\":\"result\",\"t\":{t},\"status\":\"{status}\",\"params\":{params},\"peaks\":{{")?;
@@ -125,7 +141,11 @@ fn format_result(
             first = false;
         }
     }
-    write!(out, "}},\"peak_bytes\":{overall},\"phase\":\"{}\",\"message\":\"", current_phase().name())?;
+    write!(out, "}},\"peak_bytes\":{overall},")?;
+    if let Some(phase) = phase {
+        write!(out, "\"phase\":\"{}\",", phase.name())?;
+    }
+    write!(out, "\"message\":\"")?;
     message(out)?;
     writeln!(out, "\",\"wall_s\":{}}}", (t - start).max(0.0))
 }
@@ -150,7 +170,7 @@ pub(super) fn oom_hook(requested: u64, live: u64) {
     let live_peak = if PROGRESS.gpu.load(Ordering::Relaxed) { live } else { alloc::peak() };
     let limit = PROGRESS.limit.load(Ordering::Relaxed);
     let mut out = StackBuf { buf: [0; 1024], len: 0 };
-    let formatted = format_result(&mut out, "oom", live_peak, |out| {
+    let formatted = format_result(&mut out, "oom", current_phase(), live_peak, |out| {
         if limit == 0 {
             write!(out, "host allocation of {requested} bytes failed with {live} bytes live and no limit set: the node ran out of memory")
         } else {
@@ -181,11 +201,11 @@ extern "C" fn crash_handler(sig: libc::c_int) {
     if !PROGRESS.finished.swap(true, Ordering::SeqCst) {
         let name = CRASH_SIGNALS.iter().find(|(s, _)| *s == sig).map(|(_, n)| *n).unwrap_or("a fatal signal");
         let mut out = StackBuf { buf: [0; 1024], len: 0 };
-        let formatted = format_result(&mut out, "failed", open_window_peak(), |out| {
+        let formatted = format_result(&mut out, "failed", current_phase(), open_window_peak(), |out| {
             write!(
                 out,
-                "the worker crashed with {name} in the {} phase: a fault inside native code (the GPU driver, its shader compiler or a kernel), not a memory limit",
-                current_phase().name()
+                "the worker crashed with {name} in {}: a fault inside native code (the GPU driver, its shader compiler or a kernel), not a memory limit",
+                where_now()
             )
         });
         if formatted.is_ok() {
@@ -238,16 +258,21 @@ mod tests {
     #[test]
     fn allocation_free_result_lines_parse_as_result_events() {
         let mut out = StackBuf { buf: [0; 1024], len: 0 };
-        format_result(&mut out, "oom", 3 << 19, |o| write!(o, "allocation of {} bytes refused", 4096)).unwrap();
+        format_result(&mut out, "oom", Some(Phase::Bwd), 3 << 19, |o| {
+            write!(o, "allocation of {} bytes refused", 4096)
+        })
+        .unwrap();
         let r = parse(&out);
         assert_eq!(r.status, RunStatus::Oom);
-        assert!(r.phase.is_some());
+        assert_eq!(r.phase, Some(Phase::Bwd));
         assert!(r.peak_bytes >= 3 << 19);
         assert!(r.message.unwrap().contains("4096 bytes refused"));
         let mut out = StackBuf { buf: [0; 1024], len: 0 };
-        format_result(&mut out, "failed", 0, |o| write!(o, "the worker crashed with {}", CRASH_SIGNALS[0].1)).unwrap();
+        format_result(&mut out, "failed", None, 0, |o| write!(o, "the worker crashed with {}", CRASH_SIGNALS[0].1))
+            .unwrap();
         let r = parse(&out);
         assert_eq!(r.status, RunStatus::Failed);
+        assert_eq!(r.phase, None, "device setup: no phase");
         assert!(r.message.unwrap().contains("SIGSEGV"));
     }
 }

@@ -85,6 +85,53 @@ fn device_setup_error_is_recorded_as_failed() {
     assert_eq!(read_events(&out.events).len(), 2);
 }
 
+/// A driver that crashes while the device is created (SIGSEGV inside
+/// `vkCreateDevice`): the crash handlers are in place before setup, so the
+/// run still ends with a `failed` result that names the signal and device
+/// setup (no phase had begun), and the process still dies of the signal. The
+/// crash happens in a child: this test binary run again on this test alone.
+#[test]
+fn a_crash_during_device_setup_is_recorded_as_failed() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    const CHILD: &str = "SWEEP_WORKER_TEST_SETUP_CRASH_DIR";
+    if let Ok(dir) = std::env::var(CHILD) {
+        let opts = RunOptions::new(Path::new(&dir), Backend::available()[0]);
+        let _ = run_with_setup(&tiny_config(), &opts, || {
+            // SAFETY: raising a signal in this child process, as a faulting driver would.
+            unsafe { libc::raise(libc::SIGSEGV) };
+            unreachable!("the crash handler re-raises SIGSEGV with its default action")
+        });
+        unreachable!("the child dies of SIGSEGV");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child
+        .args(["--exact", "runner::tests::a_crash_during_device_setup_is_recorded_as_failed", "--nocapture"])
+        .env(CHILD, dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe; no core file for this deliberate crash.
+    unsafe {
+        child.pre_exec(|| {
+            let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            Ok(())
+        });
+    }
+    let status = child.status().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGSEGV), "the child dies of the signal: {status:?}");
+    let events = read_events(&events_path(dir.path(), &tiny_config()));
+    match events.as_slice() {
+        [Event::Result { status, phase, message, .. }] => {
+            assert_eq!(*status, RunStatus::Failed);
+            assert_eq!(*phase, None, "no phase had begun");
+            let message = message.as_deref().unwrap();
+            assert!(message.contains("SIGSEGV") && message.contains("in device setup"), "{message}");
+        }
+        other => panic!("one result line, the start not yet written: {other:?}"),
+    }
+}
+
 /// CubeCL's out-of-memory errors and panics, as its error types print them
 /// (cubecl-runtime 0.11 `IoError`/`LaunchError`), are `oom`; the backtrace
 /// CubeCL appends stays out of the result.
