@@ -279,3 +279,45 @@ fn no_source_file_over_600_lines() {
         .collect();
     assert!(long.is_empty(), "split these by concept:\n{}", long.join("\n"));
 }
+
+/// README's Layout is the map of this tree: every top-level module of `src/`
+/// is listed under `orchestrator/src/` (a file as `name.rs`, a folder as
+/// `name/`) and every entry listed exists, as does every top-level folder the
+/// map names.
+#[test]
+fn readme_layout_lists_the_tree_as_it_is() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let layout = readme.split_once("\n## Layout\n").expect("README has a Layout section").1;
+    let block = layout.split_once("```text\n").expect("its tree block").1;
+    let block = block.split_once("```").expect("the block ends").0;
+    let (mut listed, mut in_src) = (BTreeSet::new(), false);
+    for line in block.lines() {
+        let entry = line.split_whitespace().next().unwrap_or("");
+        if !line.starts_with(' ') {
+            in_src = entry == "orchestrator/src/";
+            assert!(root.join(entry).exists(), "README's Layout lists {entry}, which is not in the repository");
+        } else if in_src {
+            listed.insert(entry.to_string());
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let actual: BTreeSet<String> = std::fs::read_dir(&src)
+        .expect("src/ lists")
+        .map(|e| e.expect("entry").path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_string_lossy().into_owned();
+            match (p.is_dir(), name.as_str()) {
+                (true, _) => Some(format!("{name}/")),
+                (false, "lib.rs" | "main.rs") => None,
+                (false, _) => name.ends_with(".rs").then_some(name),
+            }
+        })
+        .collect();
+    let missing: Vec<_> = actual.difference(&listed).collect();
+    let stale: Vec<_> = listed.difference(&actual).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "README's Layout under orchestrator/src/: not listed {missing:?}, listed but gone {stale:?}"
+    );
+}

@@ -50,6 +50,11 @@ def args():
     p.add_argument("--scratch", default=None, help="kernel caches (default: a temp dir; not part of OUT)")
     p.add_argument("--per-config", type=float, default=None, help="seconds a config may take (default: 120; 30 with --cpu)")
     p.add_argument("--parts", default="".join(ORDER), help="which parts to run (default: all, as eacmbt)")
+    p.add_argument(
+        "--fidelity-ids",
+        default=None,
+        help="comma-separated record ids: part a runs these of the plan's fidelity configs, in this order",
+    )
     return p.parse_args()
 
 
@@ -136,6 +141,13 @@ def main():
     backend = a.backend or ("flex" if a.cpu else "vulkan")
     card = card_gib(a.card_gib)
     plan = planner.cpu_plan() if a.cpu else planner.gpu_plan(a.records, card)
+    if a.fidelity_ids:
+        by_id = {item["id"]: item for item in plan["fidelity"]}
+        wanted = a.fidelity_ids.split(",")
+        unknown = [i for i in wanted if i not in by_id]
+        if unknown:
+            sys.exit(f"gpu-check: --fidelity-ids not in the plan: {', '.join(unknown)}")
+        plan["fidelity"] = [by_id[i] for i in wanted]
     plan_path = os.path.join(a.out, "plan.json")
     with open(plan_path, "w") as f:
         json.dump(plan, f, indent=1)

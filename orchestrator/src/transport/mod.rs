@@ -1,6 +1,6 @@
 //! How the orchestrator reaches a cluster. A [`Transport`] is a
 //! [`Scheduler`] (submit, poll, cancel) and a [`FileStore`] (read, write,
-//! tail), in four implementations:
+//! tail), in five implementations:
 //!
 //! - `ssh`: SLURM on a remote login node; commands over SSH exec channels, files over SFTP;
 //! - `local-slurm`: the SLURM commands of this machine;
