@@ -426,6 +426,10 @@ mod tests {
                     v[k] = (x * 1.3).into();
                 }
             }
+            // The exact bytes, which a record's peak is read from first.
+            if let Some(b) = v["peak_bytes"].as_u64() {
+                v["peak_bytes"] = (b * 13 / 10).into();
+            }
             v["table"] = "site".into();
             out += &format!("{v}\n");
         }
@@ -445,9 +449,13 @@ mod tests {
         // Held out, the overlay predicts this site's runs better than the shipped fit, family by family
         // (where a family has runs enough to tell).
         let used: Vec<Family> = families.iter().filter(|(_, f)| f.used).map(|(family, _)| *family).collect();
-        assert!(used.contains(&Family::Unet) && used.contains(&Family::Dit), "{text}");
+        // (DiT's four runs: the local median is better, its p90 not, one tiny
+        // config's fixed overhead: shipped stays, as the rule says.)
+        assert!(used.contains(&Family::Unet), "{text}");
         for (family, fit) in families {
-            assert_eq!(fit.used, fit.runs >= MIN_MEASURED, "{family:?}: {fit:?}");
+            let better = fit.overlay_error.0 < fit.shipped_error.0 && fit.overlay_error.1 <= fit.shipped_error.1;
+            assert_eq!(fit.used, fit.runs >= MIN_MEASURED && better, "{family:?}: {fit:?}");
+            // 30% more everywhere: the local median is the better one in every family.
             assert!(fit.overlay_error.0 < fit.shipped_error.0, "{family:?}: {fit:?}");
             let expected = if fit.used {
                 format!("local burn-flex/fp32 on cpu, {measured} runs")
