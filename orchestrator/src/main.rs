@@ -223,6 +223,11 @@ fn run(command: Command) -> Result<()> {
         Command::Plan { exp, json, cluster } => {
             let sweep = exp.load()?;
             let (predictor, source) = exp.predictor(&sweep)?;
+            // The cluster `submit` and `resume` would use, and why: a `local`
+            // one runs on this CPU, whose memory the verdicts are judged against.
+            let stored = state::View::new(&exp.state_dir, &sweep.experiment.name)?.sweep()?;
+            let cluster = submit::ClusterChoice::of(cluster.as_deref(), &sweep, stored.as_ref());
+            let sweep = submit::judge_where_it_runs(&sweep, &cluster, None);
             let rows = plan::rows(&sweep, &predictor);
             if json {
                 for r in &rows {
@@ -231,10 +236,14 @@ fn run(command: Command) -> Result<()> {
             } else {
                 print!("{}", plan::table(&sweep, &rows));
                 println!("calibration: {source}");
-                // The cluster `submit` and `resume` would use, and why.
-                let stored = state::View::new(&exp.state_dir, &sweep.experiment.name)?.sweep()?;
-                let cluster = submit::ClusterChoice::of(cluster.as_deref(), &sweep, stored.as_ref());
                 println!("cluster: {cluster}");
+                if let Some(host) = sweep.host_memory_gib {
+                    println!(
+                        "capacity: {host:.1} GiB, this machine's memory (the worker runs on its CPU), not the {}'s {:.1} GiB",
+                        sweep.experiment.gpu,
+                        sweep.experiment.gpu.capacity_gib()
+                    );
+                }
                 let (clusters, label) = ClustersFile::load_or_default(None)?;
                 if let Err(e) = clusters.get(&cluster.name, &label) {
                     println!("note: {e}: `submit` will refuse it");
