@@ -2,14 +2,11 @@
 //! `MaxArraySize`, written under the submission's directory.
 
 use sha2::{Digest, Sha256};
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::{
-    allowed, cluster_name, experiment_hash, template_dirs, verdicts, CommandError, Options, StoredSweep, Target,
-};
-use crate::cluster::{merge_resources, ClusterConfig, ClustersFile};
+use super::{experiment_hash, template_dirs, CommandError, Options, StoredSweep, Target};
+use crate::cluster::{merge_resources, ClusterConfig, ClustersFile, TransportKind};
 use crate::fsio;
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
@@ -77,7 +74,7 @@ pub(crate) fn prepare_arrays(
             tasks: range.len(),
             configs_per_task: k,
             slurm: (&resources).into(),
-            work_dir: work_dir_of(place.remote_state).to_string(),
+            work_dir: work_dir_of(&target.config, place.remote_state),
             state_dir: place.remote_state.to_string(),
             submission_dir: sub_dir.clone(),
             log_dir: sub_dir.clone(),
@@ -133,9 +130,16 @@ fn job_comment(experiment: &str, exph: &str, sid: &str, hashes: &[String]) -> St
     comment
 }
 
-/// The cluster's `work_dir`, from its remote state root (`<work_dir>/state`).
-pub(crate) fn work_dir_of(remote_state: &str) -> &str {
-    remote_state.trim_end_matches("/state")
+/// The cluster's `work_dir`, from its remote state root (`<work_dir>/state`),
+/// where node kernel caches (`cache/<host>`) and warm-up jobs (`warm/<id>`)
+/// go. The built-in `local` cluster without a `work_dir` keeps them inside
+/// its state directory (`<state>/.local-cluster`): nothing lands beside it,
+/// in whatever directory the orchestrator was started from.
+pub(crate) fn work_dir_of(config: &ClusterConfig, remote_state: &str) -> String {
+    if config.transport == TransportKind::Local && config.work_dir.is_none() {
+        return format!("{}/.local-cluster", remote_state.trim_end_matches('/'));
+    }
+    remote_state.trim_end_matches("/state").to_string()
 }
 
 /// `manifest.json` (the configs as one document, `k` a task) and
@@ -164,14 +168,17 @@ fn manifests(
     Ok((json, jsonl))
 }
 
-/// What `render` made: the scripts (where each was written, its text) and
-/// the time limit a task is expected to need, against the one they set.
+/// What `render` made: the scripts (where each was written, its text), the
+/// configs `submit` would not send now (name, why), and the time limit a
+/// task is expected to need, against the one they set.
 pub struct Rendered {
     pub scripts: Vec<(PathBuf, String)>,
+    pub skipped: Vec<(String, String)>,
     pub time: crate::walltime::Suggestion,
 }
 
-/// `render`: the scripts `submit` would send now, written under
+/// `render`: the scripts `submit` would send now (the configs it would
+/// submit, as it would run them), written under
 /// `state/<experiment>/render/` and returned; nothing is submitted and the
 /// state's records are left alone.
 pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandError> {
@@ -179,28 +186,16 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandEr
         return Err(StateError::BadName(sweep.experiment.name.clone()).into());
     }
     let prev = fsio::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
-    let cluster = cluster_name(opts, sweep, prev.as_ref());
+    let choice = super::ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
+    let judged = super::judge_where_it_runs(sweep, &choice, opts.clusters_file.as_deref());
+    let sweep = &judged;
+    let cluster = choice.name;
     let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
     let (name, config) = file.get(&cluster, &label)?;
-    // Rendering needs no connection: the work dir is taken as written.
-    let remote_state = match (&config.work_dir, config.transport) {
-        (Some(w), _) => format!("{}/state", w.trim_end_matches('/')),
-        (None, _) => std::path::absolute(&opts.state_root).map(|p| p.display().to_string()).unwrap_or_default(),
-    };
-    let worker = config.worker.clone().unwrap_or_else(|| match &config.work_dir {
-        Some(w) => format!("{}/bin/worker", w.trim_end_matches('/')),
-        None => "worker".into(),
-    });
+    let (remote_state, worker) = render_paths(&cluster, &config, opts)?;
     let target =
         Target { name, transport: transport::open(&cluster, &ClusterConfig::local(), &opts.state_root)?, config };
-    let v = verdicts(sweep, &opts.state_root);
-    let mut seen = BTreeSet::new();
-    let todo: Vec<&SweepConfig> = sweep
-        .configs
-        .iter()
-        .filter(|c| seen.insert(&c.hash.0))
-        .filter(|c| v.get(&c.hash.0).is_some_and(|verdict| allowed(verdict.kind(), opts)))
-        .collect();
+    let (todo, skipped) = super::send::would_send(sweep, opts)?;
     let mut renderer = Renderer::new(template_dirs(opts, sweep));
     let dir = opts.state_root.join(&sweep.experiment.name).join("render");
     let place = Placement { remote_state: &remote_state, worker: &worker, max_array: 1001, first_seq: 1 };
@@ -214,6 +209,27 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandEr
                 (p.script_local, text)
             })
             .collect(),
+        skipped,
         time: crate::walltime::for_sweep(sweep, &opts.state_root, time.as_deref()),
     })
+}
+
+/// The cluster's state root and worker as `submit` would name them. Rendering
+/// needs no connection: a remote work dir is taken as written; the built-in
+/// `local` cluster answers as it does for `submit` (the worker beside this
+/// binary, else on PATH).
+fn render_paths(cluster: &str, config: &ClusterConfig, opts: &Options) -> Result<(String, String), CommandError> {
+    if config.transport == TransportKind::Local {
+        let local = transport::open(cluster, config, &opts.state_root)?;
+        return Ok((local.files().remote_state_root()?, local.files().worker_path()?));
+    }
+    let remote_state = match &config.work_dir {
+        Some(w) => format!("{}/state", w.trim_end_matches('/')),
+        None => std::path::absolute(&opts.state_root).map(|p| p.display().to_string()).unwrap_or_default(),
+    };
+    let worker = config.worker.clone().unwrap_or_else(|| match &config.work_dir {
+        Some(w) => format!("{}/bin/worker", w.trim_end_matches('/')),
+        None => "worker".into(),
+    });
+    Ok((remote_state, worker))
 }

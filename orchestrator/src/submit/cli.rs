@@ -287,14 +287,18 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
         ClusterCommand::Cancel { experiment, common } => {
             let opts = options(&common, None, None);
             let name = experiment_of(&experiment, &[], &opts)?.experiment.name;
-            let ids = block_on(cancel(&name, &opts))?.context("cancel")?;
-            if ids.is_empty() {
-                println!("nothing to cancel: no job array of {name} is queued or running");
-            } else {
+            let done = block_on(cancel(&name, &opts))?.context("cancel")?;
+            let list = |ids: &[crate::slurm::JobId]| ids.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(" ");
+            match (done.new.is_empty(), done.again.is_empty()) {
+                (true, true) => println!("nothing to cancel: no job array of {name} is queued or running"),
+                (false, _) => println!("cancelled {} job array(s): {}", done.new.len(), list(&done.new)),
+                (true, false) => {}
+            }
+            if !done.again.is_empty() {
                 println!(
-                    "cancelled {} job array(s): {}",
-                    ids.len(),
-                    ids.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(" ")
+                    "{}already cancelled, not yet reported ended by SLURM (asked again): {}",
+                    if done.new.is_empty() { "nothing new to cancel: " } else { "" },
+                    list(&done.again)
                 );
             }
         }
@@ -320,6 +324,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
                 print!("{text}");
             }
             // On stderr: stdout is the scripts.
+            eprint!("{}", render_summary(&rendered));
             eprintln!("{}", rendered.time);
             if let Some(w) = rendered.time.warning() {
                 tracing::warn!("{w}");
@@ -327,6 +332,24 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What `render` left out: the configs `submit` would not send now, and why
+/// (the scripts hold only those it would).
+fn render_summary(r: &super::arrays::Rendered) -> String {
+    if r.skipped.is_empty() {
+        return String::new();
+    }
+    let mut s = match r.scripts.is_empty() {
+        true => format!("nothing to render: `submit` would send none of the {} configs now:\n", r.skipped.len()),
+        false => {
+            format!("rendered only what `submit` would send now; not the {} configs it would not:\n", r.skipped.len())
+        }
+    };
+    for (name, why) in &r.skipped {
+        s += &format!("  {name}: {why}\n");
+    }
+    s
 }
 
 /// `status`: the table (or JSON lines) once, or on every poll with `every`
