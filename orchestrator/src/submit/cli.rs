@@ -288,19 +288,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             let opts = options(&common, None, None);
             let name = experiment_of(&experiment, &[], &opts)?.experiment.name;
             let done = block_on(cancel(&name, &opts))?.context("cancel")?;
-            let list = |ids: &[crate::slurm::JobId]| ids.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(" ");
-            match (done.new.is_empty(), done.again.is_empty()) {
-                (true, true) => println!("nothing to cancel: no job array of {name} is queued or running"),
-                (false, _) => println!("cancelled {} job array(s): {}", done.new.len(), list(&done.new)),
-                (true, false) => {}
-            }
-            if !done.again.is_empty() {
-                println!(
-                    "{}already cancelled, not yet reported ended by SLURM (asked again): {}",
-                    if done.new.is_empty() { "nothing new to cancel: " } else { "" },
-                    list(&done.again)
-                );
-            }
+            print!("{}", cancelled_text(&name, &done));
         }
         ClusterCommand::Install { worker, warm, backend, common } => {
             let opts = options(&common, None, None);
@@ -334,9 +322,24 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
     Ok(())
 }
 
+/// What `cancel` did, in lines: the arrays cancelled now, and those an
+/// earlier `cancel` already asked for (nothing new) that SLURM still lists.
+fn cancelled_text(name: &str, done: &super::cancel::Cancelled) -> String {
+    let list = |ids: &[crate::slurm::JobId]| ids.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(" ");
+    let mut s = match (done.new.is_empty(), done.again.is_empty()) {
+        (true, true) => format!("nothing to cancel: no job array of {name} is queued or running\n"),
+        (false, _) => format!("cancelled {} job array(s): {}\n", done.new.len(), list(&done.new)),
+        (true, false) => "nothing new to cancel: ".to_string(),
+    };
+    if !done.again.is_empty() {
+        s += &format!("already cancelled, not yet reported ended by SLURM (asked again): {}\n", list(&done.again));
+    }
+    s
+}
+
 /// What `render` left out: the configs `submit` would not send now, and why
 /// (the scripts hold only those it would).
-fn render_summary(r: &super::arrays::Rendered) -> String {
+fn render_summary(r: &super::preview::Rendered) -> String {
     if r.skipped.is_empty() {
         return String::new();
     }

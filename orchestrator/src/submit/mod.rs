@@ -4,6 +4,7 @@
 //! - [`protocol`]: the submission protocol (intent → sbatch → submitted, or
 //!   unresolved until SLURM answers by job name), as one state machine;
 //! - `arrays`: rendering job arrays (scripts and manifests);
+//! - `preview`: `render`, the scripts `submit` would send, submitting nothing;
 //! - `send`: `submit`/`resume`: what to (re)submit, and sending it;
 //! - `poll`: one squeue + one sacct, applied to the records;
 //! - `collect`: the workers' events, read incrementally, and the measurements;
@@ -35,6 +36,7 @@ mod arrays;
 pub mod cancel;
 pub mod install;
 mod poll;
+mod preview;
 mod probe;
 pub mod protocol;
 mod pull;
@@ -43,9 +45,9 @@ pub mod view;
 pub mod warm;
 mod watch;
 
-pub use arrays::render;
 pub use cancel::cancel;
 pub use poll::PollSummary;
+pub use preview::render;
 pub use pull::{attempt_events, last_result};
 pub use send::{submit, SubmitReport};
 pub use view::{status, StatusReport, StatusRow, Watch};
