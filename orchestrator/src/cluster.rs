@@ -77,7 +77,8 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub ssh_config: Option<PathBuf>,
     /// Directory on the cluster holding `state/` (job files, worker output) and
-    /// `bin/worker`. For `local`, default: the local state directory's parent.
+    /// `bin/worker`. For `local`, default: none (jobs in the state directory,
+    /// kernel caches and warm-up jobs in `<state>/.local-cluster`).
     #[serde(default)]
     pub work_dir: Option<String>,
     /// The worker binary on the cluster (default `<work_dir>/bin/worker`;

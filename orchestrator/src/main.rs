@@ -218,40 +218,55 @@ fn restore_default_sigpipe() {
     }
 }
 
+/// `plan`: the table (or JSON rows), then the calibration, the cluster
+/// `submit` would use and why, what the verdicts were judged against, and the
+/// time limit a task needs.
+fn run_plan(exp: &ExperimentArgs, json: bool, cluster: Option<&str>) -> Result<()> {
+    let sweep = exp.load()?;
+    let (predictor, source) = exp.predictor(&sweep)?;
+    // The cluster `submit` and `resume` would use, and why: a `local`
+    // one runs on this CPU, whose memory the verdicts are judged against.
+    let stored = state::View::new(&exp.state_dir, &sweep.experiment.name)?.sweep()?;
+    let cluster = submit::ClusterChoice::of(cluster, &sweep, stored.as_ref());
+    let sweep = submit::judge_where_it_runs(&sweep, &cluster, None);
+    let rows = plan::rows(&sweep, &predictor);
+    if json {
+        for r in &rows {
+            println!("{}", serde_json::to_string(r).context("serialising a plan row")?);
+        }
+    } else {
+        print!("{}", plan::table(&sweep, &rows));
+        println!("calibration: {source}");
+        println!("cluster: {cluster}");
+        if let Some(host) = sweep.host_memory_gib {
+            println!(
+                "capacity: {host:.1} GiB, this machine's memory (the worker runs on its CPU), not the {}'s {:.1} GiB",
+                sweep.experiment.gpu,
+                sweep.experiment.gpu.capacity_gib()
+            );
+        }
+        let (clusters, label) = ClustersFile::load_or_default(None)?;
+        if let Err(e) = clusters.get(&cluster.name, &label) {
+            println!("note: {e}: `submit` will refuse it");
+        } else if cluster.check(&sweep).is_err() {
+            println!(
+                "note: planned for {}, so `submit` will not run it on this CPU: name its cluster \
+                 (`cluster:` or --cluster NAME), or pass --cluster local",
+                sweep.experiment.gpu
+            );
+        }
+        let time = walltime::for_sweep(&sweep, &exp.state_dir, sweep.experiment.slurm.time.as_deref());
+        println!("{time}");
+        if let Some(w) = time.warning() {
+            tracing::warn!("{w}");
+        }
+    }
+    Ok(())
+}
+
 fn run(command: Command) -> Result<()> {
     match command {
-        Command::Plan { exp, json, cluster } => {
-            let sweep = exp.load()?;
-            let (predictor, source) = exp.predictor(&sweep)?;
-            let rows = plan::rows(&sweep, &predictor);
-            if json {
-                for r in &rows {
-                    println!("{}", serde_json::to_string(r).context("serialising a plan row")?);
-                }
-            } else {
-                print!("{}", plan::table(&sweep, &rows));
-                println!("calibration: {source}");
-                // The cluster `submit` and `resume` would use, and why.
-                let stored = state::View::new(&exp.state_dir, &sweep.experiment.name)?.sweep()?;
-                let cluster = submit::ClusterChoice::of(cluster.as_deref(), &sweep, stored.as_ref());
-                println!("cluster: {cluster}");
-                let (clusters, label) = ClustersFile::load_or_default(None)?;
-                if let Err(e) = clusters.get(&cluster.name, &label) {
-                    println!("note: {e}: `submit` will refuse it");
-                } else if cluster.check(&sweep).is_err() {
-                    println!(
-                        "note: planned for {}, so `submit` will not run it on this CPU: name its cluster \
-                         (`cluster:` or --cluster NAME), or pass --cluster local",
-                        sweep.experiment.gpu
-                    );
-                }
-                let time = walltime::for_sweep(&sweep, &exp.state_dir, sweep.experiment.slurm.time.as_deref());
-                println!("{time}");
-                if let Some(w) = time.warning() {
-                    tracing::warn!("{w}");
-                }
-            }
-        }
+        Command::Plan { exp, json, cluster } => run_plan(&exp, json, cluster.as_deref())?,
         Command::Predict { records, calibration, budget_gb } => {
             precheck::cli::run_predict(&records, calibration.as_deref(), budget_gb)?;
         }

@@ -100,11 +100,14 @@ pub fn table(sweep: &Sweep, rows: &[PlanRow]) -> String {
     cells.extend(crate::util::par::map(rows, cells_of));
     let mut out = render_table(&cells);
     let count = |name: &str| rows.iter().filter(|r| r.verdict.name() == name).count();
+    let on = match sweep.host_memory_gib {
+        Some(_) => "this machine's CPU".to_string(),
+        None => sweep.experiment.gpu.to_string(),
+    };
     out.push_str(&format!(
-        "\n{}: {} configs on {}: {} fit, {} risky, {} predicted OOM, {} invalid\n",
+        "\n{}: {} configs on {on}: {} fit, {} risky, {} predicted OOM, {} invalid\n",
         sweep.experiment.name,
         rows.len(),
-        sweep.experiment.gpu,
         count("fits"),
         count("risky"),
         count("oom"),

@@ -241,6 +241,12 @@ fn plan_and_render_size_the_time_limit_per_task_and_warn_when_it_is_short() {
     assert!(stdout.contains("#SBATCH --array=0-1\n") && stdout.contains("K = 3"), "{stdout}");
     assert!(stdout.contains("#SBATCH --time=00:10:00\n"), "{stdout}");
     assert!(stderr.contains(want) && !stdout.contains("time: suggest"), "{stderr}");
+    // The worker `submit` runs on `local`: the one beside this binary, by its path.
+    let worker = std::path::Path::new(env!("CARGO_BIN_EXE_orchestrator")).with_file_name("worker");
+    if worker.is_file() {
+        assert!(stdout.contains(&format!("exec {} run ", worker.display())), "{stdout}");
+        assert!(!stdout.contains("exec worker run"), "{stdout}");
+    }
     // A limit long enough: no warning.
     std::fs::write(d.path().join("k3.yaml"), THREE_A_TASK.replace("00:10:00", "00:15:00")).expect("write");
     let out = run(&["plan", file, "--state-dir", state]);

@@ -175,7 +175,7 @@ fn submit_and_stop(c: &Case, stop: Stop) {
                 }
                 Stop::Cancel => {
                     let cancelled = rt().block_on(submit::cancel(exp, opts)).expect("cancel");
-                    assert_eq!(cancelled.len(), 1, "{cancelled:?}");
+                    assert_eq!(cancelled.new.len(), 1, "{cancelled:?}");
                 }
             }
             eprintln!("{stop:?} {pids:?} while `slow` ran, {:.1} s after submit", t0.elapsed().as_secs_f64());

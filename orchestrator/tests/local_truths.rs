@@ -63,6 +63,17 @@ fn an_edited_config_gets_its_own_run_and_the_old_one_keeps_its_measurement() {
     let dir = tmp.path();
     std::fs::write(dir.join("truths.yaml"), EXPERIMENT).expect("experiment");
     run(dir, "truths.yaml");
+    // What the sweep wrote is in its state directory: nothing beside it in
+    // the directory the orchestrator ran from (no kernel `cache/`).
+    let mut here: Vec<String> =
+        std::fs::read_dir(dir).expect("dir").map(|e| e.expect("entry").file_name().to_string_lossy().into()).collect();
+    here.sort();
+    assert_eq!(here, ["state", "truths.yaml"], "files left in the working directory");
+    // Every config measured: `render` sends nothing, and says why.
+    let out = orchestrator(dir, &["render", "truths.yaml"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && !stdout.contains("#SBATCH"), "{stdout}{stderr}");
+    assert!(stderr.contains("nothing to render") && stderr.contains("\n  unet_2L: "), "{stderr}");
     let before = report_rows(dir);
     let old = before.iter().find(|r| r["name"] == "unet_2L").expect("unet_2L row").clone();
     assert_eq!(old["status"], "ok", "{old}");
@@ -77,6 +88,11 @@ fn an_edited_config_gets_its_own_run_and_the_old_one_keeps_its_measurement() {
     run(dir, "truths.yaml");
     let after = report_rows(dir);
 
+    // `status` tells the two versions apart as the report does.
+    let status = ok(dir, &["status", "truths"]);
+    let names: Vec<&str> = status.lines().filter(|l| l.starts_with("unet_2L")).collect();
+    assert_eq!(names.len(), 2, "{status}");
+    assert!(names[0].starts_with("unet_2L ") && names[1].starts_with("unet_2L (earlier version) "), "{status}");
     let new = after.iter().find(|r| r["name"] == "unet_2L").expect("the edited unet_2L");
     let earlier =
         after.iter().find(|r| r["name"] == "unet_2L (earlier version)").expect("the earlier unet_2L, named so");
@@ -234,5 +250,13 @@ fn ctrl_c_stops_watching_and_says_the_sweep_goes_on() {
     assert_eq!(out.status.code(), Some(130), "{text}");
     assert!(text.contains("stopped watching; the sweep goes on (`orchestrator status truths --watch`"), "{text}");
     assert!(ok(dir, &["status", "truths"]).contains("RUNNING"), "the jobs still run");
-    ok(dir, &["cancel", "truths"]);
+    let first = ok(dir, &["cancel", "truths"]);
+    assert!(first.starts_with("cancelled 1 job array(s): "), "{first}");
+    // At once again, before any poll saw the jobs end: nothing new is cancelled.
+    let again = ok(dir, &["cancel", "truths"]);
+    assert!(!again.contains("cancelled 1 job array"), "the second cancel cancelled nothing new:\n{again}");
+    assert!(
+        again.starts_with("nothing new to cancel: already cancelled") || again.starts_with("nothing to cancel"),
+        "{again}"
+    );
 }

@@ -59,19 +59,84 @@ fn the_tour_runs_as_written() {
     common::assert_journal_replays(&scratch.path().join("state"), "demo");
     docs_common::cases().case(&b).run();
 
-    // The excerpt of the records report the tour quotes is what was written.
-    let written = std::fs::read_to_string(scratch.path().join("records-report/report.md")).expect("records report");
-    let from =
-        lines.iter().position(|l| l.contains("orchestrator report --records")).expect("the records report command");
-    let quoted: Vec<&str> = lines[from..]
-        .iter()
-        .skip_while(|l| !l.starts_with('>'))
-        .take_while(|l| l.starts_with('>'))
-        .map(|l| l.trim_start_matches('>').trim_start())
-        .filter(|l| !l.is_empty())
-        .collect();
-    assert!(quoted.len() >= 5, "the tour quotes the records report: {quoted:?}");
-    for q in quoted {
-        assert!(written.lines().any(|w| w == q), "docs/tour.md quotes a line the records report does not have:\n{q}");
+    // Every excerpt of a report the tour quotes is what that report wrote.
+    let excerpts = report_excerpts(&lines);
+    assert!(excerpts.len() >= 3, "the tour quotes the demo's report twice and the records report once");
+    for (report, first_line, excerpt) in excerpts {
+        let written = std::fs::read_to_string(scratch.path().join(&report)).unwrap_or_else(|e| panic!("{report}: {e}"));
+        let written: Vec<&str> = written.lines().collect();
+        assert!(
+            (0..written.len()).any(|at| excerpt_matches(&excerpt, &written, at)),
+            "docs/tour.md:{first_line}: the excerpt of {report} there is not what it wrote:\n{}",
+            written.join("\n")
+        );
     }
+}
+
+/// Per quoted block (`> ` lines) after a console block that ran `report`: the
+/// report file its output names (`report: PATH (open it`), the block's first
+/// line number and its lines unquoted.
+fn report_excerpts(lines: &[&str]) -> Vec<(String, usize, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut report: Option<String> = None;
+    let mut i = 0;
+    while i < lines.len() {
+        if let Some(path) = lines[i].strip_prefix("report: ").and_then(|r| r.split(" (open it").next()) {
+            report = Some(path.to_string());
+        }
+        if lines[i].starts_with("$ ") && !lines[i].contains(" report ") {
+            report = None;
+        }
+        if lines[i].starts_with('>') {
+            let first = i + 1;
+            let mut quoted = Vec::new();
+            while i < lines.len() && lines[i].starts_with('>') {
+                let l = lines[i].trim_start_matches('>');
+                quoted.push(l.strip_prefix(' ').unwrap_or(l).to_string());
+                i += 1;
+            }
+            let report =
+                report.clone().unwrap_or_else(|| panic!("docs/tour.md:{first}: a quote after no report command"));
+            out.push((report, first, quoted));
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// `excerpt` is `written` from line `at` on: `[..]` stands for the rest of a
+/// line's text up to what follows it, `...` on a line of its own for any lines.
+fn excerpt_matches(excerpt: &[String], written: &[&str], at: usize) -> bool {
+    match excerpt.split_first() {
+        None => true,
+        Some((dots, rest)) if dots == "..." => (at..=written.len()).any(|i| excerpt_matches(rest, written, i)),
+        Some((line, rest)) => {
+            at < written.len() && line_matches(line, written[at]) && excerpt_matches(rest, written, at + 1)
+        }
+    }
+}
+
+fn line_matches(pattern: &str, line: &str) -> bool {
+    match pattern.split_once("[..]") {
+        None => pattern == line,
+        Some((head, rest)) => {
+            let Some(line) = line.strip_prefix(head) else { return false };
+            // `[..]` takes as little or as much as the rest of the pattern needs.
+            line.char_indices().map(|(i, _)| i).chain([line.len()]).any(|i| line_matches(rest, &line[i..]))
+        }
+    }
+}
+
+#[test]
+fn excerpts_match_with_elisions() {
+    let written = ["# t", "", "| a | 0.080G | OK |", "x", "y", "| b | 0.052G | OK |"];
+    let ex = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let found = |e: &[&str]| (0..written.len()).any(|at| excerpt_matches(&ex(e), &written, at));
+    assert!(found(&["| a | [..] | OK |", "...", "| b | [..]"]));
+    assert!(found(&["", "| a | 0.080G | OK |"]));
+    assert!(!found(&["| a | 0.084G | OK |"]), "a figure the report does not have");
+    assert!(!found(&["| a | [..] | OK |", "| b | [..]"]), "lines between are not skipped without `...`");
+    assert!(line_matches("| a | [..] | OK |", "| a | 1 | OK | 2 | OK |"), "`[..]` takes what the rest needs");
+    assert!(!line_matches("| a | [..] |", "| b | 1 |"));
 }

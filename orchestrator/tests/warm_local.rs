@@ -1,7 +1,8 @@
 //! `install --cluster local --warm`: with the `local` transport there is
 //! nothing to upload, and the warm-up job runs through its local runner as
 //! its profiling arrays do, filling `<work_dir>/cache/<host>/` (the work dir
-//! being the state directory's parent). No cluster needed.
+//! of `local` without one being `<state>/.local-cluster`: nothing is written
+//! beside the state directory). No cluster needed.
 
 mod common;
 
@@ -26,7 +27,8 @@ fn install_warm_on_the_local_transport_runs_the_warm_up_job_here() {
     assert!(!said.contains("sacct"), "no sacct for the local runner: {said}");
     let log = said.lines().find_map(|l| l.split_once("configs ok` at the end: ").map(|(_, p)| p.trim())).expect(&said);
     let log = Path::new(log);
-    assert!(log.starts_with(dir.path().join("warm")), "{}", log.display());
+    let work = dir.path().join("state/.local-cluster");
+    assert!(log.starts_with(work.join("warm")), "{}", log.display());
     let t0 = Instant::now();
     let text = loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -39,7 +41,7 @@ fn install_warm_on_the_local_transport_runs_the_warm_up_job_here() {
     assert!(text.contains("warm: 8 of 8 configs ok"), "{text}");
     assert_eq!(text.lines().filter(|l| l.starts_with("warm ") && l.contains(": ok in ")).count(), 8, "{text}");
     let host = Command::new("hostname").arg("-s").output().expect("hostname");
-    let cache = dir.path().join("cache").join(String::from_utf8_lossy(&host.stdout).trim());
+    let cache = work.join("cache").join(String::from_utf8_lossy(&host.stdout).trim());
     let stamps: Vec<_> = std::fs::read_dir(&cache).expect("the node's cache").map(|e| e.unwrap().path()).collect();
     assert!(stamps.len() == 1 && stamps[0].join("stamp.json").is_file(), "{stamps:?}");
     // The local runner marks the job finished (before the temp dir goes).
@@ -49,4 +51,7 @@ fn install_warm_on_the_local_transport_runs_the_warm_up_job_here() {
         assert!(t0.elapsed() < Duration::from_secs(300), "{} never appeared", finished.display());
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Nothing in the directory it ran from but the state directory.
+    let here: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").map(|e| e.expect("entry").file_name()).collect();
+    assert_eq!(here, ["state"], "files left beside the state directory");
 }

@@ -103,6 +103,55 @@ pub fn font() -> Result<&'static ab_glyph::FontRef<'static>, PlotError> {
     r.as_ref().map_err(|e| PlotError(e.clone()))
 }
 
+/// The size in pixels of a figure's title.
+pub const TITLE_SIZE: u32 = 20;
+/// From one title line's top to the next.
+pub const TITLE_LINE: u32 = 26;
+
+/// How wide one line of `text` is at `size` px, as the PNG lays it out (the
+/// font's advances and kerning); without a font, a generous estimate.
+pub fn text_width(size: u32, text: &str) -> f64 {
+    match font() {
+        Ok(f) => f64::from(text::layout(f, f64::from(size), text).width),
+        Err(_) => 0.65 * f64::from(size) * text.chars().count() as f64,
+    }
+}
+
+/// `text` broken at spaces into lines at most `width` px wide at `size` (a
+/// single word wider than that stands on a line of its own).
+pub fn wrap(text: &str, size: u32, width: f64) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let longer = if line.is_empty() { word.to_string() } else { format!("{line} {word}") };
+        if !line.is_empty() && text_width(size, &longer) > width {
+            lines.push(std::mem::replace(&mut line, word.to_string()));
+        } else {
+            line = longer;
+        }
+    }
+    lines.push(line);
+    lines
+}
+
+/// Draws `lines` centred as the title at the top of `area` (20 px from its
+/// top edge); returns the area below them.
+pub fn draw_title<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    lines: &[String],
+) -> Result<DrawingArea<DB, Shift>, String> {
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    let height = 20 + lines.len() as u32 * TITLE_LINE;
+    let (title, rest) = area.split_vertically(height);
+    let x = title.dim_in_pixel().0 as i32 / 2;
+    let style = TextStyle::from(("sans-serif", TITLE_SIZE).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+    for (i, line) in lines.iter().enumerate() {
+        let y = 20 + (i as u32 * TITLE_LINE) as i32;
+        title.draw(&Text::new(line.clone(), (x, y), style.clone())).map_err(perr)?;
+    }
+    Ok(rest)
+}
+
 /// Writes `fig` to `<stem>.svg` and `<stem>.png`; returns both paths.
 pub fn save(fig: &impl Figure, stem: &Path) -> Result<Vec<PathBuf>, PlotError> {
     let svg = stem.with_extension("svg");
@@ -147,4 +196,19 @@ pub fn write_png(path: &Path, w: u32, h: u32, rgb: &[u8]) -> Result<(), PlotErro
     let mut wr = enc.write_header().map_err(|e| err(&e))?;
     wr.write_image_data(rgb).map_err(|e| err(&e))?;
     wr.finish().map_err(|e| err(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapped_lines_fit_and_keep_every_word() {
+        let text = "UNet: precheck verdict (predicted peak) and what was measured; columns: input C x H x W x D";
+        let lines = wrap(text, TITLE_SIZE, 400.0);
+        assert!(lines.len() >= 2, "{lines:?}");
+        assert!(lines.iter().all(|l| text_width(TITLE_SIZE, l) <= 400.0), "{lines:?}");
+        assert_eq!(lines.join(" "), text);
+        assert_eq!(wrap("short", TITLE_SIZE, 400.0), ["short"]);
+    }
 }

@@ -450,11 +450,23 @@ impl Predictor {
         budget_gib: Option<f64>,
         memory_limit_gib: Option<f64>,
     ) -> Verdict {
+        self.verdict_against(cfg, pred, budget_gib, available_gib(cfg, memory_limit_gib))
+    }
+
+    /// [`Predictor::verdict_of`] on a run that has `capacity_gib` (this
+    /// machine's memory, where a `local` cluster runs it on its CPU).
+    pub fn verdict_against(
+        &self,
+        cfg: &RunConfig,
+        pred: &Prediction,
+        budget_gib: Option<f64>,
+        capacity_gib: f64,
+    ) -> Verdict {
         let gib = match cfg.mode {
             spec::Mode::Profile => pred.peak_gib(),
             spec::Mode::Train => pred.train_peak_gib(),
         };
-        judge(gib, available_gib(cfg, memory_limit_gib), budget_gib, pred.rel_uncertainty, pred.distance.as_ref())
+        judge(gib, capacity_gib, budget_gib, pred.rel_uncertainty, pred.distance.as_ref())
     }
 }
 

@@ -78,6 +78,7 @@ pub fn from_records(records: &[MeasurementRecord], source: String, predictor: &P
         source,
         gpus,
         capacity_gib: capacity,
+        host_memory: false,
         budget_gib: budget,
         budget_set: true,
         precisions,

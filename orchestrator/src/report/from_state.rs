@@ -7,7 +7,7 @@ use std::path::Path;
 use spec::event::{RunResult, RunStatus};
 use spec::RunConfig;
 
-use super::{base_row, gib, Environment, Report, ReportError, Row, Status, GIB};
+use super::{base_row, gib, Environment, Report, ReportError, Row, Status};
 use crate::collect;
 use crate::precheck::{Predictor, VerdictKind};
 use crate::slurm::{Activity, SlurmState};
@@ -35,7 +35,8 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         }
     };
     // The experiment's own budget, as plan and fit apply it; none: the GPU's capacity.
-    let budget = sweep.experiment.budget_gb.unwrap_or(sweep.experiment.gpu.capacity_gib());
+    let budget =
+        sweep.experiment.budget_gb.unwrap_or(sweep.host_memory_gib.unwrap_or(sweep.experiment.gpu.capacity_gib()));
     let shapes: BTreeSet<String> = sweep.configs.iter().map(|c| input_label(&c.config)).collect();
     let mut env = Environment::default();
     let mut rows = Vec::new();
@@ -56,9 +57,13 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
             // file no longer has (an edited config's earlier version).
             row.name = format!("{} (earlier version)", c.name);
         }
-        if let Some(limit) = sweep.experiment.worker.memory_limit {
-            row.limit_gib = row.limit_gib.min(limit as f64 / GIB);
+        // What the verdicts were judged against: a `local` run has this
+        // machine's memory, not the GPU's; a worker `memory_limit` below either.
+        let capacity = sweep.available_gib(c);
+        if sweep.host_memory_gib.is_some() {
+            row.capacity_gib = capacity;
         }
+        row.limit_gib = row.limit_gib.min(capacity);
         rows.push(row);
     }
     bar.finish_and_clear();
@@ -71,7 +76,8 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         description: sweep.experiment.description.clone(),
         source: dir.display().to_string(),
         gpus: [sweep.experiment.gpu.to_string()].into(),
-        capacity_gib: sweep.experiment.gpu.capacity_gib(),
+        capacity_gib: sweep.host_memory_gib.unwrap_or(sweep.experiment.gpu.capacity_gib()),
+        host_memory: sweep.host_memory_gib.is_some(),
         budget_gib: budget,
         budget_set: sweep.experiment.budget_gb.is_some(),
         precisions: sweep.configs.iter().map(|c| c.config.precision.to_string()).collect(),

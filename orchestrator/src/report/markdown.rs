@@ -181,12 +181,28 @@ fn header(out: &mut String, report: &Report) {
     let env = &report.env;
     let ckpt = joined(env.grad_ckpt.iter().map(|c| if *c { "on" } else { "off" }));
     let _ = writeln!(out, "| | |\n|---|---|");
-    let _ = writeln!(out, "| Target GPU | {} ({:.1} GiB) |", joined(&report.gpus), report.capacity_gib);
+    if report.host_memory {
+        let _ = writeln!(
+            out,
+            "| Target GPU | {} (not used: the `local` cluster ran the worker on this machine's CPU) |",
+            joined(&report.gpus)
+        );
+        let _ = writeln!(
+            out,
+            "| Capacity | {:.1} GiB, this machine's memory (what the verdicts were judged against) |",
+            report.capacity_gib
+        );
+    } else {
+        let _ = writeln!(out, "| Target GPU | {} ({:.1} GiB) |", joined(&report.gpus), report.capacity_gib);
+    }
     if report.budget_set {
         let _ = writeln!(out, "| Budget | {:.0} GB |", report.budget_gib);
     } else {
-        let _ =
-            writeln!(out, "| Budget | none (the experiment sets no `budget_gb`: the limit is the GPU's capacity) |");
+        let _ = writeln!(
+            out,
+            "| Budget | none (the experiment sets no `budget_gb`: the limit is {}) |",
+            if report.host_memory { "this machine's memory" } else { "the GPU's capacity" }
+        );
     }
     let _ = writeln!(out, "| Measured on | {} |", joined(&env.devices));
     let _ = writeln!(out, "| Driver | {} |", joined(&env.drivers));

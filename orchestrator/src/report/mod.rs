@@ -201,6 +201,9 @@ pub struct Report {
     /// Target GPU(s) and capacity (GiB) the verdicts were made against.
     pub gpus: BTreeSet<String>,
     pub capacity_gib: f64,
+    /// The capacity is this machine's memory: a `local` cluster ran the
+    /// worker on its CPU, and the verdicts were judged against it.
+    pub host_memory: bool,
     pub budget_gib: f64,
     /// Whether the budget is the experiment's own (`budget_gb`) or the group's default.
     pub budget_set: bool,
@@ -360,6 +363,7 @@ pub fn json(report: &Report) -> serde_json::Value {
         "source": report.source,
         "gpus": report.gpus,
         "capacity_gib": report.capacity_gib,
+        "host_memory": report.host_memory,
         "budget_gib": report.budget_gib,
         "budget_set": report.budget_set,
         "precisions": report.precisions,

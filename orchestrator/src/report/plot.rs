@@ -43,6 +43,9 @@ pub fn write_all(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotError>
     Ok(out)
 }
 
+/// Width of the peak-vs-size chart; its legend is to the right.
+const CHART_W: u32 = 830;
+
 fn family_color(f: Family) -> RGBColor {
     match f {
         Family::Unet => PALETTE[0],
@@ -62,9 +65,12 @@ fn tick_label(v: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn limit_label(limit: f64, capacity: f64) -> String {
+/// `host`: the capacity is this machine's memory (a `local` run), not a GPU's.
+fn limit_label(limit: f64, capacity: f64, host: bool) -> String {
     if limit < capacity {
         format!("worker memory limit {}", crate::plot::axis::label(limit, Unit::Gib))
+    } else if host {
+        format!("this machine's memory {limit:.1} GiB")
     } else {
         format!("GPU capacity {limit:.1} GiB")
     }
@@ -92,6 +98,7 @@ pub struct PredVsMeasured {
     title: String,
     points: Vec<Point>,
     capacity: f64,
+    host: bool,
 }
 
 impl PredVsMeasured {
@@ -115,6 +122,7 @@ impl PredVsMeasured {
             title: format!("Predicted vs measured peak ({} configs{err})", points.len()),
             points,
             capacity: report.capacity_gib,
+            host: report.host_memory,
         }
     }
     /// Configs plotted (measured, with a prediction).
@@ -124,6 +132,22 @@ impl PredVsMeasured {
     pub fn is_empty(&self) -> bool {
         self.points.is_empty()
     }
+    /// The title as drawn over a chart whose data reach `top` GiB, in lines
+    /// that fit the canvas (20 px margins).
+    fn title_lines(&self, top: f64) -> Vec<String> {
+        let mut caption = self.title.clone();
+        if !self.lines(top).iter().any(|l| (l - self.capacity).abs() < 1e-9) {
+            caption.push_str(&format!(" (capacity {:.1} GiB off the chart)", self.capacity));
+        }
+        crate::plot::wrap(&caption, crate::plot::TITLE_SIZE, f64::from(self.size().0) - 40.0)
+    }
+
+    /// The axes' descriptions, in the unit of a chart up to `max` GiB.
+    fn axis_descs(&self, max: f64) -> (String, String) {
+        let unit = if max <= 1.0 { "MiB" } else { "GiB" };
+        (format!("measured peak ({unit})"), format!("predicted peak ({unit})"))
+    }
+
     /// The OOM limits drawn as lines, and whether the GPU's capacity is one of them.
     fn lines(&self, top: f64) -> Vec<f64> {
         let mut lines = oom_limits(self.points.iter().filter(|p| p.oom).map(|p| &p.measured));
@@ -156,12 +180,9 @@ impl Figure for PredVsMeasured {
         // steps read 0.5, 1, 1.5: never rounded to 0, 0, 1, 2).
         let labels = ticks.len();
         let clipped = self.points.iter().filter(|p| p.predicted > max).count();
-        let mut caption = self.title.clone();
-        if !lines.iter().any(|l| (l - self.capacity).abs() < 1e-9) {
-            caption.push_str(&format!(" (capacity {:.1} GiB off the chart)", self.capacity));
-        }
-        let mut chart = ChartBuilder::on(root)
-            .caption(caption, ("sans-serif", 20))
+        let area = crate::plot::draw_title(root, &self.title_lines(top))?;
+        let (x_desc, y_desc) = self.axis_descs(max);
+        let mut chart = ChartBuilder::on(&area)
             .margin(20)
             .x_label_area_size(50)
             .y_label_area_size(70)
@@ -172,8 +193,8 @@ impl Figure for PredVsMeasured {
             .configure_mesh()
             .x_labels(labels)
             .y_labels(labels)
-            .x_desc(format!("measured peak ({unit})"))
-            .y_desc(format!("predicted peak ({unit})"))
+            .x_desc(x_desc)
+            .y_desc(y_desc)
             .x_label_formatter(&gib)
             .y_label_formatter(&gib)
             .label_style(("sans-serif", 15))
@@ -195,7 +216,7 @@ impl Figure for PredVsMeasured {
             chart
                 .draw_series(std::iter::once(PathElement::new(vec![(0.0, c), (max * k, c)], color.stroke_width(2))))
                 .map_err(perr)?
-                .label(limit_label(limit, self.capacity))
+                .label(limit_label(limit, self.capacity, self.host))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
             chart
                 .draw_series(std::iter::once(PathElement::new(vec![(c, 0.0), (c, max * k)], color.stroke_width(2))))
@@ -273,6 +294,7 @@ pub struct PeakVsSize {
     /// group → points.
     series: BTreeMap<String, Vec<SizePoint>>,
     capacity: f64,
+    host: bool,
 }
 
 impl PeakVsSize {
@@ -288,7 +310,22 @@ impl PeakVsSize {
             }
             series.entry(r.group.clone()).or_default().push((size, measured, r.predicted_gib, oom));
         }
-        PeakVsSize { transformers, series, capacity: report.capacity_gib }
+        PeakVsSize { transformers, series, capacity: report.capacity_gib, host: report.host_memory }
+    }
+
+    /// What the x and y axes measure, with their units: the tick labels'
+    /// `k`/`M` of a count are thousands and millions, `M`/`G` of memory MiB and GiB.
+    fn axis_descs(&self) -> (String, String) {
+        let what = if self.transformers { "tokens" } else { "input voxels" };
+        (format!("{what} (log; k = thousand, M = million)"), "peak memory (log; M = MiB, G = GiB)".into())
+    }
+
+    /// The legend's labels (variants, marks, limit lines), as drawn.
+    fn legend_labels(&self) -> Vec<String> {
+        let marks = ["measured", "predicted", "measured OOM (at its limit)"].map(String::from);
+        let limits = self.axes().map(|(_, _, l)| l).unwrap_or_default();
+        let limits = limits.into_iter().map(|c| limit_label(c, self.capacity, self.host));
+        self.series.keys().cloned().chain(marks).chain(limits).collect()
     }
 
     /// The x and y axes, and the limit lines drawn.
@@ -307,16 +344,19 @@ impl PeakVsSize {
 }
 
 impl Figure for PeakVsSize {
+    /// The chart, and right of it a legend wide enough for its longest label.
     fn size(&self) -> (u32, u32) {
-        (1100, 750)
+        let longest = self.legend_labels().iter().map(|l| crate::plot::text_width(14, l)).fold(0.0, f64::max);
+        ((CHART_W + 32 + longest.ceil() as u32 + 20).max(1100), 750)
     }
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         root.fill(&WHITE).map_err(perr)?;
         let Some((x, y, lines)) = self.axes() else { return Ok(()) };
         let what = if self.transformers { "tokens" } else { "input voxels" };
-        let (chart_area, legend_area) = root.split_horizontally(830);
+        let (x_desc, y_desc) = self.axis_descs();
+        let (chart_area, legend_area) = root.split_horizontally(CHART_W);
         let mut chart = ChartBuilder::on(&chart_area)
-            .caption(format!("Peak memory vs {what} per variant"), ("sans-serif", 20))
+            .caption(format!("Peak memory vs {what} per variant"), ("sans-serif", crate::plot::TITLE_SIZE))
             .margin(20)
             .x_label_area_size(50)
             .y_label_area_size(70)
@@ -327,8 +367,8 @@ impl Figure for PeakVsSize {
             .map_err(perr)?;
         chart
             .configure_mesh()
-            .x_desc(format!("{what} (log)"))
-            .y_desc("peak (log)")
+            .x_desc(x_desc)
+            .y_desc(y_desc)
             .x_label_formatter(&|v| x.label(*v))
             .y_label_formatter(&|v| y.label(*v))
             .label_style(("sans-serif", 14))
@@ -381,7 +421,7 @@ impl Figure for PeakVsSize {
             legend_area
                 .draw(&PathElement::new(vec![(8, ly + 7), (28, ly + 7)], color.stroke_width(2)))
                 .map_err(perr)?;
-            legend_area.draw(&Text::new(limit_label(c, self.capacity), (32, ly), font)).map_err(perr)?;
+            legend_area.draw(&Text::new(limit_label(c, self.capacity, self.host), (32, ly), font)).map_err(perr)?;
         }
         Ok(())
     }
@@ -429,7 +469,44 @@ mod tests {
         let pvm = PredVsMeasured::new(&report);
         assert!(pvm.points.iter().any(|p| p.oom && p.measured == limit));
         assert_eq!(pvm.lines(0.5), [limit]);
-        assert_eq!(limit_label(limit, 39.4), "worker memory limit 512M");
+        assert_eq!(limit_label(limit, 39.4, false), "worker memory limit 512M");
+    }
+
+    /// Every axis says its unit: memory ticks read `20M`, `1G` (MiB, GiB),
+    /// count ticks `2k`, `1M` (thousands, millions), and a reader must not
+    /// take one M for the other.
+    #[test]
+    fn every_axis_names_its_unit() {
+        let rows = vec![row("a", 64, Some(0.02), Status::Ok, 39.4), row("b", 512, Some(0.05), Status::Ok, 39.4)];
+        let report = super::super::tests::report_of(rows);
+        let (x, y) = PeakVsSize::new(&report, true).axis_descs();
+        assert!(y.contains("MiB") && y.contains("GiB"), "{y}");
+        assert!(x.contains("tokens") && x.contains("million"), "{x}");
+        let (x, y) = PredVsMeasured::new(&report).axis_descs(1.0 / 1024.0);
+        assert!(x.contains("(MiB)") && y.contains("(MiB)"), "{x} {y}");
+    }
+
+    /// The demo's report: titles and legend labels within the canvas.
+    #[test]
+    fn titles_and_legends_fit_the_canvas() {
+        let mut rows: Vec<_> = (0..6).map(|i| row(&format!("c{i}"), 64 << i, Some(0.02), Status::Ok, 39.4)).collect();
+        for r in &mut rows {
+            r.predicted_gib = Some(0.017);
+            r.group = "UNet, 3 levels, input 1x16x16x16 (C,H,W,D)".into();
+        }
+        let report = super::super::tests::report_of(rows);
+        let pvm = PredVsMeasured::new(&report);
+        let (w, _) = pvm.size();
+        for line in pvm.title_lines(0.1) {
+            let width = crate::plot::text_width(crate::plot::TITLE_SIZE, &line);
+            assert!(width <= f64::from(w) - 40.0, "{line:?} is {width} px, canvas {w} px");
+        }
+        let f = PeakVsSize::new(&report, true);
+        let (w, _) = f.size();
+        for label in f.series.keys() {
+            let width = crate::plot::text_width(14, label);
+            assert!(f64::from(CHART_W) + 32.0 + width <= f64::from(w) - 10.0, "{label:?}: {width} px, canvas {w} px");
+        }
     }
 
     #[test]

@@ -413,6 +413,7 @@ pub(super) fn report_of(rows: Vec<Row>) -> Report {
         source: "inline".into(),
         gpus: ["A100-40GB".to_string()].into(),
         capacity_gib: rows.first().map(|r| r.capacity_gib).unwrap_or(39.4),
+        host_memory: false,
         budget_gib: 60.0,
         budget_set: false,
         precisions: BTreeSet::new(),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::markdown::fmt_gib;
 use super::{Report, Row, Status};
-use crate::plot::{perr, Figure};
+use crate::plot::{perr, wrap, Figure, TITLE_LINE, TITLE_SIZE};
 use crate::precheck::VerdictKind;
 
 /// The precheck's verdict over two sweep axes of one family: rows are variants
@@ -100,6 +100,32 @@ impl VerdictMap {
         LEFT.max(30 + longest * LABEL_CHAR_W)
     }
 
+    /// The title as drawn, from x = 20: broken into lines that fit the
+    /// canvas with as much margin on the right (UNets: what the columns are
+    /// on a line of its own).
+    fn title_lines(&self) -> Vec<String> {
+        let width = f64::from(self.grid_width()) - 40.0;
+        let mut lines = wrap(
+            &format!("{}: precheck verdict (predicted peak) and what was measured", super::family_title(self.family)),
+            TITLE_SIZE,
+            width,
+        );
+        if self.family == Family::Unet {
+            lines.extend(wrap("columns: input C x H x W x D", TITLE_SIZE, width));
+        }
+        lines
+    }
+
+    /// The canvas width the grid needs (and at least 760 px).
+    fn grid_width(&self) -> u32 {
+        (self.left() + self.cols.len() as u32 * self.cell_w() + 30).max(760)
+    }
+
+    /// Where the grid starts: below the title's lines and the column labels.
+    fn top(&self) -> u32 {
+        TOP + (self.title_lines().len() as u32 - 1) * TITLE_LINE
+    }
+
     fn cell_w(&self) -> u32 {
         if self.cols.len() > 8 {
             112
@@ -179,19 +205,17 @@ fn verdict_color(v: VerdictKind) -> RGBColor {
 
 impl Figure for VerdictMap {
     fn size(&self) -> (u32, u32) {
-        let w = self.left() + self.cols.len() as u32 * self.cell_w() + 30;
-        let h = TOP + self.rows.len() as u32 * CELL_H + 80;
-        (w.max(760), h)
+        (self.grid_width(), self.top() + self.rows.len() as u32 * CELL_H + 80)
     }
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         root.fill(&WHITE).map_err(perr)?;
         let cw = self.cell_w() as i32;
         let ch = CELL_H as i32;
-        let (left, top) = (self.left() as i32, TOP as i32);
-        let title =
-            format!("{}: precheck verdict (predicted peak) and what was measured", super::family_title(self.family))
-                + if self.family == Family::Unet { "; columns: input C x H x W x D" } else { "" };
-        root.draw(&Text::new(title, (20, 20), ("sans-serif", 20))).map_err(perr)?;
+        let (left, top) = (self.left() as i32, self.top() as i32);
+        for (i, line) in self.title_lines().into_iter().enumerate() {
+            let y = 20 + (i as u32 * TITLE_LINE) as i32;
+            root.draw(&Text::new(line, (20, y), ("sans-serif", TITLE_SIZE))).map_err(perr)?;
+        }
         let center =
             |size: u32| TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
         let right = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
@@ -263,6 +287,30 @@ mod tests {
         // Wide enough for the longest label (no label cut at the left edge).
         let longest = map.rows.iter().map(|r| r.len() as u32).max().unwrap();
         assert!(map.left() >= longest * LABEL_CHAR_W);
+    }
+
+    /// The demo's two UNets: one input, so one column, and the narrowest canvas.
+    #[test]
+    fn the_title_fits_the_canvas() {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/demo.yaml");
+        let sweep = crate::sweep::load(&file, &[]).expect("demo loads");
+        let rows: Vec<Row> = sweep
+            .configs
+            .iter()
+            .map(|c| super::super::base_row(&c.config, c.hash.0.clone(), String::new(), VerdictKind::Fits))
+            .collect();
+        let report = super::super::tests::report_of(rows);
+        for family in [Family::Unet, Family::Dit] {
+            let map = VerdictMap::new(&report, family);
+            let (w, _) = map.size();
+            let lines = map.title_lines();
+            assert!(lines.concat().contains("precheck verdict"), "{lines:?}");
+            for line in &lines {
+                // Drawn from x = 20, with as much margin on the right.
+                let width = crate::plot::text_width(TITLE_SIZE, line);
+                assert!(20.0 + width <= f64::from(w) - 20.0, "{family:?}: {line:?} is {width} px, canvas {w} px");
+            }
+        }
     }
 
     #[test]

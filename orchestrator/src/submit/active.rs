@@ -128,6 +128,11 @@ pub async fn run(
     say: &mut (dyn FnMut(&str) + Send),
 ) -> Result<ActiveReport, CommandError> {
     let name = sweep.experiment.name.clone();
+    // On a `local` cluster the runs have this machine's memory (a limit below the GPU's).
+    let stored = crate::fsio::read_json::<super::StoredSweep>(&opts.state_root.join(&name).join("sweep.json"))?;
+    let choice = super::ClusterChoice::of(opts.cluster.as_deref(), sweep, stored.as_ref());
+    let judged = super::judge_where_it_runs(sweep, &choice, opts.clusters_file.as_deref());
+    let sweep = &judged;
     let mut seen = BTreeSet::new();
     let configs: Vec<(String, RunConfig)> = sweep
         .configs

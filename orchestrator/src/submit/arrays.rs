@@ -2,20 +2,16 @@
 //! `MaxArraySize`, written under the submission's directory.
 
 use sha2::{Digest, Sha256};
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::{
-    allowed, cluster_name, experiment_hash, template_dirs, verdicts, CommandError, Options, StoredSweep, Target,
-};
-use crate::cluster::{merge_resources, ClusterConfig, ClustersFile};
+use super::{experiment_hash, CommandError, Target};
+use crate::cluster::{merge_resources, ClusterConfig, TransportKind};
 use crate::fsio;
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
-use crate::state::{self, ArrayJob, StateError, Submission};
+use crate::state::{ArrayJob, Submission};
 use crate::sweep::{Sweep, SweepConfig};
-use crate::transport;
 
 /// Everything one submission needs, rendered.
 pub(crate) struct Prepared {
@@ -77,7 +73,7 @@ pub(crate) fn prepare_arrays(
             tasks: range.len(),
             configs_per_task: k,
             slurm: (&resources).into(),
-            work_dir: work_dir_of(place.remote_state).to_string(),
+            work_dir: work_dir_of(&target.config, place.remote_state),
             state_dir: place.remote_state.to_string(),
             submission_dir: sub_dir.clone(),
             log_dir: sub_dir.clone(),
@@ -133,9 +129,16 @@ fn job_comment(experiment: &str, exph: &str, sid: &str, hashes: &[String]) -> St
     comment
 }
 
-/// The cluster's `work_dir`, from its remote state root (`<work_dir>/state`).
-pub(crate) fn work_dir_of(remote_state: &str) -> &str {
-    remote_state.trim_end_matches("/state")
+/// The cluster's `work_dir`, from its remote state root (`<work_dir>/state`),
+/// where node kernel caches (`cache/<host>`) and warm-up jobs (`warm/<id>`)
+/// go. The built-in `local` cluster without a `work_dir` keeps them inside
+/// its state directory (`<state>/.local-cluster`): nothing lands beside it,
+/// in whatever directory the orchestrator was started from.
+pub(crate) fn work_dir_of(config: &ClusterConfig, remote_state: &str) -> String {
+    if config.transport == TransportKind::Local && config.work_dir.is_none() {
+        return format!("{}/.local-cluster", remote_state.trim_end_matches('/'));
+    }
+    remote_state.trim_end_matches("/state").to_string()
 }
 
 /// `manifest.json` (the configs as one document, `k` a task) and
@@ -162,58 +165,4 @@ fn manifests(
         jsonl.push(b'\n');
     }
     Ok((json, jsonl))
-}
-
-/// What `render` made: the scripts (where each was written, its text) and
-/// the time limit a task is expected to need, against the one they set.
-pub struct Rendered {
-    pub scripts: Vec<(PathBuf, String)>,
-    pub time: crate::walltime::Suggestion,
-}
-
-/// `render`: the scripts `submit` would send now, written under
-/// `state/<experiment>/render/` and returned; nothing is submitted and the
-/// state's records are left alone.
-pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandError> {
-    if !state::valid_experiment_name(&sweep.experiment.name) {
-        return Err(StateError::BadName(sweep.experiment.name.clone()).into());
-    }
-    let prev = fsio::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
-    let cluster = cluster_name(opts, sweep, prev.as_ref());
-    let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
-    let (name, config) = file.get(&cluster, &label)?;
-    // Rendering needs no connection: the work dir is taken as written.
-    let remote_state = match (&config.work_dir, config.transport) {
-        (Some(w), _) => format!("{}/state", w.trim_end_matches('/')),
-        (None, _) => std::path::absolute(&opts.state_root).map(|p| p.display().to_string()).unwrap_or_default(),
-    };
-    let worker = config.worker.clone().unwrap_or_else(|| match &config.work_dir {
-        Some(w) => format!("{}/bin/worker", w.trim_end_matches('/')),
-        None => "worker".into(),
-    });
-    let target =
-        Target { name, transport: transport::open(&cluster, &ClusterConfig::local(), &opts.state_root)?, config };
-    let v = verdicts(sweep, &opts.state_root);
-    let mut seen = BTreeSet::new();
-    let todo: Vec<&SweepConfig> = sweep
-        .configs
-        .iter()
-        .filter(|c| seen.insert(&c.hash.0))
-        .filter(|c| v.get(&c.hash.0).is_some_and(|verdict| allowed(verdict.kind(), opts)))
-        .collect();
-    let mut renderer = Renderer::new(template_dirs(opts, sweep));
-    let dir = opts.state_root.join(&sweep.experiment.name).join("render");
-    let place = Placement { remote_state: &remote_state, worker: &worker, max_array: 1001, first_seq: 1 };
-    let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| dir.join(sid))?;
-    let time = merge_resources(&sweep.experiment.slurm, &target.config.defaults).time;
-    Ok(Rendered {
-        scripts: prepared
-            .into_iter()
-            .map(|p| {
-                let text = std::fs::read_to_string(&p.script_local).unwrap_or_default();
-                (p.script_local, text)
-            })
-            .collect(),
-        time: crate::walltime::for_sweep(sweep, &opts.state_root, time.as_deref()),
-    })
 }

@@ -7,8 +7,17 @@ use super::{blocking, open_target, protocol, stored_sweep, CommandError, Options
 use crate::slurm::JobId;
 use crate::state::{Change, StateDir};
 
+/// What `cancel` did: the arrays it asked SLURM to cancel for the first time,
+/// and those an earlier `cancel` already asked for that SLURM has not yet
+/// reported ended (asked again: scancel of a cancelled job is harmless).
+#[derive(Debug, Default)]
+pub struct Cancelled {
+    pub new: Vec<JobId>,
+    pub again: Vec<JobId>,
+}
+
 /// `cancel`: scancel every array of the experiment that still has live tasks.
-pub async fn cancel(experiment: &str, opts: &Options) -> Result<Vec<JobId>, CommandError> {
+pub async fn cancel(experiment: &str, opts: &Options) -> Result<Cancelled, CommandError> {
     let stored = stored_sweep(&opts.state_root, experiment)?;
     let target = open_target(opts, &opts.cluster.clone().unwrap_or(stored.cluster.clone()))?;
     let mut st = StateDir::open(&opts.state_root, experiment, opts.lock_wait)?;
@@ -20,9 +29,23 @@ pub async fn cancel(experiment: &str, opts: &Options) -> Result<Vec<JobId>, Comm
         .filter(|a| a.is_live())
         .filter_map(|a| a.array_job_id().cloned())
         .collect();
-    let ids: Vec<JobId> = ids.into_iter().collect();
-    st.apply(Change::Cancel { jobs: ids.clone() })?;
-    let send = ids.clone();
-    blocking(&target.transport, move |t| t.cancel(&send)).await?;
-    Ok(ids)
+    let asked: BTreeSet<JobId> = st
+        .view()
+        .journal()?
+        .into_iter()
+        .filter_map(|l| match l.change {
+            Change::Cancel { jobs } => Some(jobs),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let (again, new): (Vec<JobId>, Vec<JobId>) = ids.into_iter().partition(|j| asked.contains(j));
+    if !new.is_empty() {
+        st.apply(Change::Cancel { jobs: new.clone() })?;
+    }
+    let send: Vec<JobId> = new.iter().chain(&again).cloned().collect();
+    if !send.is_empty() {
+        blocking(&target.transport, move |t| t.cancel(&send)).await?;
+    }
+    Ok(Cancelled { new, again })
 }

@@ -287,16 +287,8 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
         ClusterCommand::Cancel { experiment, common } => {
             let opts = options(&common, None, None);
             let name = experiment_of(&experiment, &[], &opts)?.experiment.name;
-            let ids = block_on(cancel(&name, &opts))?.context("cancel")?;
-            if ids.is_empty() {
-                println!("nothing to cancel: no job array of {name} is queued or running");
-            } else {
-                println!(
-                    "cancelled {} job array(s): {}",
-                    ids.len(),
-                    ids.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(" ")
-                );
-            }
+            let done = block_on(cancel(&name, &opts))?.context("cancel")?;
+            print!("{}", cancelled_text(&name, &done));
         }
         ClusterCommand::Install { worker, warm, backend, common } => {
             let opts = options(&common, None, None);
@@ -320,6 +312,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
                 print!("{text}");
             }
             // On stderr: stdout is the scripts.
+            eprint!("{}", render_summary(&rendered));
             eprintln!("{}", rendered.time);
             if let Some(w) = rendered.time.warning() {
                 tracing::warn!("{w}");
@@ -327,6 +320,39 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What `cancel` did, in lines: the arrays cancelled now, and those an
+/// earlier `cancel` already asked for (nothing new) that SLURM still lists.
+fn cancelled_text(name: &str, done: &super::cancel::Cancelled) -> String {
+    let list = |ids: &[crate::slurm::JobId]| ids.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(" ");
+    let mut s = match (done.new.is_empty(), done.again.is_empty()) {
+        (true, true) => format!("nothing to cancel: no job array of {name} is queued or running\n"),
+        (false, _) => format!("cancelled {} job array(s): {}\n", done.new.len(), list(&done.new)),
+        (true, false) => "nothing new to cancel: ".to_string(),
+    };
+    if !done.again.is_empty() {
+        s += &format!("already cancelled, not yet reported ended by SLURM (asked again): {}\n", list(&done.again));
+    }
+    s
+}
+
+/// What `render` left out: the configs `submit` would not send now, and why
+/// (the scripts hold only those it would).
+fn render_summary(r: &super::preview::Rendered) -> String {
+    if r.skipped.is_empty() {
+        return String::new();
+    }
+    let mut s = match r.scripts.is_empty() {
+        true => format!("nothing to render: `submit` would send none of the {} configs now:\n", r.skipped.len()),
+        false => {
+            format!("rendered only what `submit` would send now; not the {} configs it would not:\n", r.skipped.len())
+        }
+    };
+    for (name, why) in &r.skipped {
+        s += &format!("  {name}: {why}\n");
+    }
+    s
 }
 
 /// `status`: the table (or JSON lines) once, or on every poll with `every`

@@ -4,6 +4,7 @@
 //! - [`protocol`]: the submission protocol (intent → sbatch → submitted, or
 //!   unresolved until SLURM answers by job name), as one state machine;
 //! - `arrays`: rendering job arrays (scripts and manifests);
+//! - `preview`: `render`, the scripts `submit` would send, submitting nothing;
 //! - `send`: `submit`/`resume`: what to (re)submit, and sending it;
 //! - `poll`: one squeue + one sacct, applied to the records;
 //! - `collect`: the workers' events, read incrementally, and the measurements;
@@ -20,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cluster::ClusterError;
+use crate::cluster::{ClusterError, ClustersFile};
 use crate::fsio;
 use crate::precheck::overlay::CalibrationSource;
 use crate::precheck::{Predictor, Verdict, VerdictKind};
@@ -35,6 +36,7 @@ mod arrays;
 pub mod cancel;
 pub mod install;
 mod poll;
+mod preview;
 mod probe;
 pub mod protocol;
 mod pull;
@@ -43,9 +45,9 @@ pub mod view;
 pub mod warm;
 mod watch;
 
-pub use arrays::render;
 pub use cancel::cancel;
 pub use poll::PollSummary;
+pub use preview::render;
 pub use pull::{attempt_events, last_result};
 pub use send::{submit, SubmitReport};
 pub use view::{status, StatusReport, StatusRow, Watch};
@@ -284,6 +286,21 @@ impl std::fmt::Display for ClusterChoice {
         };
         write!(f, "{} ({why})", self.name)
     }
+}
+
+/// `sweep` as `choice` runs it: where that is a cluster of transport `local`
+/// (the worker on this machine's CPU) and `submit` would run it there, judged
+/// against this machine's memory ([`Sweep::host_memory_gib`]) rather than
+/// the GPU it names; elsewhere against its GPU, as written.
+pub fn judge_where_it_runs(sweep: &Sweep, choice: &ClusterChoice, clusters_file: Option<&Path>) -> Sweep {
+    let mut out = sweep.clone();
+    let local = ClustersFile::load_or_default(clusters_file)
+        .ok()
+        .and_then(|(file, label)| file.get(&choice.name, &label).ok())
+        .is_some_and(|(_, c)| c.transport == crate::cluster::TransportKind::Local);
+    out.host_memory_gib =
+        if local && choice.check(sweep).is_ok() { crate::transport::local::machine_memory_gib() } else { None };
+    out
 }
 
 /// The cluster name for a sweep: command line, then the state, then the experiment file, then `local`.

@@ -159,11 +159,7 @@ fn blocker(
             // Run with --force once and measured: that says more than the prediction.
             return Some(format!("measured {}", status.name()));
         }
-        return Some(match verdict {
-            VerdictKind::Risky => "risky (use --include-risky)".into(),
-            VerdictKind::Oom => "predicted oom (use --force)".into(),
-            v => v.to_string(),
-        });
+        return Some(refusal(verdict));
     }
     if r.attempts().iter().any(|a| !a.abandoned() && a.array_job_id().is_none()) {
         return Some(
@@ -206,6 +202,53 @@ fn blocker(
     }
     None
 }
+
+/// Why a config of `verdict` is not submitted without a flag.
+fn refusal(verdict: VerdictKind) -> String {
+    match verdict {
+        VerdictKind::Risky => "risky (use --include-risky)".into(),
+        VerdictKind::Oom => "predicted oom (use --force)".into(),
+        v => v.to_string(),
+    }
+}
+
+/// What a plain `submit` would send now, read without the lock (`render`):
+/// the configs, and every other config of the sweep with why not (already
+/// measured, queued, answered by an active sweep, held back by its verdict).
+pub(super) fn would_send<'a>(sweep: &'a Sweep, opts: &Options) -> Result<WouldSend<'a>, CommandError> {
+    let (_, records) = crate::state::View::new(&opts.state_root, &sweep.experiment.name)?.sweep_and_records()?;
+    let verdicts = super::verdicts(sweep, &opts.state_root);
+    let started = tasks_started(&records);
+    let answered = answered_by_active(opts, &sweep.experiment.name)?;
+    let (mut todo, mut skipped) = (Vec::new(), Vec::new());
+    let mut seen = BTreeSet::new();
+    for c in sweep.configs.iter().filter(|c| seen.insert(&c.hash.0)) {
+        if opts.only.as_ref().is_some_and(|only| !only.contains(&c.hash.0)) {
+            continue;
+        }
+        let record = records.get(&c.hash.0);
+        let never_submitted = record.is_none_or(|r| r.attempts().iter().all(Attempt::abandoned));
+        let why = match answered.get(c.name.as_str()).filter(|_| never_submitted) {
+            Some(why) => Some(why.clone()),
+            None => match record {
+                Some(r) => blocker(r, opts, false, &started),
+                None => match verdicts.get(&c.hash.0).map(|v| v.kind()) {
+                    Some(k) if allowed(k, opts) => None,
+                    Some(k) => Some(refusal(k)),
+                    None => Some("no verdict".into()),
+                },
+            },
+        };
+        match why {
+            None => todo.push(c),
+            Some(why) => skipped.push((c.name.clone(), why)),
+        }
+    }
+    Ok((todo, skipped))
+}
+
+/// The configs `submit` would send, and the others with why not.
+pub(super) type WouldSend<'a> = (Vec<&'a SweepConfig>, Vec<(String, String)>);
 
 /// The configs an active sweep answered by a settled prediction (name: why
 /// they are not submitted): a plain `submit` or `resume` does not spend the
@@ -280,6 +323,8 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     let mut st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
     let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
     let choice = ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
+    let judged = super::judge_where_it_runs(sweep, &choice, opts.clusters_file.as_deref());
+    let sweep = &judged;
     let cluster = choice.name.clone();
     let target = open_chosen(opts, sweep, &choice)?;
     let grace_s = result_grace_s(opts, &target);

@@ -37,6 +37,9 @@ pub struct StatusRow {
     /// "predicted"`, with its interval, verdict and whether it settles the config).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<crate::active::Answer>,
+    /// SLURM's state where it contradicts the worker's own result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -82,6 +85,9 @@ impl StatusReport {
             );
         }
         s += &self.causes();
+        for r in self.rows.iter().filter(|r| r.note.is_some()) {
+            s += &format!("note: {}: {}\n", r.name, r.note.as_deref().unwrap_or_default());
+        }
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for r in &self.rows {
             let state = match (r.state.as_str(), &r.answer) {
@@ -136,6 +142,7 @@ impl StatusReport {
 
 fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRow> {
     let mut seen = BTreeSet::new();
+    let mut names = BTreeSet::new();
     let mut out = Vec::new();
     for c in &sweep.configs {
         if !seen.insert(&c.hash.0) {
@@ -143,39 +150,76 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
         }
         let Some(r) = records.get(&c.hash.0) else { continue };
         let latest = r.latest();
-        let state = match latest {
-            None => "-".to_string(),
-            Some(a) if a.array_job_id().is_none() => "SUBMITTING".into(),
-            Some(a) => a.state().map(|s| s.to_string()).unwrap_or_else(|| "SUBMITTED".into()),
-        };
+        // The record keeps the last result a worker wrote; an attempt made
+        // since (a resume) whose worker has not started yet has none of its own.
+        let stale = latest.is_some_and(|a| a.worker().is_not_started())
+            && r.attempts().iter().any(|a| !a.worker().is_not_started());
+        let result = r.result().filter(|_| !stale);
+        let (state, note) = row_state(latest, result);
         let job = latest.and_then(|a| a.array_job_id().map(|j| format!("{j}_{}", a.task_id())));
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         let live =
             latest.filter(|a| a.state().is_some_and(|s| s.activity() == Activity::Running)).and_then(|a| a.live());
-        let peak = match &r.result() {
+        let peak = match result {
             Some(v) => Some(gib(v.peak_bytes)),
             None => live.map(|l| gib(l.peak_bytes)),
         };
-        let phase = match &r.result() {
+        let phase = match result {
             Some(v) => v.phase.map(|p| p.name().to_string()),
             None => live.map(|l| l.phase.name().to_string()),
         };
+        // The stored sweep lists the file's configs first, then those the
+        // file no longer has: an edited config's earlier version, named so
+        // (as the report names it).
+        let name = match names.insert(r.name().to_string()) {
+            true => r.name().to_string(),
+            false => format!("{} (earlier version)", r.name()),
+        };
         out.push(StatusRow {
-            name: r.name().to_string(),
+            name,
             hash: r.hash().to_string(),
             verdict: r.verdict().map(|v| v.to_string()).unwrap_or_default(),
             predicted_gib: r.predicted_gib(),
             state,
             job,
             attempts: r.attempts().iter().filter(|a| !a.abandoned()).count(),
-            result: r.result_status().map(|s| s.name().to_string()),
+            result: result.map(|v| v.status.name().to_string()),
             peak_gib: peak,
             phase,
-            cause: r.failure_cause(),
+            cause: if stale { None } else { r.failure_cause() },
+            note,
             answer: None,
         });
     }
     out
+}
+
+/// The state column and, where SLURM's word for the task contradicts the
+/// worker's own result, a note of SLURM's: a config the worker ended `ok` in
+/// a task SLURM calls FAILED (another config of the task, or the script
+/// after the worker, failed) reads `ENDED`, not FAILED.
+fn row_state(
+    latest: Option<&crate::state::Attempt>,
+    result: Option<&spec::event::RunResult>,
+) -> (String, Option<String>) {
+    let Some(a) = latest else { return ("-".into(), None) };
+    let Some(slurm) = a.state() else {
+        return (if a.array_job_id().is_none() { "SUBMITTING" } else { "SUBMITTED" }.into(), None);
+    };
+    if a.array_job_id().is_none() {
+        return ("SUBMITTING".into(), None);
+    }
+    match result {
+        Some(res)
+            if slurm.activity() == Activity::Ended
+                && *slurm != crate::slurm::SlurmState::Completed
+                && res.status == spec::event::RunStatus::Ok =>
+        {
+            let note = format!("the worker ended ok; SLURM calls its task {slurm}");
+            ("ENDED".into(), Some(note))
+        }
+        _ => (slurm.to_string(), None),
+    }
 }
 
 /// The status of a sweep never submitted: every config `-`, with its verdict.
@@ -200,6 +244,7 @@ pub fn unsubmitted(sweep: &Sweep, state_root: &std::path::Path) -> StatusReport 
                 peak_gib: None,
                 phase: None,
                 cause: None,
+                note: None,
                 answer: None,
             }
         })
@@ -342,6 +387,74 @@ mod tests {
         assert_eq!(rows[0].result.as_deref(), Some("ok"));
         assert_eq!(rows[0].peak_gib, Some(2.0));
         assert_eq!(rows[0].phase, None);
+    }
+
+    fn result_of(status: &str) -> spec::event::RunResult {
+        serde_json::from_value(serde_json::json!({
+            "event": "result", "t": 0.0, "status": status, "params": 0, "peaks": {}, "peak_bytes": 3u64 << 29,
+            "wall_s": 0.0
+        }))
+        .expect("a result")
+    }
+
+    /// Right after `resume`: the new attempt runs, its worker has not
+    /// started yet; the cancelled run before it is not this row's result.
+    #[test]
+    fn a_resumed_configs_row_shows_its_new_attempt_not_the_old_result() {
+        let sweep = demo();
+        let c = &sweep.configs[0];
+        let old = attempt(SlurmState::Cancelled, None)
+            .with_worker(crate::collect::WorkerOutcome::Result(spec::event::RunStatus::Cancelled));
+        let new = attempt(SlurmState::Running, None).with_worker(crate::collect::WorkerOutcome::NotStarted);
+        let r = ConfigRecord::fixture(&c.hash.0, &c.name)
+            .with_verdict(Some(crate::precheck::VerdictKind::Fits), Some(4.0))
+            .with_attempt(old)
+            .with_attempt(new)
+            .with_result(Some(result_of("cancelled")));
+        let rows = rows(&sweep, &BTreeMap::from([(c.hash.0.clone(), r)]));
+        assert_eq!((rows[0].state.as_str(), rows[0].attempts), ("RUNNING", 2));
+        assert_eq!(rows[0].result, None, "{:?}", rows[0]);
+        assert_eq!(rows[0].peak_gib, None, "{:?}", rows[0]);
+    }
+
+    /// The worker wrote `ok`; SLURM calls the task FAILED (another config of
+    /// the task failed after it): the row reads the worker's word.
+    #[test]
+    fn a_config_the_worker_ended_ok_does_not_read_failed() {
+        let sweep = demo();
+        let c = &sweep.configs[0];
+        let a = attempt(SlurmState::Failed, None)
+            .with_worker(crate::collect::WorkerOutcome::Result(spec::event::RunStatus::Ok));
+        let r = ConfigRecord::fixture(&c.hash.0, &c.name)
+            .with_verdict(Some(crate::precheck::VerdictKind::Fits), Some(4.0))
+            .with_attempt(a)
+            .with_result(Some(result_of("ok")));
+        let rows = rows(&sweep, &BTreeMap::from([(c.hash.0.clone(), r)]));
+        assert_eq!(rows[0].result.as_deref(), Some("ok"));
+        let report = StatusReport { rows, poll: PollSummary::default(), settled: true, interrupted: false };
+        let table = report.table();
+        assert!(!table.contains("FAILED ") || table.contains("SLURM calls its task FAILED"), "{table}");
+        let line = table.lines().nth(1).expect("row");
+        assert!(!line.contains("FAILED") && line.contains(" ok "), "{table}");
+        assert!(table.contains("note: ") && table.contains("SLURM calls its task FAILED"), "{table}");
+    }
+
+    /// After an edit, the stored sweep holds the config's new version and
+    /// the earlier one under one name: their rows must not read alike.
+    #[test]
+    fn an_edited_configs_earlier_version_is_named_so() {
+        let mut sweep = demo();
+        let mut earlier = sweep.configs[0].clone();
+        earlier.hash.0 = "0123456789ab".into();
+        sweep.configs.push(earlier.clone());
+        let records: BTreeMap<String, ConfigRecord> = [&sweep.configs[0], &earlier]
+            .into_iter()
+            .map(|c| (c.hash.0.clone(), ConfigRecord::fixture(&c.hash.0, &c.name)))
+            .collect();
+        let rows = rows(&sweep, &records);
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        let first = sweep.configs[0].name.clone();
+        assert_eq!(names, [first.clone(), format!("{first} (earlier version)")]);
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub async fn submit(opts: &Options, target: &Target, backend: Option<WorkerBacke
     let state_root = blocking(&target.transport, |t| t.files().remote_state_root()).await?;
     let worker = blocking(&target.transport, |t| t.files().worker_path()).await?;
     let backend_name = chosen_backend(target, &worker, backend).await?;
-    let work_dir = super::arrays::work_dir_of(&state_root).to_string();
+    let work_dir = super::arrays::work_dir_of(&target.config, &state_root);
     let id = format!("{}-{}", crate::fsio::now() as u64, super::arrays::random_suffix());
     let job_dir = format!("{work_dir}/warm/{id}");
     let mut slurm: crate::render::SlurmVars = (&target.config.defaults).into();

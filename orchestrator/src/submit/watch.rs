@@ -128,6 +128,7 @@ mod tests {
             peak_gib: peak,
             phase: phase.map(String::from),
             cause: None,
+            note: None,
             answer: None,
         }
     }

@@ -60,7 +60,13 @@ pub(super) fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadErr
     if !out.collapsed.is_empty() {
         tracing::warn!("{}", super::collapse_summary(out.configs.len() + out.collapsed.len(), &out.collapsed, &cli));
     }
-    Ok(Sweep { experiment, source: src.file.clone(), configs: out.configs, collapsed: out.collapsed })
+    Ok(Sweep {
+        experiment,
+        source: src.file.clone(),
+        configs: out.configs,
+        collapsed: out.collapsed,
+        host_memory_gib: None,
+    })
 }
 
 /// The experiment-level settings, checked once for the whole file, and its `sweep:` block.

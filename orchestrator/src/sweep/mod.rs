@@ -64,6 +64,11 @@ pub struct Sweep {
     /// overrides): (its name as the file writes it, the name of the kept twin).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub collapsed: Vec<(String, String)>,
+    /// The memory of this machine (GiB) where a `local` cluster runs the
+    /// sweep on its CPU (`submit::judge_where_it_runs`): verdicts are judged
+    /// against it, as against a worker `memory_limit` (the lower of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory_gib: Option<f64>,
 }
 
 impl Sweep {
@@ -91,18 +96,28 @@ impl Sweep {
         c: &SweepConfig,
         p: &crate::precheck::Prediction,
     ) -> crate::precheck::Verdict {
-        predictor.verdict_within(&c.config, p, self.experiment.budget_gb, self.memory_limit_gib())
+        predictor.verdict_against(&c.config, p, self.experiment.budget_gb, self.available_gib(c))
     }
 
-    /// The worker's memory limit (`worker: {memory_limit}`) in GiB.
+    /// The memory a run is held to below its GPU's, in GiB: the worker's
+    /// memory limit (`worker: {memory_limit}`), or this machine's memory where
+    /// a `local` cluster runs it ([`Sweep::host_memory_gib`]), the lower.
     pub fn memory_limit_gib(&self) -> Option<f64> {
-        self.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64)
+        let worker = self.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
+        match (worker, self.host_memory_gib) {
+            (Some(w), Some(h)) => Some(w.min(h)),
+            (w, h) => w.or(h),
+        }
     }
 
     /// The memory config `c` is judged against: its GPU's, or the worker's
-    /// memory limit where lower.
+    /// memory limit or this machine's memory (a `local` run) where lower.
     pub fn available_gib(&self, c: &SweepConfig) -> f64 {
-        crate::precheck::available_gib(&c.config, self.memory_limit_gib())
+        let worker = self.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
+        match self.host_memory_gib {
+            Some(host) => worker.map_or(host, |w| w.min(host)),
+            None => crate::precheck::available_gib(&c.config, worker),
+        }
     }
 
     /// The precheck for this experiment's runtime, at its configs' precision

@@ -266,6 +266,17 @@ impl FileStore for LocalTransport {
     }
 }
 
+/// The memory a run on this machine has, in GiB: its RAM (`MemTotal`), or
+/// its cgroup's `memory.max` where lower; `None` where neither can be read
+/// (not Linux).
+pub fn machine_memory_gib() -> Option<f64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim();
+    let total = kib.parse::<f64>().ok()? * 1024.0;
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|s| s.trim().parse::<f64>().ok());
+    Some(cgroup.map_or(total, |c| c.min(total)) / (1u64 << 30) as f64)
+}
+
 /// Where the local cluster looks for the worker first: beside this binary.
 fn beside_exe() -> std::path::PathBuf {
     std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("worker"))).unwrap_or_else(|| "worker".into())

@@ -1,0 +1,80 @@
+//! `render`: the sbatch scripts `submit` would send now, rendered as it
+//! would render them and written under `state/<experiment>/render/`, with
+//! the configs it would not send and why; nothing is submitted.
+
+use std::path::PathBuf;
+
+use super::arrays::{prepare_arrays, Placement};
+use super::{template_dirs, CommandError, Options, StoredSweep, Target};
+use crate::cluster::{merge_resources, ClusterConfig, ClustersFile, TransportKind};
+use crate::fsio;
+use crate::render::Renderer;
+use crate::state::{self, StateError};
+use crate::sweep::Sweep;
+use crate::transport;
+
+/// What `render` made: the scripts (where each was written, its text), the
+/// configs `submit` would not send now (name, why), and the time limit a
+/// task is expected to need, against the one they set.
+pub struct Rendered {
+    pub scripts: Vec<(PathBuf, String)>,
+    pub skipped: Vec<(String, String)>,
+    pub time: crate::walltime::Suggestion,
+}
+
+/// `render`: the scripts `submit` would send now (the configs it would
+/// submit, as it would run them), written under
+/// `state/<experiment>/render/` and returned; nothing is submitted and the
+/// state's records are left alone.
+pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandError> {
+    if !state::valid_experiment_name(&sweep.experiment.name) {
+        return Err(StateError::BadName(sweep.experiment.name.clone()).into());
+    }
+    let prev = fsio::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
+    let choice = super::ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
+    let judged = super::judge_where_it_runs(sweep, &choice, opts.clusters_file.as_deref());
+    let sweep = &judged;
+    let cluster = choice.name;
+    let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
+    let (name, config) = file.get(&cluster, &label)?;
+    let (remote_state, worker) = render_paths(&cluster, &config, opts)?;
+    let target =
+        Target { name, transport: transport::open(&cluster, &ClusterConfig::local(), &opts.state_root)?, config };
+    let (todo, skipped) = super::send::would_send(sweep, opts)?;
+    let mut renderer = Renderer::new(template_dirs(opts, sweep));
+    let dir = opts.state_root.join(&sweep.experiment.name).join("render");
+    let place = Placement { remote_state: &remote_state, worker: &worker, max_array: 1001, first_seq: 1 };
+    let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| dir.join(sid))?;
+    let time = merge_resources(&sweep.experiment.slurm, &target.config.defaults).time;
+    Ok(Rendered {
+        scripts: prepared
+            .into_iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(&p.script_local).unwrap_or_default();
+                (p.script_local, text)
+            })
+            .collect(),
+        skipped,
+        time: crate::walltime::for_sweep(sweep, &opts.state_root, time.as_deref()),
+    })
+}
+
+/// The cluster's state root and worker as `submit` would name them. Rendering
+/// needs no connection: a remote work dir is taken as written; the built-in
+/// `local` cluster answers as it does for `submit` (the worker beside this
+/// binary, else on PATH).
+fn render_paths(cluster: &str, config: &ClusterConfig, opts: &Options) -> Result<(String, String), CommandError> {
+    if config.transport == TransportKind::Local {
+        let local = transport::open(cluster, config, &opts.state_root)?;
+        return Ok((local.files().remote_state_root()?, local.files().worker_path()?));
+    }
+    let remote_state = match &config.work_dir {
+        Some(w) => format!("{}/state", w.trim_end_matches('/')),
+        None => std::path::absolute(&opts.state_root).map(|p| p.display().to_string()).unwrap_or_default(),
+    };
+    let worker = config.worker.clone().unwrap_or_else(|| match &config.work_dir {
+        Some(w) => format!("{}/bin/worker", w.trim_end_matches('/')),
+        None => "worker".into(),
+    });
+    Ok((remote_state, worker))
+}
