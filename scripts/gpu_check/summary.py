@@ -112,13 +112,14 @@ def _stats(errs):
     return med, xs[min(len(xs) - 1, int(0.9 * len(xs)))]
 
 
-def comparison(out):
+def comparison(out, pytorch=None):
     """The tables docs/gpu.md shows of a GPU check's directory: each config the
     PyTorch half or the worker measured, beside the group's record, and the
-    errors per family."""
+    errors per family. `pytorch`: the PyTorch records of another check on
+    the same card, for a check that ran the worker alone."""
     with open(os.path.join(out, "plan.json")) as f:
         plan = json.load(f)
-    torch_rows = {r["config_name"]: r for r in _read(os.path.join(out, "pytorch.jsonl"))}
+    torch_rows = {r["config_name"]: r for r in _read(pytorch or os.path.join(out, "pytorch.jsonl"))}
     worker_rows = {r["config_name"]: r for r in _read(os.path.join(out, "worker.jsonl"))}
     lines = ["| config | family | group GiB | PyTorch GiB | PyTorch vs group | worker GiB | worker vs PyTorch |",
              "|---|---|---|---|---|---|---|"]
@@ -176,7 +177,11 @@ def runs_table(out):
 if __name__ == "__main__":
     import sys
 
-    if len(sys.argv) != 2:
-        sys.exit("usage: summary.py DIR  (a GPU check's records: the tables docs/gpu.md shows)")
-    print(comparison(sys.argv[1]))
-    print(runs_table(sys.argv[1]), end="")
+    args = sys.argv[1:]
+    if len(args) not in (1, 3) or (len(args) == 3 and args[1] != "--pytorch"):
+        sys.exit(
+            "usage: summary.py DIR [--pytorch FILE]  (a GPU check's records: the tables docs/gpu.md shows;\n"
+            "       FILE: PyTorch records of another check on the same card, for a check that ran the worker alone)"
+        )
+    print(comparison(args[0], args[2] if len(args) == 3 else None))
+    print(runs_table(args[0]), end="")

@@ -31,6 +31,11 @@ use burn::prelude::*;
 pub struct ForeachAdamW {
     /// (exp_avg, exp_avg_sq) per parameter, flat f32.
     moments: HashMap<ParamId, (Tensor<1>, Tensor<1>)>,
+    /// The parameters in the module's order, as their state was made: every
+    /// list-wide op walks them so. (A `HashMap`'s order differs from process
+    /// to process, and with it CubeCL's fused kernels: a kernel cache that
+    /// never settles, and other peaks.)
+    order: Vec<ParamId>,
     step: i32,
 }
 
@@ -46,6 +51,7 @@ const WEIGHT_DECAY: f64 = 0.01;
 struct Moments<'a> {
     grads: &'a GradientsParams,
     moments: &'a mut HashMap<ParamId, (Tensor<1>, Tensor<1>)>,
+    order: &'a mut Vec<ParamId>,
     list: List,
 }
 
@@ -66,10 +72,11 @@ impl ModuleVisitor for Moments<'_> {
         let n = shape.num_elements();
         match self.list {
             List::Init => {
-                let device = g.device();
-                self.moments
-                    .entry(param.id)
-                    .or_insert_with(|| (Tensor::zeros([n], &device), Tensor::zeros([n], &device)));
+                if let std::collections::hash_map::Entry::Vacant(e) = self.moments.entry(param.id) {
+                    let device = g.device();
+                    e.insert((Tensor::zeros([n], &device), Tensor::zeros([n], &device)));
+                    self.order.push(param.id);
+                }
             }
             List::ExpAvg => {
                 let (m, _) = self.moments.get_mut(&param.id).expect("state made first");
@@ -127,15 +134,15 @@ impl ForeachAdamW {
         // 1. State for every parameter before any update (`_init_group`),
         // 2. the moments, in place, list by list.
         for list in [List::Init, List::ExpAvg, List::ExpAvgSq] {
-            module.visit(&mut Moments { grads: &grads, moments: &mut self.moments, list });
+            module.visit(&mut Moments { grads: &grads, moments: &mut self.moments, order: &mut self.order, list });
         }
         // 3. The square roots, the whole list at once.
         let bc1 = 1.0 - BETA1.powi(self.step);
         let bc2_sqrt = (1.0 - BETA2.powi(self.step)).sqrt();
         let denoms: HashMap<ParamId, Tensor<1>> = self
-            .moments
+            .order
             .iter()
-            .map(|(id, (_, v))| (*id, v.clone().sqrt().div_scalar(bc2_sqrt).add_scalar(EPS)))
+            .map(|id| (*id, self.moments[id].1.clone().sqrt().div_scalar(bc2_sqrt).add_scalar(EPS)))
             .collect();
         // 4. The parameters.
         let mut apply = Apply { moments: &self.moments, denoms, lr, step_size: lr / bc1 };
