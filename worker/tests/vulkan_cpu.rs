@@ -98,7 +98,14 @@ mod lavapipe {
     /// from its high-water mark, which does not reset. On lavapipe the peaks agree
     /// to the byte once the kernels are tuned; a run that tunes them (a cold
     /// cache) may pick other kernels with other intermediates: 1.3% (10.6 kB) on
-    /// the tiny DiT when its lone run was the one tuning. Within 2%.
+    /// the tiny DiT when its lone run was the one tuning. With the multi-tensor
+    /// AdamW step (many more fused element-wise kernels, whose fused or
+    /// unfused execution CubeCL times on this loaded CPU) the picks differ
+    /// from process to process even on a warm cache: seen 3.05 to 3.63 MB for
+    /// the 3.5 MB DiT (447 kB apart), 91 kB on the 1.7 MB HDiT. Within 2% or
+    /// 512 KiB, the larger: a task that kept one config's tensors into the next
+    /// is off by a whole config's bytes (on the CPU: 7.6 MB against 3.1 MB
+    /// alone), which this still fails on.
     #[test]
     fn every_family_reads_back_and_a_task_of_four_measures_what_four_processes_do() {
         let configs = four_families(Spatial::new(8, 8, 8));
@@ -124,15 +131,23 @@ mod lavapipe {
             .unwrap();
         assert!(status.success(), "{status}");
         let mut worst = 0.0f64;
+        let mut worst_bytes = 0u64;
         for (c, alone) in configs.iter().zip(alone) {
             let text = std::fs::read_to_string(dir.path().join(&c.experiment).join(c.events_rel())).unwrap();
             let events: Vec<Event> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
             let in_task = peak(&events);
             let diff = (in_task as f64 - alone as f64) / alone as f64;
             eprintln!("{}: {in_task} B in the task, {alone} B alone ({:+.2}%)", c.name, 100.0 * diff);
-            worst = worst.max(diff.abs());
+            if in_task.abs_diff(alone) > (alone / 50).max(512 << 10) {
+                worst = worst.max(diff.abs());
+                worst_bytes = worst_bytes.max(in_task.abs_diff(alone));
+            }
         }
-        assert!(worst <= 0.02, "a config's peak in the task is {:.1}% off its peak alone", 100.0 * worst);
+        assert!(
+            worst == 0.0,
+            "a config's peak in the task is {:.1}% ({worst_bytes} B) off its peak alone",
+            100.0 * worst
+        );
     }
 
     /// `cfg` run alone ends `ok` on the Vulkan device, in fp32 with the attention
