@@ -213,8 +213,10 @@ fn row<'a>(rep: &'a Report, name: &str) -> &'a Row {
 #[test]
 fn rows_match_the_state_directory() {
     let f = fixture();
-    // Another orchestrator holding the lock does not block a report.
-    let _lock = StateDir::open(&f.root, "rep", Duration::ZERO).expect("lock free again");
+    // Another orchestrator holding the lock does not block a report. (Taking
+    // it may wait: a child another test forks in this process holds a copy of
+    // the fixture's lock until it execs.)
+    let _lock = StateDir::open(&f.root, "rep", Duration::from_secs(10)).expect("lock free again");
     let rep = from_state(&f.root, "rep", Some(&Predictor::pytorch())).expect("report");
     assert_eq!(rep.rows.len(), f.sweep.configs.len(), "one row per config, none dropped");
     let names: Vec<&str> = rep.rows.iter().map(|r| r.name.as_str()).collect();
