@@ -240,11 +240,16 @@ fn print_submit(r: &SubmitReport) {
         k if k > 1 => format!(", {k} per task,"),
         _ => String::new(),
     };
+    let arrays = match r.arrays.len() {
+        0 => format!(": nothing left to send ({} skipped)", r.skipped.len()),
+        n => format!(
+            "{per_task} in {n} job array(s) [{}]",
+            r.arrays.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    };
     println!(
-        "submitted {} configs{per_task} in {} job array(s) [{}]; {} cluster commands, {} file transfers, {:.1} s",
+        "submitted {} configs{arrays}; {} cluster commands, {} file transfers, {:.1} s",
         r.submitted.len(),
-        r.arrays.len(),
-        r.arrays.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(", "),
         r.counters.commands,
         r.counters.file_ops,
         r.wall_s
