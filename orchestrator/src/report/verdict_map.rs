@@ -267,17 +267,23 @@ impl Figure for VerdictMap {
 mod tests {
     use super::*;
 
-    /// exp9: each config on two latents, named `<config>_lat4x` / `_lat8x`.
-    #[test]
-    fn a_sweeps_configs_are_rows_without_the_part_that_names_their_column() {
-        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/exp9.yaml");
-        let sweep = crate::sweep::load(&file, &[]).expect("exp9 loads");
+    /// `experiments/<name>.yaml` and a report of its configs, each `fits`.
+    fn report_of_experiment(name: &str) -> (crate::sweep::Sweep, Report) {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../experiments/{name}.yaml"));
+        let sweep = crate::sweep::load(&file, &[]).unwrap_or_else(|e| panic!("{name} loads: {e}"));
         let rows: Vec<Row> = sweep
             .configs
             .iter()
             .map(|c| super::super::base_row(&c.config, c.hash.0.clone(), String::new(), VerdictKind::Fits))
             .collect();
-        let map = VerdictMap::new(&super::super::tests::report_of(rows), Family::Unet);
+        (sweep, super::super::tests::report_of(rows))
+    }
+
+    /// exp9: each config on two latents, named `<config>_lat4x` / `_lat8x`.
+    #[test]
+    fn a_sweeps_configs_are_rows_without_the_part_that_names_their_column() {
+        let (sweep, report) = report_of_experiment("exp9");
+        let map = VerdictMap::new(&report, Family::Unet);
         assert_eq!(map.cols, ["8x32x32x20", "8x64x64x40"]);
         assert!(map.rows.iter().all(|r| !r.ends_with("_lat4x") && !r.ends_with("_lat8x")), "{:?}", map.rows);
         assert!(map.rows.contains(&"4L_tiny".to_string()), "{:?}", map.rows);
@@ -292,14 +298,7 @@ mod tests {
     /// The demo's two UNets: one input, so one column, and the narrowest canvas.
     #[test]
     fn the_title_fits_the_canvas() {
-        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/demo.yaml");
-        let sweep = crate::sweep::load(&file, &[]).expect("demo loads");
-        let rows: Vec<Row> = sweep
-            .configs
-            .iter()
-            .map(|c| super::super::base_row(&c.config, c.hash.0.clone(), String::new(), VerdictKind::Fits))
-            .collect();
-        let report = super::super::tests::report_of(rows);
+        let (_, report) = report_of_experiment("demo");
         for family in [Family::Unet, Family::Dit] {
             let map = VerdictMap::new(&report, family);
             let (w, _) = map.size();

@@ -571,7 +571,8 @@ fn record_cancelled(log: &EventLog, meter: Option<&Meter>, sig: i32) {
     if PROGRESS.finished.swap(true, Ordering::SeqCst) {
         return;
     }
-    let (peaks, peak_bytes) = peaks_so_far(current_phase(), meter.map_or(0, Meter::peak));
+    let phase = current_phase();
+    let (peaks, peak_bytes) = peaks_so_far(phase, meter.map_or(0, Meter::peak));
     let t = now();
     let start = f64::from_bits(PROGRESS.start_bits.load(Ordering::Relaxed));
     let _ = log.emit(&Event::from(RunResult {
@@ -580,8 +581,8 @@ fn record_cancelled(log: &EventLog, meter: Option<&Meter>, sig: i32) {
         params: PROGRESS.params.load(Ordering::Relaxed),
         peaks,
         peak_bytes,
-        phase: current_phase(),
-        message: Some(match current_phase() {
+        phase,
+        message: Some(match phase {
             Some(_) => format!("received signal {sig}"),
             None => format!("received signal {sig} during device setup"),
         }),

@@ -64,14 +64,16 @@ pub(super) fn current_phase() -> Option<Phase> {
     Phase::ALL.get(PROGRESS.phase.load(Ordering::Relaxed) as usize).copied()
 }
 
-/// Where the run is, for a message: "the fwd phase", "device setup".
-fn where_now() -> &'static str {
-    match current_phase() {
-        Some(Phase::Model) => "the model phase",
-        Some(Phase::Fwd) => "the fwd phase",
-        Some(Phase::Bwd) => "the bwd phase",
-        Some(Phase::Step) => "the step phase",
-        None => "device setup",
+/// Where a run is, for a message ("the fwd phase", "device setup"); writing
+/// it allocates nothing.
+struct Where(Option<Phase>);
+
+impl std::fmt::Display for Where {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(p) => write!(f, "the {} phase", p.name()),
+            None => f.write_str("device setup"),
+        }
     }
 }
 
@@ -205,7 +207,7 @@ extern "C" fn crash_handler(sig: libc::c_int) {
             write!(
                 out,
                 "the worker crashed with {name} in {}: a fault inside native code (the GPU driver, its shader compiler or a kernel), not a memory limit",
-                where_now()
+                Where(current_phase())
             )
         });
         if formatted.is_ok() {
