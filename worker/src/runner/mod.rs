@@ -247,6 +247,10 @@ fn run_with_setup(
     // A driver that crashes (SIGSEGV, SIGBUS, SIGABRT) while the device is set
     // up, or later in a phase, still leaves a result.
     progress::install_crash_handlers();
+    // From here a SIGTERM is recorded (`cancelled`, "during device setup"
+    // until a phase begins): set before the `start` line, so no signal can
+    // fall between that line and its run becoming the one to record.
+    set_current(Some((log.clone(), None)));
 
     // Device setup is the first thing to fail on a node without a GPU or
     // driver, often as a panic inside the backend: guarded like the phases.
@@ -255,7 +259,6 @@ fn run_with_setup(
         .and_then(|r| r.map_err(|e| format!("device setup failed: {e}")));
     let env = run_environment(cfg, opts, &prepared);
     log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env }).map_err(ev_err)?;
-    set_current(Some((log.clone(), None)));
 
     let (device, autocast, checkpointing) = match prepared {
         Ok(p) => (p.device, p.autocast, p.checkpointing),
