@@ -218,17 +218,23 @@ fn restore_default_sigpipe() {
     }
 }
 
+/// The experiment, judged where it would run: the cluster `submit` and
+/// `resume` would use (and why); a `local` one runs the worker on this CPU,
+/// whose memory the verdicts of `plan`, `explain` and `fit` are judged against.
+fn where_it_runs(exp: &ExperimentArgs, cluster: Option<&str>) -> Result<(sweep::Sweep, submit::ClusterChoice)> {
+    let sweep = exp.load()?;
+    let stored = state::View::new(&exp.state_dir, &sweep.experiment.name)?.sweep()?;
+    let cluster = submit::ClusterChoice::of(cluster, &sweep, stored.as_ref());
+    let sweep = submit::judge_where_it_runs(&sweep, &cluster, None);
+    Ok((sweep, cluster))
+}
+
 /// `plan`: the table (or JSON rows), then the calibration, the cluster
 /// `submit` would use and why, what the verdicts were judged against, and the
 /// time limit a task needs.
 fn run_plan(exp: &ExperimentArgs, json: bool, cluster: Option<&str>) -> Result<()> {
-    let sweep = exp.load()?;
+    let (sweep, cluster) = where_it_runs(exp, cluster)?;
     let (predictor, source) = exp.predictor(&sweep)?;
-    // The cluster `submit` and `resume` would use, and why: a `local`
-    // one runs on this CPU, whose memory the verdicts are judged against.
-    let stored = state::View::new(&exp.state_dir, &sweep.experiment.name)?.sweep()?;
-    let cluster = submit::ClusterChoice::of(cluster, &sweep, stored.as_ref());
-    let sweep = submit::judge_where_it_runs(&sweep, &cluster, None);
     let rows = plan::rows(&sweep, &predictor);
     if json {
         for r in &rows {
@@ -275,11 +281,11 @@ fn run(command: Command) -> Result<()> {
             precheck::cli::run_calibrate(&records, out.as_deref(), !no_loto)?;
         }
         Command::Explain { exp, args } => {
-            let sweep = exp.load()?;
+            let (sweep, _) = where_it_runs(&exp, None)?;
             orchestrator::advisor::cli::run_explain(&sweep, &args, &exp.predictor(&sweep)?.0)?
         }
         Command::Fit { exp, args } => {
-            let sweep = exp.load()?;
+            let (sweep, _) = where_it_runs(&exp, None)?;
             orchestrator::advisor::cli::run_fit(&sweep, &args, &exp.predictor(&sweep)?.0)?
         }
         Command::Evidence { records, experiments, active } => {

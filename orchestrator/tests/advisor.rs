@@ -65,7 +65,8 @@ fn deep_heavy_widths_scale_less_from_128_to_256_than_wide_early() {
     let s = load("exp11.yaml");
     let p = Predictor::pytorch();
     let ratio = |name: &str| {
-        let r = scale::scaling(&p, &s.get(name).unwrap().config, scale::NewInput::ScaleHw(2)).unwrap();
+        let cfg = &s.get(name).unwrap().config;
+        let r = scale::scaling(&p, cfg, scale::NewInput::ScaleHw(2), cfg.gpu.capacity_gib()).unwrap();
         let x = r.ratio.expect("valid at 256x256");
         eprintln!("{name}: {:.1} → {:.1} GiB, x{x:.2}", r.from_gib, r.to_gib.unwrap());
         x
@@ -86,7 +87,12 @@ fn deep_heavy_widths_scale_less_from_128_to_256_than_wide_early() {
 #[test]
 fn exp9_largest_fitting_under_60_gb_are_4l_large_and_3l_huge() {
     let s = load("exp9.yaml");
-    let opts = fit::FitOptions { gpu: Gpu::A100Sxm80, budget_gb: Some(60.0), mode: Mode::Profile };
+    let opts = fit::FitOptions {
+        gpu: Gpu::A100Sxm80,
+        capacity: orchestrator::sweep::Capacity::of_gpu(Gpu::A100Sxm80),
+        budget_gb: Some(60.0),
+        mode: Mode::Profile,
+    };
     let r = fit::fit(&Predictor::pytorch(), "exp9", &fit::sweep_configs(&s), opts, false).unwrap();
     assert_eq!(r.groups.len(), 2, "two latents");
     let largest: Vec<&str> = r.groups.iter().map(|g| g.largest().expect("something fits").name.as_str()).collect();
@@ -113,7 +119,12 @@ fn search_finds_fitting_unets_around_exp9() {
     let space = fit::SearchSpace { width_pow2: (-1, 4), ..fit::SearchSpace::default() };
     let cands = fit::search_configs(&s, &space);
     assert!(cands.iter().all(|(n, c)| n == &c.name));
-    let opts = fit::FitOptions { gpu: Gpu::A100Sxm80, budget_gb: Some(60.0), mode: Mode::Profile };
+    let opts = fit::FitOptions {
+        gpu: Gpu::A100Sxm80,
+        capacity: orchestrator::sweep::Capacity::of_gpu(Gpu::A100Sxm80),
+        budget_gb: Some(60.0),
+        mode: Mode::Profile,
+    };
     let r = fit::fit(&Predictor::pytorch(), "exp9", &cands, opts, true).unwrap();
     for g in &r.groups {
         let best = g.largest().expect("some searched config fits");

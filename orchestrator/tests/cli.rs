@@ -310,3 +310,57 @@ fn plan_shows_the_capacity_its_verdicts_used() {
         assert!(!row.contains("79G") && !row.contains("79.2G"), "{row}");
     }
 }
+
+/// `explain`, `fit` and `status` of a sweep never submitted judge it where
+/// `plan` does (issue 34): where the `local` cluster runs the worker on this
+/// CPU, against this machine's memory, not the GPU the file names (they said
+/// "on A100-SXM4-80GB (79.2 GiB)" beside `plan`'s "capacity: 23.5 GiB").
+#[test]
+fn explain_fit_and_status_judge_where_plan_does() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let file = d.path().join("exp9_here.yaml");
+    let exp9 = std::fs::read_to_string(root().join("experiments/exp9.yaml")).expect("exp9");
+    std::fs::write(&file, exp9.replace("gpu: A100-SXM4-80GB\n", "gpu: A100-SXM4-80GB\ncluster: local\n"))
+        .expect("write");
+    let (file, state) = (file.to_str().expect("utf-8"), d.path().join("state"));
+    let state = state.to_str().expect("utf-8");
+    let json_lines = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = run(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+    };
+    let plan = json_lines(&["plan", file, "--state-dir", state, "--json"]);
+    let here = plan[0]["capacity_gib"].as_f64().expect("capacity_gib");
+    assert!(here < 79.0, "this test needs a machine of less memory than an A100's 79.2 GiB: {here}");
+    let verdict = |row: &serde_json::Value| row["verdict"]["verdict"].as_str().expect("verdict").to_string();
+    // The defect is visible: configs that fit the GPU and not this machine.
+    let between = plan.iter().filter(|r| r["predicted_gib"].as_f64().is_some_and(|p| p > here && p < 60.0)).count();
+    assert!(between > 0, "exp9 has configs predicted between {here:.1} and 60 GiB");
+
+    let status = json_lines(&["status", file, "--state-dir", state, "--json"]);
+    assert_eq!(status.len(), plan.len());
+    for (s, p) in status.iter().zip(&plan) {
+        assert_eq!(s["name"], p["name"]);
+        assert_eq!(s["verdict"].as_str(), Some(verdict(p).as_str()), "{}: status vs plan", p["name"]);
+    }
+
+    let cap = format!("{here:.1} GiB");
+    let out = run(&["explain", file, "--state-dir", state, "--config", "4L_large_lat4x", "--no-levers"]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(said.contains(&format!(" on this machine's CPU ({cap} of memory), set by")), "{said}");
+    assert!(!said.contains("79.2 GiB"), "{said}");
+
+    let out = run(&["fit", file, "--state-dir", state, "--top", "1"]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let head = said.lines().next().unwrap_or_default();
+    assert!(
+        head.contains(&format!("on this machine's CPU — limit {cap} (budget 60.0 GiB, this machine's memory {cap})")),
+        "{head}"
+    );
+    // Another GPU, asked for by name, has its whole memory.
+    let out = run(&["fit", file, "--state-dir", state, "--top", "1", "--gpu", "H100-80GB-HBM3"]);
+    let head = text(&out.stdout).lines().next().unwrap_or_default().to_string();
+    assert!(head.contains("limit 60.0 GiB (budget 60.0 GiB, capacity 79.2 GiB)"), "{head}");
+}

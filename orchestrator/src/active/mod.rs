@@ -4,7 +4,10 @@
 //! One round: refit the calibration on what the sweep has measured so far
 //! (the overlay's fit, pulled towards the prior calibration: shipped, or any
 //! other), judge every config not yet measured, and choose the next configs
-//! to measure ([`choose`]). A config is *settled* when it is measured, or
+//! to measure ([`choose`]). An unmeasured config's band is never narrower
+//! than the sweep's own runs of its family and regime ask for (how far its
+//! calibration was off them, an `oom` counting as a peak above the memory it
+//! had). A config is *settled* when it is measured, or
 //! when its interval lies entirely above the memory a run may use (a run
 //! could only say `oom`), or entirely below it (and on one side of the
 //! budget) with its band within the target error. A config submitted that
@@ -18,7 +21,8 @@
 mod answer;
 mod choose;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -26,6 +30,7 @@ use spec::record::{MeasuredStatus, MeasurementRecord};
 use spec::RunConfig;
 
 use crate::precheck::overlay::Overlay;
+use crate::precheck::uncertainty::{Distance, Regime};
 use crate::precheck::{runtime_key, Calibration, Predictor, RiskReason, Verdict, VerdictKind};
 
 pub use answer::{
@@ -62,10 +67,22 @@ pub fn parse_share(s: &str) -> Result<f64, String> {
     }
 }
 
+/// An unmeasured config's band is at least this many times the band that
+/// would just hold the sweep's own runs of its family and regime as its
+/// calibration predicts them. A calibration that missed this sweep's regime
+/// (the group's `s2d_128_wdm`: two runs 13% over a prior that claims 5%)
+/// says so in its intervals before the overlay has runs enough to refit.
+const OBSERVED_MARGIN: f64 = 1.5;
+
 /// The calibration of one round: the prior, refitted on the sweep's own runs.
 pub struct Refit {
     prior: Calibration,
     overlay: Overlay,
+    /// The sweep's runs: each config, and its peak or (an `oom`) the memory it
+    /// had, a bound its peak lies above (GiB).
+    runs: Vec<Run>,
+    /// [`Refit::observed`] by (calibration, family, regime).
+    observed: Mutex<HashMap<(String, String, &'static str), Option<Observed>>>,
     framework: String,
     /// The memory a run may use when it is less than the GPU's (the worker's `--memory-limit`).
     limit_gib: Option<f64>,
@@ -79,9 +96,19 @@ impl Refit {
     pub fn new(prior: &Calibration, framework: &str, measured: &[MeasurementRecord]) -> Refit {
         let recs: Vec<MeasurementRecord> =
             measured.iter().cloned().map(|r| MeasurementRecord { framework: framework.to_string(), ..r }).collect();
+        let runs = measured
+            .iter()
+            .filter_map(|r| {
+                let oom = r.status == MeasuredStatus::Oom;
+                let gib = if oom { r.available_gib()? } else { r.peak_gib()? };
+                Some(Run { cfg: r.run_config().ok()?, gib, oom })
+            })
+            .collect();
         Refit {
             prior: prior.clone(),
             overlay: Overlay::fit(&recs, prior),
+            runs,
+            observed: Mutex::default(),
             framework: framework.to_string(),
             limit_gib: None,
             budget_gib: None,
@@ -135,10 +162,18 @@ impl Refit {
             return Answer::Invalid { reason: problems.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ") };
         }
         // One prediction gives the peak, the band and (against the memory limit, if any) the verdict.
-        let prediction = match pred.predict_peak(cfg) {
+        let mut prediction = match pred.predict_peak(cfg) {
             Ok(p) => p,
             Err(e) => return Answer::Invalid { reason: e.to_string() },
         };
+        let regime = crate::precheck::uncertainty::Regime::of(prediction.peak_phase);
+        if let Some(o) = self.observed(&pred, &calibration, cfg, regime) {
+            let band = (OBSERVED_MARGIN * o.band).min(1.0);
+            if band > prediction.rel_uncertainty {
+                prediction.rel_uncertainty = band;
+                prediction.distance = Some(Distance::Observed { runs: o.runs, error: o.error });
+            }
+        }
         let v = pred.verdict_within(cfg, &prediction, self.budget_gib, self.limit_gib);
         let (peak_gib, band) = (prediction.peak_gib(), prediction.rel_uncertainty);
         let (distance, reason) = match &v {
@@ -157,6 +192,53 @@ impl Refit {
             calibration,
             settled: settles(&v, low_gib, band, target_error),
         }
+    }
+}
+
+/// One run of the sweep as the bands see it.
+struct Run {
+    cfg: RunConfig,
+    /// Its measured peak, or (`oom`) the memory it had: its peak was more.
+    gib: f64,
+    oom: bool,
+}
+
+/// How far a calibration was off the sweep's own runs of one family and regime.
+#[derive(Debug, Clone, Copy)]
+struct Observed {
+    runs: usize,
+    /// The largest `|measured / predicted - 1|`.
+    error: f64,
+    /// The smallest band whose interval holds every one of them: `|m - p| / m`.
+    band: f64,
+}
+
+impl Refit {
+    /// The sweep's runs of `cfg`'s family whose peak `pred` (known as
+    /// `calibration`) sets in `regime`, and how far it was off them. An `oom`
+    /// is a censored observation: predicted below the memory it had, the
+    /// calibration was off by at least the difference; predicted above, it
+    /// was right as far as anyone can tell.
+    fn observed(&self, pred: &Predictor, calibration: &str, cfg: &RunConfig, regime: Regime) -> Option<Observed> {
+        let family = cfg.model.family();
+        let key = (calibration.to_string(), family.name().to_string(), regime.name());
+        let mut cache = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(o) = cache.get(&key) {
+            return *o;
+        }
+        let mut o: Option<Observed> = None;
+        for run in self.runs.iter().filter(|r| r.cfg.model.family() == family) {
+            let Ok(p) = pred.predict_peak(&run.cfg) else { continue };
+            let (predicted, measured) = (p.peak_gib(), run.gib);
+            if Regime::of(p.peak_phase) != regime || predicted <= 0.0 || (run.oom && predicted >= measured) {
+                continue;
+            }
+            let (error, band) = ((measured / predicted - 1.0).abs(), (measured - predicted).abs() / measured);
+            let seen = o.get_or_insert(Observed { runs: 0, error: 0.0, band: 0.0 });
+            *seen = Observed { runs: seen.runs + 1, error: seen.error.max(error), band: seen.band.max(band) };
+        }
+        cache.insert(key, o);
+        o
     }
 }
 

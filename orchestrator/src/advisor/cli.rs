@@ -110,7 +110,7 @@ struct ExplainJson<'a> {
 pub fn run_explain(sweep: &Sweep, args: &ExplainArgs, predictor: &Predictor) -> Result<()> {
     let chosen = super::pick(sweep, args.config.as_deref())?;
     let cfg = &chosen.config;
-    let e = explain::explain(predictor, cfg)?;
+    let e = explain::explain(predictor, cfg, sweep.capacity(cfg.gpu))?;
     let lv = if args.no_levers { Vec::new() } else { levers::levers(predictor, cfg)? };
     let to = match (args.scale_input, &args.input) {
         (Some(0), _) => anyhow::bail!("--scale-input must be at least 1"),
@@ -125,7 +125,12 @@ pub fn run_explain(sweep: &Sweep, args: &ExplainArgs, predictor: &Predictor) -> 
                 Some(_) => vec![chosen],
                 None => sweep.configs.iter().filter(|c| c.is_valid()).collect(),
             };
-            Some(targets.iter().map(|c| scale::scaling(predictor, &c.config, to)).collect::<Result<Vec<_>, _>>()?)
+            Some(
+                targets
+                    .iter()
+                    .map(|c| scale::scaling(predictor, &c.config, to, sweep.capacity(c.config.gpu).gib))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )
         }
         None => None,
     };
@@ -156,7 +161,12 @@ pub fn run_fit(sweep: &Sweep, args: &FitArgs, predictor: &Predictor) -> Result<(
     if let Some(b) = args.budget {
         anyhow::ensure!(b > 0.0 && b.is_finite(), "--budget {b}: expected a positive number of GiB");
     }
-    let opts = FitOptions { gpu, budget_gb: args.budget.or(sweep.experiment.budget_gb), mode: args.mode };
+    // The sweep's own limits on its own GPU; another GPU (--gpu) has its whole memory.
+    let capacity = match args.gpu {
+        Some(g) => crate::sweep::Capacity::of_gpu(g),
+        None => sweep.capacity(gpu),
+    };
+    let opts = FitOptions { gpu, capacity, budget_gb: args.budget.or(sweep.experiment.budget_gb), mode: args.mode };
     let configs = if args.search {
         let space = SearchSpace {
             width_pow2: parse_range("--width-pow2", &args.width_pow2)?,

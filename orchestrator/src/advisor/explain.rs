@@ -6,6 +6,7 @@ use spec::RunConfig;
 
 use super::{mode_peak_gib, AdvisorError};
 use crate::precheck::{gib, PeakPhase, Prediction, Predictor, Term, TermKind, TermPhase, GIB};
+use crate::sweep::{Capacity, CapacityOf};
 use crate::util::table::{millions, render_table};
 
 /// One line of the breakdown (a precheck term, in GiB and share of its phase).
@@ -38,7 +39,9 @@ pub struct Explanation {
     pub input: String,
     pub params: u64,
     pub gpu: String,
-    pub capacity_gib: f64,
+    /// What the peak is judged against: the GPU's memory, or this machine's
+    /// (a `local` run) or the worker's `memory_limit`.
+    pub capacity: Capacity,
     pub peak_gib: f64,
     pub peak_phase: PeakPhase,
     pub train_peak_gib: f64,
@@ -103,13 +106,13 @@ pub fn describe(name: &str, level: Option<u8>) -> String {
 }
 
 /// Explain `cfg`'s predicted peak.
-pub fn explain(predictor: &Predictor, cfg: &RunConfig) -> Result<Explanation, AdvisorError> {
+pub fn explain(predictor: &Predictor, cfg: &RunConfig, capacity: Capacity) -> Result<Explanation, AdvisorError> {
     let pred = predictor.predict(cfg)?;
-    Ok(from_prediction(cfg, &pred))
+    Ok(from_prediction(cfg, &pred, capacity))
 }
 
 /// The explanation of an existing prediction (with its terms).
-pub fn from_prediction(cfg: &RunConfig, pred: &Prediction) -> Explanation {
+pub fn from_prediction(cfg: &RunConfig, pred: &Prediction, capacity: Capacity) -> Explanation {
     let other_phase = match pred.peak_phase {
         PeakPhase::FwdBwd => PeakPhase::Step,
         PeakPhase::Step => PeakPhase::FwdBwd,
@@ -145,7 +148,7 @@ pub fn from_prediction(cfg: &RunConfig, pred: &Prediction) -> Explanation {
         input: super::input_label(cfg),
         params: pred.params,
         gpu: cfg.gpu.name().to_string(),
-        capacity_gib: cfg.gpu.capacity_gib(),
+        capacity,
         peak_gib: pred.peak_bytes / GIB,
         peak_phase: pred.peak_phase,
         train_peak_gib: mode_peak_gib(pred, spec::Mode::Train),
@@ -156,6 +159,15 @@ pub fn from_prediction(cfg: &RunConfig, pred: &Prediction) -> Explanation {
         by_kind,
         by_level,
         hotspots,
+    }
+}
+
+/// "on A100-40GB (39.4 GiB)", "on this machine's CPU (23.5 GiB of memory)".
+fn where_judged(e: &Explanation) -> String {
+    match e.capacity.of {
+        CapacityOf::Gpu(_) => format!("on {}", e.capacity),
+        CapacityOf::ThisMachine => format!("on this machine's CPU ({} of memory)", gib(e.capacity.gib)),
+        CapacityOf::WorkerLimit => format!("on {} held to the worker's memory_limit ({})", e.gpu, gib(e.capacity.gib)),
     }
 }
 
@@ -171,12 +183,11 @@ pub fn render(e: &Explanation) -> String {
     let mut out = String::new();
     out.push_str(&format!("{}: {}  input {}  {} params\n", e.config, e.summary, e.input, millions(e.params)));
     out.push_str(&format!(
-        "predicted peak {} ({}){} on {} ({}), set by {}; the other phase peaks at {}; training (AdamW + EMA) {}\n\n",
+        "predicted peak {} ({}){} {}, set by {}; the other phase peaks at {}; training (AdamW + EMA) {}\n\n",
         gib(e.peak_gib),
         crate::precheck::interval(e.peak_gib, e.rel_uncertainty),
         e.band_reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default(),
-        e.gpu,
-        gib(e.capacity_gib),
+        where_judged(e),
         phase_words(e.peak_phase),
         gib(e.other.total_gib),
         gib(e.train_peak_gib),
@@ -234,9 +245,13 @@ mod tests {
         }
     }
 
+    fn cap() -> Capacity {
+        Capacity::of_gpu(Gpu::H100_80)
+    }
+
     #[test]
     fn phase_terms_add_up_to_the_peak() {
-        let e = explain(&Predictor::pytorch(), &s2d([false, false, true, true, true])).unwrap();
+        let e = explain(&Predictor::pytorch(), &s2d([false, false, true, true, true]), cap()).unwrap();
         assert!((e.peak.total_gib - e.peak_gib).abs() < 1e-6 * e.peak_gib, "{} vs {}", e.peak.total_gib, e.peak_gib);
         assert!(e.other.total_gib <= e.peak_gib + 1e-9);
         let shares: f64 = e.peak.lines.iter().map(|l| l.share).sum();
@@ -245,11 +260,23 @@ mod tests {
 
     #[test]
     fn attention_at_level_2_is_the_named_hotspot() {
-        let e = explain(&Predictor::pytorch(), &s2d([false, false, true, true, true])).unwrap();
+        let e = explain(&Predictor::pytorch(), &s2d([false, false, true, true, true]), cap()).unwrap();
         assert!(e.hotspots[0].starts_with("attention scores at level 2:"), "{:?}", e.hotspots);
         assert!(e.hotspots[0].contains("GiB") && e.hotspots[0].ends_with('%'));
         assert_eq!(e.hotspots.len(), 3);
         let text = render(&e);
         assert!(text.contains("set by forward/backward"), "{text}");
+        assert!(text.contains(" on H100-80GB-HBM3 (79.2 GiB), set by"), "{text}");
+    }
+
+    #[test]
+    fn the_memory_judged_against_is_named() {
+        let cfg = s2d([false, false, false, false, false]);
+        let here = Capacity { gib: 23.5, of: CapacityOf::ThisMachine };
+        let text = render(&explain(&Predictor::pytorch(), &cfg, here).unwrap());
+        assert!(text.contains(" on this machine's CPU (23.5 GiB of memory), set by"), "{text}");
+        let limited = Capacity { gib: 0.02, of: CapacityOf::WorkerLimit };
+        let text = render(&explain(&Predictor::pytorch(), &cfg, limited).unwrap());
+        assert!(text.contains(" on H100-80GB-HBM3 held to the worker's memory_limit (0.020 GiB), set by"), "{text}");
     }
 }

@@ -13,13 +13,16 @@ use std::collections::HashSet;
 
 use super::{input_label, mode_peak_gib, params_of, AdvisorError};
 use crate::precheck::Predictor;
-use crate::sweep::Sweep;
+use crate::sweep::{Capacity, CapacityOf, Sweep};
 use crate::util::table::{millions, render_table};
 
 /// What "fits" means.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct FitOptions {
     pub gpu: Gpu,
+    /// What a config's peak is judged against: the GPU's memory, or this
+    /// machine's (a `local` run) or the worker's `memory_limit`.
+    pub capacity: Capacity,
     /// The policy budget (the group's 60 GB); `None`: the GPU's capacity alone.
     pub budget_gb: Option<f64>,
     pub mode: Mode,
@@ -28,7 +31,7 @@ pub struct FitOptions {
 impl FitOptions {
     /// The predicted peak a config may have: the smaller of budget and capacity.
     pub fn limit_gib(&self) -> f64 {
-        let cap = self.gpu.capacity_gib();
+        let cap = self.capacity.gib;
         self.budget_gb.map_or(cap, |b| b.min(cap))
     }
 }
@@ -321,13 +324,20 @@ fn around(base: &RunConfig, space: &SearchSpace) -> Vec<(String, RunConfig)> {
 pub fn render(r: &FitReport, top: usize) -> String {
     let o = &r.options;
     let mut out = format!(
-        "{}: {} on {} — limit {:.1} GiB ({}capacity {:.1} GiB), {} peak\n",
+        "{}: {} on {} — limit {:.1} GiB ({}{}), {} peak\n",
         r.experiment,
         if r.searched { "searched configs" } else { "sweep configs" },
-        o.gpu,
+        match o.capacity.of {
+            CapacityOf::ThisMachine => "this machine's CPU".to_string(),
+            _ => o.gpu.to_string(),
+        },
         r.limit_gib,
         o.budget_gb.map(|b| format!("budget {b:.1} GiB, ")).unwrap_or_default(),
-        o.gpu.capacity_gib(),
+        match o.capacity.of {
+            CapacityOf::Gpu(_) => format!("capacity {:.1} GiB", o.capacity.gib),
+            CapacityOf::ThisMachine => format!("this machine's memory {:.1} GiB", o.capacity.gib),
+            CapacityOf::WorkerLimit => format!("the worker's memory_limit {:.3} GiB", o.capacity.gib),
+        },
         match o.mode {
             Mode::Profile => "profiling",
             Mode::Train => "training (AdamW + EMA)",
@@ -445,7 +455,12 @@ mod tests {
 
     #[test]
     fn limit_is_the_smaller_of_budget_and_capacity() {
-        let o = FitOptions { gpu: Gpu::A100Sxm80, budget_gb: Some(60.0), mode: Mode::Profile };
+        let o = FitOptions {
+            gpu: Gpu::A100Sxm80,
+            capacity: Capacity::of_gpu(Gpu::A100Sxm80),
+            budget_gb: Some(60.0),
+            mode: Mode::Profile,
+        };
         assert_eq!(o.limit_gib(), 60.0);
         let o = FitOptions { budget_gb: Some(100.0), ..o };
         assert_eq!(o.limit_gib(), Gpu::A100Sxm80.capacity_gib());

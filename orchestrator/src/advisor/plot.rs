@@ -133,6 +133,16 @@ fn draw_legend<DB: DrawingBackend>(
     Ok(y)
 }
 
+/// "H100-80GB capacity 79.2 GiB", "this machine's memory 23.5 GiB".
+fn capacity_label(e: &Explanation) -> String {
+    use crate::sweep::CapacityOf;
+    match e.capacity.of {
+        CapacityOf::Gpu(g) => format!("{g} capacity {:.1} GiB", e.capacity.gib),
+        CapacityOf::ThisMachine => format!("this machine's memory {:.1} GiB", e.capacity.gib),
+        CapacityOf::WorkerLimit => format!("worker memory_limit {:.3} GiB", e.capacity.gib),
+    }
+}
+
 fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
     let e = fig.explanation;
     root.fill(&WHITE).map_err(perr)?;
@@ -143,11 +153,11 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
     let bars = [("forward/backward", segments(fwd)), ("optimizer step", segments(step))];
     let top = fwd.total_gib.max(step.total_gib);
     // A limit is drawn where it does not squash the bars into the bottom.
-    let show_capacity = e.capacity_gib <= top * 1.6;
-    let show_budget = fig.budget_gib <= top * 1.6 && fig.budget_gib < e.capacity_gib;
+    let show_capacity = e.capacity.gib <= top * 1.6;
+    let show_budget = fig.budget_gib <= top * 1.6 && fig.budget_gib < e.capacity.gib;
     let mut ymax = top;
     if show_capacity {
-        ymax = ymax.max(e.capacity_gib);
+        ymax = ymax.max(e.capacity.gib);
     }
     if show_budget {
         ymax = ymax.max(fig.budget_gib);
@@ -183,11 +193,11 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
     // One colour per label across both bars; the legend lists each term once.
     let mut legend = draw_bars(&mut chart, &bars, ymax)?;
     if show_capacity {
-        let cap = e.capacity_gib;
+        let cap = e.capacity.gib;
         chart
             .draw_series(std::iter::once(PathElement::new(vec![(0.0, cap), (2.0, cap)], RED.stroke_width(2))))
             .map_err(perr)?;
-        legend.push((format!("{} capacity {:.1} GiB", e.gpu, cap), RED));
+        legend.push((capacity_label(e), RED));
     }
     let whose = if fig.budget_set { "budget" } else { "group's budget" };
     if show_budget {
@@ -200,9 +210,9 @@ fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> R
     // Limits too far above the bars to draw are still named.
     let mut off = Vec::new();
     if !show_capacity {
-        off.push(format!("{} capacity {:.1} GiB", e.gpu, e.capacity_gib));
+        off.push(capacity_label(e));
     }
-    if !show_budget && fig.budget_gib < e.capacity_gib {
+    if !show_budget && fig.budget_gib < e.capacity.gib {
         off.push(format!("{whose} {:.0} GiB", fig.budget_gib));
     }
     if !off.is_empty() {
@@ -226,7 +236,8 @@ mod tests {
             "precision": "bf16-amp", "grad_ckpt": false, "gpu": "A100-SXM4-80GB"
         }))
         .unwrap();
-        let e = crate::advisor::explain::explain(&Predictor::pytorch(), &cfg).unwrap();
+        let e = crate::advisor::explain::explain(&Predictor::pytorch(), &cfg, crate::sweep::Capacity::of_gpu(cfg.gpu))
+            .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let bad = plot(&e, None, &dir.path().join("x.pdf"));
         assert!(matches!(bad, Err(AdvisorError::BadArgument { .. })));

@@ -78,8 +78,14 @@ pub fn rescaled(cfg: &RunConfig, to: NewInput) -> RunConfig {
     c
 }
 
-/// Predict `cfg` at its own input and at the new one.
-pub fn scaling(predictor: &Predictor, cfg: &RunConfig, to: NewInput) -> Result<Scaling, AdvisorError> {
+/// Predict `cfg` at its own input and at the new one, judged against
+/// `capacity_gib` (the sweep's: `Sweep::capacity`).
+pub fn scaling(
+    predictor: &Predictor,
+    cfg: &RunConfig,
+    to: NewInput,
+    capacity_gib: f64,
+) -> Result<Scaling, AdvisorError> {
     let from_gib = mode_peak_gib(&predictor.predict_peak(cfg)?, cfg.mode);
     let new = rescaled(cfg, to);
     let problems = spec::validate::validate(&new);
@@ -97,7 +103,7 @@ pub fn scaling(predictor: &Predictor, cfg: &RunConfig, to: NewInput) -> Result<S
         to_gib,
         ratio: to_gib.map(|t| t / from_gib),
         invalid,
-        capacity_gib: cfg.gpu.capacity_gib(),
+        capacity_gib,
     })
 }
 

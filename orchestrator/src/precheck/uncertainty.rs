@@ -114,6 +114,13 @@ pub enum Distance {
     },
     /// No record of the family at all for this runtime.
     Family(Family),
+    /// The sweep's own runs of the family and regime, as the calibration
+    /// predicted them: `band` is what their largest error asks for
+    /// (`active::Refit`, where a sweep measures as it goes).
+    Observed {
+        runs: usize,
+        error: f64,
+    },
 }
 
 impl Distance {
@@ -131,6 +138,8 @@ impl Distance {
             // 10.6%, U-ViT 18.8% p90 held out; tests/precheck_accuracy.rs).
             Distance::Variant(_) | Distance::Family(_) => 2.0,
             Distance::Batch { batch, measured } => doublings(*batch as f64 / (*measured).max(1) as f64),
+            // Set from the runs themselves (active::Refit), never from a factor.
+            Distance::Observed { .. } => 1.0,
         }
     }
 }
@@ -157,6 +166,12 @@ impl fmt::Display for Distance {
             Distance::Variant(v) => write!(f, "variant {v} never measured"),
             Distance::Batch { batch, measured } => write!(f, "batch {batch}, largest measured {measured}"),
             Distance::Family(fam) => write!(f, "no {fam} config measured for this runtime"),
+            Distance::Observed { runs: 1, error } => {
+                write!(f, "this sweep's run measured {:.1}% off this calibration", 100.0 * error)
+            }
+            Distance::Observed { runs, error } => {
+                write!(f, "this sweep's {runs} runs measured up to {:.1}% off this calibration", 100.0 * error)
+            }
         }
     }
 }

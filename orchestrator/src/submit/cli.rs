@@ -367,8 +367,11 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     let sweep = experiment_of(experiment, &[], &opts)?;
     let name = sweep.experiment.name.clone();
     if Path::new(experiment).is_file() && stored_sweep(&opts.state_root, &name).is_err() {
-        // A file never submitted: every config, not submitted, nothing to poll.
-        let r = view::unsubmitted(&sweep, &opts.state_root);
+        // A file never submitted: every config, not submitted, nothing to
+        // poll; each verdict judged where `submit` would run it, as `plan` does.
+        let choice = super::ClusterChoice::of(opts.cluster.as_deref(), &sweep, None);
+        let judged = super::judge_where_it_runs(&sweep, &choice, opts.clusters_file.as_deref());
+        let r = view::unsubmitted(&judged, &opts.state_root);
         if json {
             for row in &r.rows {
                 println!("{}", serde_json::to_string(row).unwrap_or_default());

@@ -71,6 +71,44 @@ pub struct Sweep {
     pub host_memory_gib: Option<f64>,
 }
 
+/// The memory a config's verdict is judged against, and whose it is.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Capacity {
+    pub gib: f64,
+    pub of: CapacityOf,
+}
+
+/// Whose memory a [`Capacity`] is.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacityOf {
+    /// The config's GPU.
+    Gpu(spec::Gpu),
+    /// This machine's, where a `local` cluster runs the worker on its CPU.
+    ThisMachine,
+    /// The worker's `memory_limit`, below the rest.
+    WorkerLimit,
+}
+
+impl Capacity {
+    /// A GPU's whole memory.
+    pub fn of_gpu(gpu: spec::Gpu) -> Capacity {
+        Capacity { gib: gpu.capacity_gib(), of: CapacityOf::Gpu(gpu) }
+    }
+}
+
+impl std::fmt::Display for Capacity {
+    /// "A100-40GB (39.4 GiB)", "this machine's memory (23.5 GiB)".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gib = crate::precheck::gib(self.gib);
+        match self.of {
+            CapacityOf::Gpu(g) => write!(f, "{g} ({gib})"),
+            CapacityOf::ThisMachine => write!(f, "this machine's memory ({gib})"),
+            CapacityOf::WorkerLimit => write!(f, "the worker's memory_limit ({gib})"),
+        }
+    }
+}
+
 impl Sweep {
     pub fn get(&self, name: &str) -> Option<&SweepConfig> {
         self.configs.iter().find(|c| c.name == name)
@@ -113,10 +151,29 @@ impl Sweep {
     /// The memory config `c` is judged against: its GPU's, or the worker's
     /// memory limit or this machine's memory (a `local` run) where lower.
     pub fn available_gib(&self, c: &SweepConfig) -> f64 {
+        self.capacity(c.config.gpu).gib
+    }
+
+    /// [`Sweep::available_gib`] for any config of this experiment on `gpu`
+    /// (`explain` and `fit` judge configs the sweep does not list), and whose
+    /// memory it is.
+    pub fn capacity(&self, gpu: spec::Gpu) -> Capacity {
         let worker = self.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
-        match self.host_memory_gib {
-            Some(host) => worker.map_or(host, |w| w.min(host)),
-            None => crate::precheck::available_gib(&c.config, worker),
+        let gpu = Capacity::of_gpu(gpu);
+        let host = self.host_memory_gib.map(|gib| Capacity { gib, of: CapacityOf::ThisMachine });
+        let limit = worker.map(|gib| Capacity { gib, of: CapacityOf::WorkerLimit });
+        match (host, limit) {
+            // On this machine the GPU's capacity plays no part.
+            (Some(h), Some(l)) => {
+                if l.gib < h.gib {
+                    l
+                } else {
+                    h
+                }
+            }
+            (Some(h), None) => h,
+            (None, Some(l)) if l.gib < gpu.gib => l,
+            _ => gpu,
         }
     }
 
