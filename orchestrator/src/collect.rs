@@ -309,7 +309,7 @@ fn model_fields(r: &mut MeasurementRecord, cfg: &RunConfig) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::{Gpu, Input, Mode, PerLevel, Precision, Spatial, UnetSpec};
+    use spec::{Input, PerLevel, Precision, Spatial, UnetSpec};
 
     /// Lines as the worker writes them (a tiny UNet on flex, trimmed heartbeats).
     const START: &str = r#"{"event":"start","t":1760000000.5,"config":"tiny","config_hash":"0123456789ab","env":{"host":"node1","device":"cpu","backend":"flex","dtype":"f32","grad_ckpt":false}}"#;
@@ -319,25 +319,14 @@ mod tests {
     const OK: &str = r#"{"event":"result","t":1760000003.0,"status":"ok","params":2664600000,"peaks":{"model":1000,"fwd":3500,"bwd":5000,"step":6000},"peak_bytes":6000,"wall_s":2.5}"#;
 
     fn cfg() -> RunConfig {
-        RunConfig {
-            experiment: "demo".into(),
-            name: "tiny".into(),
-            model: ModelSpec::Unet(UnetSpec {
-                channels: vec![32, 64],
-                attention_levels: vec![false, true],
-                num_res_blocks: PerLevel::All(1),
-                num_head_channels: PerLevel::All(32),
-                norm_num_groups: 32,
-            }),
-            input: Input { channels: 1, spatial: Spatial::new(8, 8, 8) },
-            out_channels: 1,
-            batch: 1,
-            precision: Precision::Fp32,
-            grad_ckpt: false,
-            mode: Mode::Profile,
-            steps: 1,
-            gpu: Gpu::A100Sxm80,
-        }
+        let unet = UnetSpec {
+            channels: vec![32, 64],
+            attention_levels: vec![false, true],
+            num_res_blocks: PerLevel::All(1),
+            num_head_channels: PerLevel::All(32),
+            norm_num_groups: 32,
+        };
+        RunConfig::profile("demo", "tiny", ModelSpec::Unet(unet), Input { channels: 1, spatial: Spatial::new(8, 8, 8) })
     }
 
     fn lines(ls: &[&str]) -> Vec<u8> {

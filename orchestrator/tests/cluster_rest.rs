@@ -236,7 +236,7 @@ fn rest_cancel_over_sftp_files_cancels_running_and_pending_tasks() {
 fn rest_crash_after_submit_then_resume_adopts_without_duplicate() {
     let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "rt-crash", "test", &record_body(5, 5), 0.0);
-    let out = w.cli("submit", &w.exp_file).env("ORCHESTRATOR_TEST_KILL_AFTER_SBATCH", "1").output().expect("runs");
+    let out = w.cli("submit", &w.exp_file).env("ORCHESTRATOR_FAILPOINT", "sbatch:answered").output().expect("runs");
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(9), "killed after the submit request: {}", text(&out));
     let recs = w.records();

@@ -13,124 +13,15 @@
 mod common;
 
 use orchestrator::slurm::SlurmState;
-use orchestrator::submit::{self, Options, StatusReport, Watch};
-use orchestrator::sweep::{self, Sweep};
+use orchestrator::submit::{self, Options, Watch};
 use orchestrator::transport::ssh::SshShell;
 use orchestrator::transport::Shell;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
+use common::ssh_world::{jobs_per_config, template, watch, world, World};
 use common::{cluster, rt, Env, Use};
-
-/// One test's world: a local state dir, a clusters file naming the test
-/// cluster over SSH with a fresh remote work dir, a template, an experiment file.
-struct World {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    opts: Options,
-    exp_file: PathBuf,
-    remote_work: String,
-}
-
-/// The record template: copies task i's manifest line (and the description)
-/// to files, then sleeps `sleep` seconds.
-fn template(sleep: f64) -> String {
-    format!(
-        r#"#!/bin/bash
-#SBATCH --job-name={{{{sbatch job_name}}}}
-#SBATCH --comment={{{{sbatch comment}}}}
-#SBATCH --array={{{{sbatch array}}}}
-#SBATCH --output={{{{sbatch log_dir}}}}/%a.out
-#SBATCH --chdir={{{{sbatch submission_dir}}}}
-#SBATCH --gres=gpu:1
-#SBATCH --cpus-per-task=1
-#SBATCH --time=00:05:00
-{{{{#if slurm.partition}}}}
-#SBATCH --partition={{{{sbatch slurm.partition}}}}
-{{{{/if}}}}
-set -eu
-out={{{{sh submission_dir}}}}/task-$SLURM_ARRAY_TASK_ID.json
-sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {{{{sh manifest_jsonl}}}} > "$out.tmp"
-mv "$out.tmp" "$out"
-printf '%s' {{{{sh description}}}} > {{{{sh submission_dir}}}}/description-$SLURM_ARRAY_TASK_ID.txt
-sleep {sleep}
-"#
-    )
-}
-
-fn world(env: &Env, test: &str, n: usize, parallel: u32, sleep: f64) -> World {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().to_path_buf();
-    let remote_work = env.remote_work(test);
-    let clusters = format!(
-        "clusters:\n  test:\n    transport: ssh\n{}    user: {}\n    work_dir: {remote_work}\n    defaults:\n      partition: gpu\n",
-        env.ssh_fields(),
-        env.get("SWEEP_TEST_SSH_USER")
-    );
-    std::fs::write(dir.join("clusters.yaml"), clusters).expect("clusters file");
-    std::fs::write(dir.join("record.sbatch.hbs"), template(sleep)).expect("template");
-    let exp = common::batch_grid_experiment(test, "cluster test", "test", &dir.join("record.sbatch.hbs"), n, parallel);
-    let exp_file = dir.join(format!("{test}.yaml"));
-    std::fs::write(&exp_file, exp).expect("experiment file");
-    let opts = Options {
-        state_root: dir.join("state"),
-        clusters_file: Some(dir.join("clusters.yaml")),
-        template_dirs: vec![],
-        // The record template runs no worker: no result line ever comes, so no lag grace.
-        result_grace: Duration::from_secs(2),
-        ..Options::default()
-    };
-    World { _tmp: tmp, dir, opts, exp_file, remote_work }
-}
-
-impl World {
-    fn sweep(&self) -> Sweep {
-        sweep::load(&self.exp_file, &[]).expect("experiment loads")
-    }
-
-    fn shell(&self, env: &Env) -> SshShell {
-        let (file, label) =
-            orchestrator::cluster::ClustersFile::load_or_default(self.opts.clusters_file.as_deref()).expect("clusters");
-        let (_, c) = file.get("test", &label).expect("test cluster");
-        let _ = env;
-        SshShell::new("test", &c).expect("ssh target")
-    }
-
-    fn records(&self, exp: &str) -> BTreeMap<String, orchestrator::state::ConfigRecord> {
-        common::records(&self.opts.state_root, exp)
-    }
-
-    /// The orchestrator binary running `sub ARG` on this world's state and clusters.
-    fn binary(&self, sub: &str, arg: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
-        c.arg(sub).arg(arg);
-        c.arg("--state-dir")
-            .arg(&self.opts.state_root)
-            .arg("--clusters")
-            .arg(self.opts.clusters_file.as_ref().expect("file"));
-        c.arg("--result-grace").arg(self.opts.result_grace.as_secs_f64().to_string());
-        c
-    }
-}
-
-/// `status --watch` until every config settled (or `limit`), returning the last report.
-fn watch(w: &World, exp: &str, limit: Duration) -> StatusReport {
-    let watch = Watch {
-        min: Duration::from_millis(700),
-        max: Duration::from_secs(3),
-        max_polls: Some((limit.as_secs_f64() / 0.7) as u32 + 1),
-    };
-    let r = rt().block_on(submit::status(exp, &w.opts, Some(watch), &mut |_| {})).expect("status --watch");
-    assert!(r.settled, "not settled within {limit:?}:\n{}", r.table());
-    r
-}
-
-/// How many SLURM tasks run each config (every value must be 1: no duplicates).
-fn jobs_per_config(env: &Env, w: &World, exp: &str) -> BTreeMap<String, usize> {
-    env.jobs_per_config(&w.opts.state_root, exp)
-}
 
 #[test]
 fn cluster_sweep_of_24_configs_is_one_array_followed_to_completion() {
@@ -168,7 +59,7 @@ fn cluster_sweep_of_24_configs_is_one_array_followed_to_completion() {
 fn cluster_crash_after_sbatch_then_resume_makes_no_duplicate() {
     let Some(env) = cluster(Use::Shared) else { return };
     let w = world(&env, "ct-crash", 6, 6, 0.0);
-    let out = w.binary("submit", &w.exp_file).env("ORCHESTRATOR_TEST_KILL_AFTER_SBATCH", "1").output().expect("runs");
+    let out = w.binary("submit", &w.exp_file).env("ORCHESTRATOR_FAILPOINT", "sbatch:answered").output().expect("runs");
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(9), "killed by SIGKILL after sbatch: {out:?}");
     // The intent is on disk, the job id is not.

@@ -103,6 +103,25 @@ impl fmt::Display for ConfigHash {
 }
 
 impl RunConfig {
+    /// A profile run of `model` on `input`: one output channel, batch 1, fp32,
+    /// no checkpointing, one step, judged on an 80 GB A100. Tests, the
+    /// worker's warm-up and examples change the rest with `..`.
+    pub fn profile(experiment: &str, name: &str, model: ModelSpec, input: Input) -> RunConfig {
+        RunConfig {
+            experiment: experiment.into(),
+            name: name.into(),
+            model,
+            input,
+            out_channels: 1,
+            batch: 1,
+            precision: Precision::Fp32,
+            grad_ckpt: false,
+            mode: Mode::Profile,
+            steps: 1,
+            gpu: Gpu::A100Sxm80,
+        }
+    }
+
     /// 12 hex digits of SHA-256 over the canonical JSON of everything but the
     /// names: compact, keys sorted at every level (`{"batch":1,"grad_ckpt":false,
     /// "input":{...},"mode":"profile","model":{...},"out_channels":4,

@@ -24,6 +24,36 @@ pub fn events_path(state_dir: &Path, cfg: &spec::RunConfig) -> PathBuf {
     state_dir.join(&cfg.experiment).join(cfg.events_rel())
 }
 
+/// What the runs of a config wrote at or after a time: whether one started,
+/// and the last result. How a task, `warm` and `fidelity` read back what the
+/// child process they ran wrote (an older run's lines are ignored).
+#[derive(Debug, Default)]
+pub struct Written {
+    pub started: bool,
+    pub result: Option<spec::event::RunResult>,
+}
+
+/// [`Written`] for `cfg` under `state_dir`, from `since` (seconds since the
+/// epoch; 0 for everything). A missing file or a torn line reads as nothing.
+pub fn written_since(state_dir: &Path, cfg: &spec::RunConfig, since: f64) -> Written {
+    let Ok(bytes) = std::fs::read(events_path(state_dir, cfg)) else { return Written::default() };
+    let mut out = Written::default();
+    for event in spec::jsonl::read::<Event>(&bytes).all().filter_map(|l| l.value.ok()) {
+        match event {
+            Event::Start { t, .. } if t >= since => out.started = true,
+            e @ Event::Result { .. } => {
+                if let Ok(r) = spec::event::RunResult::try_from(e) {
+                    if r.t >= since {
+                        out.result = Some(r);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 pub struct EventLog {
     file: Mutex<File>,
     fd: i32,

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
-use spec::event::{RunResult, RunStatus};
+use spec::event::RunStatus;
 use spec::model::Family;
 use spec::record::MeasurementRecord;
 
@@ -160,10 +160,7 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
         .arg(&opts.state_dir)
         .status()
         .with_context(|| format!("running {}", exe.display()))?;
-    let text = std::fs::read_to_string(&events).unwrap_or_default();
-    // The last line that is a result (the spec's `RunResult` reads only those).
-    let result = text.lines().rev().find_map(|l| serde_json::from_str::<RunResult>(l).ok());
-    let Some(res) = result else {
+    let Some(res) = crate::events::written_since(&opts.state_dir, &cfg, 0.0).result else {
         let message = Some(format!("no result written (worker exit {status})"));
         return Ok(Row {
             id: r.id.clone(),

@@ -27,10 +27,10 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
-use spec::event::{Event, RunResult, RunStatus};
+use spec::event::{RunResult, RunStatus};
 use spec::RunConfig;
 
-use crate::events::{events_path, now};
+use crate::events::{now, written_since};
 use crate::runner::{self, RunError, RunOptions, EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_OOM};
 
 /// A child's exit code for "start a fresh process from my next config": one
@@ -86,8 +86,10 @@ pub fn supervise(cfgs: &[RunConfig], state_dir: &Path, child: impl Fn(usize) -> 
         child_pid.store(proc.id() as i32, Ordering::SeqCst);
         let exit = proc.wait()?;
         child_pid.store(0, Ordering::SeqCst);
-        let recorded: Vec<RunStatus> =
-            cfgs[from..].iter().map_while(|cfg| last_since(state_dir, cfg, spawned_at).result).collect();
+        let recorded: Vec<RunStatus> = cfgs[from..]
+            .iter()
+            .map_while(|cfg| written_since(state_dir, cfg, spawned_at).result.map(|r| r.status))
+            .collect();
         statuses.extend(&recorded);
         let next = from + recorded.len();
         if next == cfgs.len() {
@@ -97,7 +99,7 @@ pub fn supervise(cfgs: &[RunConfig], state_dir: &Path, child: impl Fn(usize) -> 
             return Ok(EXIT_CANCELLED);
         }
         let by_design = exit.code() == Some(EXIT_RESTART) || recorded.last().is_some_and(|s| *s != RunStatus::Ok);
-        let started = last_since(state_dir, &cfgs[next], spawned_at).started;
+        let started = written_since(state_dir, &cfgs[next], spawned_at).started;
         if by_design && !started {
             // The child stopped before config `next`, as it should: after one
             // that did not end `ok`, or for a device set up differently.
@@ -131,27 +133,6 @@ pub fn task_exit_code(statuses: &[RunStatus]) -> i32 {
     } else {
         EXIT_OK
     }
-}
-
-/// What a child wrote for a config at or after `since`: whether it started
-/// it, and the status of its result.
-#[derive(Default)]
-struct Since {
-    started: bool,
-    result: Option<RunStatus>,
-}
-
-fn last_since(state_dir: &Path, cfg: &RunConfig, since: f64) -> Since {
-    let Ok(bytes) = std::fs::read(events_path(state_dir, cfg)) else { return Since::default() };
-    let mut out = Since::default();
-    for event in spec::jsonl::read::<Event>(&bytes).all().filter_map(|l| l.value.ok()) {
-        match event {
-            Event::Start { t, .. } if t >= since => out.started = true,
-            Event::Result { t, status, .. } if t >= since => out.result = Some(status),
-            _ => {}
-        }
-    }
-    out
 }
 
 /// SIGTERM and SIGINT: note the cancellation and pass the signal to the child

@@ -14,10 +14,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use spec::event::{Event, RunStatus};
-use spec::{
-    DitSpec, Gpu, HditSpec, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec, UvitSpec,
-};
+use spec::event::RunStatus;
+use spec::{DitSpec, HditSpec, Input, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec, UvitSpec};
 
 use crate::events::{events_path, now};
 
@@ -26,19 +24,7 @@ pub const EXPERIMENT: &str = "warm";
 
 /// A profile run of `model` at `spatial`, one channel, batch 1, fp32.
 pub fn config(experiment: &str, name: &str, model: ModelSpec, spatial: Spatial) -> RunConfig {
-    RunConfig {
-        experiment: experiment.into(),
-        name: name.into(),
-        model,
-        input: Input { channels: 1, spatial },
-        out_channels: 1,
-        batch: 1,
-        precision: Precision::Fp32,
-        grad_ckpt: false,
-        mode: Mode::Profile,
-        steps: 1,
-        gpu: Gpu::A100Sxm80,
-    }
+    RunConfig::profile(experiment, name, model, Input { channels: 1, spatial })
 }
 
 /// One small config of each family (unet, dit, hdit, uvit, named so) at
@@ -134,7 +120,8 @@ pub fn run(
         let (t0, since) = (Instant::now(), now());
         let exit = run(&path).status().map_err(|source| WarmError::Spawn { name: cfg.name.clone(), source })?;
         let wall_s = t0.elapsed().as_secs_f64();
-        let (status, message) = result_since(state_dir, cfg, since);
+        let result = crate::events::written_since(state_dir, cfg, since).result;
+        let (status, message) = (result.as_ref().map(|r| r.status), result.and_then(|r| r.message));
         let detail = match status {
             Some(_) => message,
             None => Some(format!("the worker process ended ({exit}) without recording a result")),
@@ -148,20 +135,6 @@ pub fn run(
         }
     }
     Ok(out)
-}
-
-/// The last result a run of `cfg` wrote at or after `since`, and its message.
-fn result_since(state_dir: &Path, cfg: &RunConfig, since: f64) -> (Option<RunStatus>, Option<String>) {
-    let Ok(bytes) = std::fs::read(events_path(state_dir, cfg)) else { return (None, None) };
-    let mut out = (None, None);
-    for event in spec::jsonl::read::<Event>(&bytes).all().filter_map(|l| l.value.ok()) {
-        if let Event::Result { t, status, message, .. } = event {
-            if t >= since {
-                out = (Some(status), message);
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

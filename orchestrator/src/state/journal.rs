@@ -69,6 +69,24 @@ pub enum Change {
 }
 
 impl Change {
+    /// Its `op` as the journal writes it (`intent`, `move`, ...): the
+    /// failpoints of [`super::StateDir::apply`] are named by it.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Change::Intent { .. } => "intent",
+            Change::Move { .. } => "move",
+            Change::NotSent { .. } => "not_sent",
+            Change::SbatchError { .. } => "sbatch_error",
+            Change::Cancel { .. } => "cancel",
+            Change::ActiveRound { .. } => "active_round",
+            Change::Config(_) => "config",
+            Change::Observed { .. } => "observed",
+            Change::Events { .. } => "events",
+            Change::LogTail { .. } => "log_tail",
+            Change::Rehash { .. } => "rehash",
+        }
+    }
+
     /// The submission this change saves, if any.
     pub(super) fn submission(&self) -> Option<&Submission> {
         match self {

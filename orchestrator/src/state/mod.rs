@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::fsio::{self, now, read_json, write_json, FsError};
+use crate::util::failpoint;
 
 mod events_read;
 #[cfg(test)]
@@ -258,8 +259,10 @@ impl StateDir {
     /// records it changed.
     pub fn apply(&mut self, change: Change) -> Result<Vec<String>, StateError> {
         let t = now();
+        let op = change.op();
         if let Some(s) = change.submission() {
             write_json(&self.submission_dir(&s.id).join("submission.json"), s)?;
+            failpoint::hit_at(op, "submission-written");
         }
         let changed = change.apply_to(&mut self.records, t);
         if changed.is_empty() && change.records_only() {
@@ -267,7 +270,11 @@ impl StateDir {
         }
         // For humans, audits and replay; `submission.json` is the record, so no fsync here.
         fsio::append_jsonl(&self.path("journal.jsonl"), &journal::Line { v: journal::VERSION, t, change })?;
-        for hash in &changed {
+        failpoint::hit_at(op, "journaled");
+        for (i, hash) in changed.iter().enumerate() {
+            if i == 1 {
+                failpoint::hit_at(op, "between-records");
+            }
             self.save_record(hash)?;
         }
         Ok(changed)
@@ -432,5 +439,41 @@ mod tests {
         let replayed = journal::replay(&view.journal().expect("journal"));
         assert_eq!(replayed.submissions, on_disk);
         assert_eq!(replayed.records, view.records().expect("records"));
+    }
+
+    /// A crash can cut the journal's last line at any byte (an append is one
+    /// `write`, but the disk may keep part of it): every cut reads, and
+    /// replays to the state before that line, or with it once it is whole.
+    #[test]
+    fn the_journal_cut_at_every_byte_of_its_last_line_replays_consistently() {
+        use crate::slurm::JobId;
+        let d = tempfile::tempdir().expect("tempdir");
+        let mut st = StateDir::open(d.path(), "e", Duration::ZERO).expect("open");
+        for h in ["a", "b"] {
+            st.apply(seen(h)).expect("seen");
+        }
+        let mut s1 = submission("s001", &["a", "b"]);
+        st.apply(Change::Intent { submission: s1.clone() }).expect("intent");
+        let from = s1.state();
+        s1.set_state(IntentState::Submitted { job_id: JobId::from("41") });
+        st.apply(Change::Move { from, submission: s1 }).expect("submitted");
+        let path = st.path("journal.jsonl");
+        drop(st);
+        let bytes = std::fs::read(&path).expect("journal");
+        let whole = journal::replay(&journal::read(&path).expect("read").expect("a journal"));
+        let last = bytes[..bytes.len() - 1].iter().rposition(|&b| b == b'\n').expect("several lines") + 1;
+        std::fs::write(&path, &bytes[..last]).expect("cut");
+        let before = journal::replay(&journal::read(&path).expect("read").expect("a journal"));
+        assert_ne!(before, whole, "the last line changes something");
+        for cut in last..=bytes.len() {
+            std::fs::write(&path, &bytes[..cut]).expect("cut");
+            let lines = journal::read(&path).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+            let replayed = journal::replay(&lines.expect("a journal"));
+            if cut < bytes.len() - 1 {
+                assert_eq!(replayed, before, "cut at byte {cut} of {}", bytes.len());
+            } else {
+                assert!(replayed == before || replayed == whole, "cut at byte {cut} of {}", bytes.len());
+            }
+        }
     }
 }

@@ -23,6 +23,7 @@ use crate::state::intent::{IntentEvent, IntentState};
 use crate::state::{Attempt, Change, ConfigRecord, StateDir};
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport::{CounterSnapshot, TransportError};
+use crate::util::failpoint;
 
 /// Summary of a submit/resume.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -45,17 +46,6 @@ pub struct SubmitReport {
     pub cluster: Option<ClusterChoice>,
 }
 
-/// Test-only: dies by SIGKILL right after sbatch returned, before anything is
-/// recorded, to prove `resume` settles the intent without a duplicate.
-fn crash_hook() {
-    if std::env::var_os("ORCHESTRATOR_TEST_KILL_AFTER_SBATCH").is_some() {
-        // SAFETY: raising a signal on our own process.
-        unsafe {
-            libc::raise(libc::SIGKILL);
-        }
-    }
-}
-
 /// Submits prepared arrays one by one: upload, intent (the one fsync the
 /// protocol needs), sbatch, outcome. An sbatch error leaves the intent
 /// unresolved and stops: the controller is likely not answering.
@@ -76,11 +66,12 @@ async fn send(
         // 2. The intent, durable before sbatch. The records' attempts follow
         // from it (`StateDir::repair`), so they are written without fsync.
         p.sub.intended_at = fsio::now();
+        failpoint::hit("intent:before");
         st.apply(Change::Intent { submission: p.sub.clone() })?;
         // 3. sbatch, whose outcome moves the intent on.
         let script = p.sub.remote_script.clone();
         let result = blocking(&target.transport, move |t| t.submit(&script)).await;
-        crash_hook();
+        failpoint::hit("sbatch:answered");
         match result {
             Ok(job_id) => {
                 protocol::advance(st, &mut p.sub, &IntentEvent::SbatchOk(job_id.clone()))?;

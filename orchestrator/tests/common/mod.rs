@@ -3,6 +3,8 @@
 // Each test file uses part of it.
 #![allow(dead_code)]
 
+pub mod ssh_world;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -146,14 +148,11 @@ pub fn records(state_root: &Path, exp: &str) -> BTreeMap<String, orchestrator::s
     out
 }
 
-/// Every submission of experiment `exp` in the state dir `state_root`.
+/// Every submission of experiment `exp` in the state dir `state_root`, as
+/// the store reads them (a folder a crash left before its intent is none).
 pub fn submissions(state_root: &Path, exp: &str) -> Vec<orchestrator::state::Submission> {
-    let dir = state_root.join(exp).join("submissions");
-    let read = |p: PathBuf| serde_json::from_slice(&std::fs::read(p).expect("read")).expect("submission json");
-    std::fs::read_dir(dir)
-        .expect("submissions")
-        .map(|e| read(e.expect("entry").path().join("submission.json")))
-        .collect()
+    let view = orchestrator::state::View::new(state_root, exp).expect("state view");
+    view.submissions().expect("submissions")
 }
 
 /// An experiment of `n` small UNet configs differing in batch size (each its

@@ -1,31 +1,21 @@
 use super::*;
 use std::sync::Mutex;
 
-use spec::{Gpu, Input, Mode, ModelSpec, PerLevel, Precision, Spatial, UnetSpec};
+use spec::{Input, ModelSpec, PerLevel, Precision, Spatial, UnetSpec};
 
 /// Runs in this process share [`PROGRESS`]: one at a time.
 static ONE_RUN: Mutex<()> = Mutex::new(());
 
 fn tiny_config() -> RunConfig {
-    RunConfig {
-        experiment: "unit".into(),
-        name: "setup".into(),
-        model: ModelSpec::Unet(UnetSpec {
-            channels: vec![8, 16],
-            attention_levels: vec![false, false],
-            num_res_blocks: PerLevel::All(1),
-            num_head_channels: PerLevel::All(8),
-            norm_num_groups: 4,
-        }),
-        input: Input { channels: 1, spatial: Spatial::new(4, 4, 4) },
-        out_channels: 1,
-        batch: 1,
-        precision: Precision::Bf16,
-        grad_ckpt: false,
-        mode: Mode::Profile,
-        steps: 1,
-        gpu: Gpu::A100Sxm80,
-    }
+    let unet = UnetSpec {
+        channels: vec![8, 16],
+        attention_levels: vec![false, false],
+        num_res_blocks: PerLevel::All(1),
+        num_head_channels: PerLevel::All(8),
+        norm_num_groups: 4,
+    };
+    let input = Input { channels: 1, spatial: Spatial::new(4, 4, 4) };
+    RunConfig { precision: Precision::Bf16, ..RunConfig::profile("unit", "setup", ModelSpec::Unet(unet), input) }
 }
 
 fn read_events(path: &Path) -> Vec<Event> {

@@ -8,29 +8,18 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Output};
 
 use spec::event::Event;
-use spec::{Gpu, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
+use spec::{Input, ModelSpec, PerLevel, RunConfig, Spatial, UnetSpec};
 
 /// A 2-level UNet with attention at 8^3: runs on the CPU in well under a second.
 pub fn tiny_unet(name: &str) -> RunConfig {
-    RunConfig {
-        experiment: "demo".into(),
-        name: name.into(),
-        model: ModelSpec::Unet(UnetSpec {
-            channels: vec![16, 32],
-            attention_levels: vec![false, true],
-            num_res_blocks: PerLevel::All(1),
-            num_head_channels: PerLevel::All(16),
-            norm_num_groups: 8,
-        }),
-        input: Input { channels: 2, spatial: Spatial::new(8, 8, 8) },
-        out_channels: 1,
-        batch: 1,
-        precision: Precision::Fp32,
-        grad_ckpt: false,
-        mode: Mode::Profile,
-        steps: 1,
-        gpu: Gpu::A100Sxm80,
-    }
+    let unet = UnetSpec {
+        channels: vec![16, 32],
+        attention_levels: vec![false, true],
+        num_res_blocks: PerLevel::All(1),
+        num_head_channels: PerLevel::All(16),
+        norm_num_groups: 8,
+    };
+    RunConfig::profile("demo", name, ModelSpec::Unet(unet), Input { channels: 2, spatial: Spatial::new(8, 8, 8) })
 }
 
 /// Run `cfg` with `worker run` (CPU backend) under `dir`; its exit status and events.
