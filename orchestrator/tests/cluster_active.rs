@@ -13,22 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cluster, worker_binary, Env, Use};
-
-fn clusters_file(env: &Env, dir: &Path, remote_work: &str) -> PathBuf {
-    let path = dir.join("clusters.yaml");
-    let text = format!(
-        "clusters:\n  test:\n    transport: ssh\n    host: {}\n    port: {}\n    user: {}\n    identity_file: {}\n    known_hosts: {}\n    work_dir: {}\n    defaults:\n      partition: gpu\n      time: \"00:10:00\"\n      cpus_per_task: 1\n",
-        env.get("SWEEP_TEST_SSH_HOST"),
-        env.get("SWEEP_TEST_SSH_PORT"),
-        env.get("SWEEP_TEST_SSH_USER"),
-        env.get("SWEEP_TEST_SSH_KEY"),
-        env.get("SWEEP_TEST_KNOWN_HOSTS"),
-        remote_work,
-    );
-    std::fs::write(&path, text).expect("clusters file");
-    path
-}
+use common::{cluster, worker_binary, Use};
 
 const EXPERIMENT: &str = "name: ca-active\ndescription: active sweep end to end\ncluster: test\n\
 gpu: A100-SXM4-80GB\nprecision: fp32\nruntime: burn-flex\nbatch: 1\n\
@@ -62,7 +47,7 @@ fn cluster_active_sweep_killed_between_rounds_resumes_without_a_duplicate() {
     let dir = std::env::temp_dir().join(format!("sweep-cluster-active-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("test dir");
     let remote_work = format!("{}/ca-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());
-    let clusters = clusters_file(&env, &dir, &remote_work);
+    let clusters = env.ssh_clusters_file(&dir, &remote_work, common::JOB_DEFAULTS);
     let file = dir.join("ca-active.yaml");
     std::fs::write(&file, EXPERIMENT).expect("experiment file");
     let run = |args: &[&str]| {
@@ -159,7 +144,7 @@ fn cluster_active_sweep_whose_first_round_fails_stops_with_the_cause_and_saves_n
     let dir = std::env::temp_dir().join(format!("sweep-cluster-active-fail-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("test dir");
     let remote_work = format!("{}/caf-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());
-    let clusters = clusters_file(&env, &dir, &remote_work);
+    let clusters = env.ssh_clusters_file(&dir, &remote_work, common::JOB_DEFAULTS);
     let templates = broken_template(&dir);
     let file = dir.join("ca-fail.yaml");
     // No memory limit: no config is predicted out of memory (which would settle it without a run).

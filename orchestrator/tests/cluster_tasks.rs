@@ -24,23 +24,8 @@ use common::{cluster, rt, worker_binary, Env, Use};
 /// its work root; those of earlier runs, their process gone, removed), and
 /// this build's worker installed there.
 fn install(env: &Env, dir: &Path) -> (PathBuf, String) {
-    let work_root = env.get("SWEEP_TEST_WORK_DIR");
-    for e in std::fs::read_dir(&work_root).into_iter().flatten().filter_map(|e| e.ok()) {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("ck-").and_then(|p| p.parse::<i32>().ok()) else { continue };
-        // SAFETY: signal 0 only checks whether the process exists.
-        if pid != std::process::id() as i32 && unsafe { libc::kill(pid, 0) } != 0 {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
-    let remote_work = format!("{work_root}/ck-{}", std::process::id());
-    let clusters = dir.join("clusters.yaml");
-    let text = format!(
-        "clusters:\n  test:\n    transport: ssh\n{}    user: {}\n    work_dir: {remote_work}\n    defaults:\n      partition: gpu\n      time: \"00:10:00\"\n      cpus_per_task: 1\n",
-        env.ssh_fields(),
-        env.get("SWEEP_TEST_SSH_USER")
-    );
-    std::fs::write(&clusters, text).expect("clusters file");
+    let remote_work = env.remote_work("ck");
+    let clusters = env.ssh_clusters_file(dir, &remote_work, common::JOB_DEFAULTS);
     let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .args(["install", "--cluster", "test", "--clusters"])
         .arg(&clusters)

@@ -17,7 +17,7 @@ mod common;
 use orchestrator::submit::{self, Options, StatusReport, Watch};
 use orchestrator::sweep::{self, Sweep};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -40,16 +40,8 @@ fn shared(env: &Env) -> &'static Shared {
     SHARED.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("sweep-cluster-worker-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("test dir");
-        let work_root = env.get("SWEEP_TEST_WORK_DIR");
-        remove_stale_work_dirs(Path::new(&work_root));
-        let remote_work = format!("{work_root}/cw-{}", std::process::id());
-        let clusters = dir.join("clusters.yaml");
-        let text = format!(
-            "clusters:\n  test:\n    transport: ssh\n{}    user: {}\n    work_dir: {remote_work}\n    defaults:\n      partition: gpu\n      time: \"00:10:00\"\n      cpus_per_task: 1\n",
-            env.ssh_fields(),
-            env.get("SWEEP_TEST_SSH_USER")
-        );
-        std::fs::write(&clusters, text).expect("clusters file");
+        let remote_work = env.remote_work("cw");
+        let clusters = env.ssh_clusters_file(&dir, &remote_work, common::JOB_DEFAULTS);
         let worker = worker_binary();
         let install = || {
             let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
@@ -68,21 +60,6 @@ fn shared(env: &Env) -> &'static Shared {
         let second = install();
         Shared { dir, clusters, remote_work, installs: (first, second), install_s }
     })
-}
-
-/// Each run installs a full debug worker (hundreds of MiB) into its own
-/// `cw-<pid>` work dir; those of earlier runs (their pid gone) are removed.
-/// The test cluster runs on this machine, so its work dir is a local path.
-fn remove_stale_work_dirs(root: &Path) {
-    let Ok(rd) = std::fs::read_dir(root) else { return };
-    for e in rd.filter_map(|e| e.ok()) {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("cw-").and_then(|p| p.parse::<i32>().ok()) else { continue };
-        // SAFETY: signal 0 only checks whether the process exists.
-        if pid != std::process::id() as i32 && unsafe { libc::kill(pid, 0) } != 0 {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
 }
 
 /// One experiment of a test: its file and a local state dir of its own.

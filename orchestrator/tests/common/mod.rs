@@ -13,6 +13,10 @@ use std::sync::Mutex;
 /// The tests of one file run one at a time (they share the node and fixtures).
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// The job defaults of a test that runs the worker: the `gpu` partition, ten
+/// minutes, one CPU.
+pub const JOB_DEFAULTS: &str = r#"{partition: gpu, time: "00:10:00", cpus_per_task: 1}"#;
+
 /// How a test uses the one test cluster, which the cluster test binaries
 /// share: `scripts/test.sh` runs them side by side.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -53,10 +57,36 @@ impl Env {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// A fresh remote work dir for `test` under the cluster's work root (this
-    /// process's id in it, so runs of the tests do not meet).
+    /// A fresh remote work dir for `test` under the cluster's work root,
+    /// `<test>-<pid>` (runs of the tests do not meet); those of earlier runs,
+    /// their process gone, are removed first.
     pub fn remote_work(&self, test: &str) -> String {
-        format!("{}/{test}-{}", self.get("SWEEP_TEST_WORK_DIR"), std::process::id())
+        let root = self.get("SWEEP_TEST_WORK_DIR");
+        for e in std::fs::read_dir(&root).into_iter().flatten().filter_map(|e| e.ok()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.strip_prefix(&format!("{test}-")).and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            // SAFETY: signal 0 only checks whether the process exists.
+            if pid != std::process::id() as i32 && unsafe { libc::kill(pid, 0) } != 0 {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        format!("{root}/{test}-{}", std::process::id())
+    }
+
+    /// `dir/clusters.yaml` with one entry, `test`: the test cluster over SSH,
+    /// working in `work_dir`, with the job `defaults` given (a YAML flow
+    /// map, e.g. [`JOB_DEFAULTS`]). Its path.
+    pub fn ssh_clusters_file(&self, dir: &Path, work_dir: &str, defaults: &str) -> PathBuf {
+        let path = dir.join("clusters.yaml");
+        let text = format!(
+            "clusters:\n  test:\n    transport: ssh\n{}    user: {}\n    work_dir: {work_dir}\n    defaults: {defaults}\n",
+            self.ssh_fields(),
+            self.get("SWEEP_TEST_SSH_USER")
+        );
+        std::fs::write(&path, text).expect("clusters file");
+        path
     }
 
     /// The SSH fields of a clusters-file entry for the test cluster's node

@@ -52,12 +52,7 @@ pub fn world(env: &Env, test: &str, n: usize, parallel: u32, sleep: f64) -> Worl
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
     let remote_work = env.remote_work(test);
-    let clusters = format!(
-        "clusters:\n  test:\n    transport: ssh\n{}    user: {}\n    work_dir: {remote_work}\n    defaults:\n      partition: gpu\n",
-        env.ssh_fields(),
-        env.get("SWEEP_TEST_SSH_USER")
-    );
-    std::fs::write(dir.join("clusters.yaml"), clusters).expect("clusters file");
+    env.ssh_clusters_file(&dir, &remote_work, "{partition: gpu}");
     std::fs::write(dir.join("record.sbatch.hbs"), template(sleep)).expect("template");
     let exp = super::batch_grid_experiment(test, "cluster test", "test", &dir.join("record.sbatch.hbs"), n, parallel);
     let exp_file = dir.join(format!("{test}.yaml"));
