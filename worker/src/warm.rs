@@ -17,7 +17,7 @@ use std::time::Instant;
 use spec::event::RunStatus;
 use spec::{DitSpec, HditSpec, Input, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec, UvitSpec};
 
-use crate::events::{events_path, now};
+use crate::events::now;
 
 /// The experiment name of the warm-up runs (their events' directory).
 pub const EXPERIMENT: &str = "warm";

@@ -82,7 +82,7 @@ pub struct Refit {
     /// had, a bound its peak lies above (GiB).
     runs: Vec<Run>,
     /// [`Refit::observed`] by (calibration, family, regime).
-    observed: Mutex<HashMap<(String, String, &'static str), Option<Observed>>>,
+    observed: Mutex<HashMap<ObservedKey, Option<Observed>>>,
     framework: String,
     /// The memory a run may use when it is less than the GPU's (the worker's `--memory-limit`).
     limit_gib: Option<f64>,
@@ -194,6 +194,9 @@ impl Refit {
         }
     }
 }
+
+/// (calibration, family, regime): what [`Refit::observed`] is kept by.
+type ObservedKey = (String, String, &'static str);
 
 /// One run of the sweep as the bands see it.
 struct Run {
