@@ -49,7 +49,7 @@ step_done() {
 }
 # The build's size and the disk left: a fresh CI machine once ran out of it.
 disk_use() {
-    printf 'target/ %s, %s free' "$(du -sh target 2>/dev/null | cut -f1)" \
+    printf 'target/ %s, %s free' "$(du -sh target/ 2>/dev/null | cut -f1)" \
         "$(df -h --output=avail target | tail -1 | tr -d ' ')"
 }
 started=0

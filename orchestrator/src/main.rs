@@ -290,7 +290,8 @@ fn run(command: Command) -> Result<()> {
         }
         Command::Evidence { records, experiments, active } => {
             let settings = orchestrator::active::Settings {
-                framework: "pytorch".into(),
+                // The group's records are PyTorch's; each experiment file names its own.
+                runtime: precheck::Runtime::default(),
                 target_error: active.target_error,
                 max_runs: active.max_runs,
                 round_size: active.round_size,

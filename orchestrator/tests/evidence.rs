@@ -16,7 +16,7 @@ fn the_readme_evidence_table_is_what_the_command_prints() {
     // The command as README shows it: `submit --active`'s default target, no flag.
     assert!(readme.contains("orchestrator evidence --records data/vram-measurements.jsonl\n"));
     let target_error = parse_share(DEFAULT_TARGET_ERROR).expect("the default target parses");
-    let settings = Settings { framework: "pytorch".into(), target_error, max_runs: None, round_size: None };
+    let settings = Settings { runtime: Default::default(), target_error, max_runs: None, round_size: None };
     let work = tempfile::tempdir().expect("tempdir");
     let runs = run(&root.join("data/vram-measurements.jsonl"), &settings, work.path()).expect("evidence");
     let printed = Tally(&runs).to_string();

@@ -31,7 +31,7 @@ use spec::RunConfig;
 
 use crate::precheck::overlay::Overlay;
 use crate::precheck::uncertainty::{Distance, Regime};
-use crate::precheck::{runtime_key, Calibration, Predictor, RiskReason, Verdict, VerdictKind};
+use crate::precheck::{runtime_key, Calibration, Predictor, RiskReason, Runtime, Verdict, VerdictKind};
 
 pub use answer::{
     configs, failures, failures_text, interval_words, peak_interval, plural, risk_words, Answer, Savings,
@@ -46,7 +46,7 @@ pub const DEFAULT_TARGET_ERROR: &str = "20%";
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The runtime the sweep's configs are predicted for (`pytorch`, `burn-flex`).
-    pub framework: String,
+    pub runtime: Runtime,
     /// Largest band (relative, p90) an unmeasured config may keep.
     pub target_error: f64,
     /// Runs at most, all rounds together (`None`: no limit).

@@ -20,7 +20,7 @@ fn run(recs: &[MeasurementRecord], settings: &Settings) -> (BTreeMap<String, Ans
     let mut rounds = Vec::new();
     loop {
         let list: Vec<MeasurementRecord> = measured.values().cloned().collect();
-        let refit = Refit::new(&Calibration::builtin(), &settings.framework, &list);
+        let refit = Refit::new(&Calibration::builtin(), &settings.runtime, &list);
         let ans = answers(&cfgs, &measured, &refit, settings.target_error);
         match choose(&cfgs, &ans, &refit, settings, measured.len(), &Default::default()) {
             Choice::Done(stop) => return (ans, rounds, stop),
@@ -36,7 +36,7 @@ fn run(recs: &[MeasurementRecord], settings: &Settings) -> (BTreeMap<String, Ans
 }
 
 fn settings(target: f64, max_runs: Option<usize>) -> Settings {
-    Settings { framework: "pytorch".into(), target_error: target, max_runs, round_size: None }
+    Settings { runtime: Runtime::default(), target_error: target, max_runs, round_size: None }
 }
 
 #[test]

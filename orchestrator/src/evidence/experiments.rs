@@ -111,7 +111,7 @@ pub fn run(
             cluster: Some("replay".into()),
             ..Options::default()
         };
-        let settings = Settings { framework: sweep.experiment.runtime.as_str().to_string(), ..settings.clone() };
+        let settings = Settings { runtime: sweep.experiment.runtime.clone(), ..settings.clone() };
         out.push(one(&sweep, &opts, &settings, &recs)?);
     }
     Ok(out)

@@ -100,7 +100,7 @@ fn table_run(
     let mut rounds = 0;
     loop {
         let list: Vec<MeasurementRecord> = measured.values().cloned().collect();
-        let refit = Refit::new(prior, &settings.framework, &list);
+        let refit = Refit::new(prior, &settings.runtime, &list);
         let answers = active::answers(&keyed, &measured, &refit, settings.target_error);
         match active::choose(&keyed, &answers, &refit, settings, measured.len(), &Default::default()) {
             Choice::Done(stop) => {

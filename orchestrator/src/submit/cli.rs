@@ -203,7 +203,7 @@ fn experiment_of(arg: &str, overrides: &[String], opts: &Options) -> Result<Swee
 
 fn run_active(sweep: &Sweep, opts: &Options, a: &ActiveArgs) -> Result<()> {
     let settings = crate::active::Settings {
-        framework: sweep.experiment.runtime.as_str().to_string(),
+        runtime: sweep.experiment.runtime.clone(),
         target_error: a.target_error,
         max_runs: a.max_runs,
         round_size: a.round_size,
