@@ -70,8 +70,9 @@ pub fn parse_share(s: &str) -> Result<f64, String> {
 /// An unmeasured config's band is at least this many times the band that
 /// would just hold the sweep's own runs of its family and regime as its
 /// calibration predicts them. A calibration that missed this sweep's regime
-/// (the group's `s2d_128_wdm`: two runs 13% over a prior that claims 5%)
-/// says so in its intervals before the overlay has runs enough to refit.
+/// (the group's `s2d_128_wdm`: runs 11-15% over a prior whose band there is
+/// about 10%) says so in its intervals before the overlay has runs enough to
+/// refit. One and a half: a few runs show less than the worst of the rest.
 const OBSERVED_MARGIN: f64 = 1.5;
 
 /// The calibration of one round: the prior, refitted on the sweep's own runs.
@@ -166,7 +167,7 @@ impl Refit {
             Ok(p) => p,
             Err(e) => return Answer::Invalid { reason: e.to_string() },
         };
-        let regime = crate::precheck::uncertainty::Regime::of(prediction.peak_phase);
+        let regime = Regime::of(prediction.peak_phase);
         if let Some(o) = self.observed(&pred, &calibration, cfg, regime) {
             let band = (OBSERVED_MARGIN * o.band).min(1.0);
             if band > prediction.rel_uncertainty {
