@@ -122,7 +122,9 @@ impl Refit {
         self
     }
 
-    /// Judges against `limit_gib` (a memory limit the runs are held to) instead of the GPU's capacity.
+    /// Judges against `limit_gib` instead of the GPU's capacity: the memory
+    /// the runs have in its place (`Sweep::memory_limit_gib`: the worker's
+    /// limit, or this machine's memory, as `plan` judges).
     pub fn with_limit(mut self, limit_gib: Option<f64>) -> Refit {
         self.limit_gib = limit_gib;
         self
@@ -133,9 +135,9 @@ impl Refit {
         self.budget_gib
     }
 
-    /// The memory a run of `cfg` may use: its GPU's capacity, or the limit where lower.
+    /// The memory a run of `cfg` may use: the limit, else its GPU's capacity.
     pub fn capacity_gib(&self, cfg: &RunConfig) -> f64 {
-        crate::precheck::available_gib(cfg, self.limit_gib)
+        self.limit_gib.unwrap_or(cfg.gpu.capacity_gib())
     }
 
     /// The predictor for `cfg` and its identity: `local <runtime> on <device>,
@@ -175,7 +177,7 @@ impl Refit {
                 prediction.distance = Some(Distance::Observed { runs: o.runs, error: o.error });
             }
         }
-        let v = pred.verdict_within(cfg, &prediction, self.budget_gib, self.limit_gib);
+        let v = pred.verdict_against(cfg, &prediction, self.budget_gib, self.capacity_gib(cfg));
         let (peak_gib, band) = (prediction.peak_gib(), prediction.rel_uncertainty);
         let (distance, reason) = match &v {
             Verdict::Risky { why, reason, .. } => (why.clone(), Some(*reason)),
@@ -197,7 +199,7 @@ impl Refit {
 }
 
 /// (calibration, family, regime): what [`Refit::observed`] is kept by.
-type ObservedKey = (String, String, &'static str);
+type ObservedKey = (String, &'static str, &'static str);
 
 /// One run of the sweep as the bands see it.
 struct Run {
@@ -225,7 +227,7 @@ impl Refit {
     /// was right as far as anyone can tell.
     fn observed(&self, pred: &Predictor, calibration: &str, cfg: &RunConfig, regime: Regime) -> Option<Observed> {
         let family = cfg.model.family();
-        let key = (calibration.to_string(), family.name().to_string(), regime.name());
+        let key = (calibration.to_string(), family.name(), regime.name());
         let mut cache = self.observed.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(o) = cache.get(&key) {
             return *o;

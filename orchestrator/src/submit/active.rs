@@ -151,7 +151,7 @@ pub async fn run(
         }
         let k = known(opts, &name)?;
         let list: Vec<MeasurementRecord> = k.measured.values().cloned().collect();
-        let refit = Refit::new(&prior, sweep.experiment.runtime.as_str(), &list)
+        let refit = Refit::new(&prior, &settings.runtime, &list)
             .with_limit(sweep.memory_limit_gib())
             .with_budget(sweep.experiment.budget_gb);
         let answers = active::answers_after(&configs, &k.measured, &k.failed, &refit, settings.target_error);

@@ -95,16 +95,15 @@ impl Capacity {
     pub fn of_gpu(gpu: spec::Gpu) -> Capacity {
         Capacity { gib: gpu.capacity_gib(), of: CapacityOf::Gpu(gpu) }
     }
-}
 
-impl std::fmt::Display for Capacity {
-    /// "A100-40GB (39.4 GiB)", "this machine's memory (23.5 GiB)".
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let gib = crate::precheck::gib(self.gib);
+    /// Whose memory and how much, as a limit is named beside it: "capacity
+    /// 79.2 GiB", "this machine's memory 23.5 GiB", "the worker's
+    /// memory_limit 0.020 GiB".
+    pub fn label(&self) -> String {
         match self.of {
-            CapacityOf::Gpu(g) => write!(f, "{g} ({gib})"),
-            CapacityOf::ThisMachine => write!(f, "this machine's memory ({gib})"),
-            CapacityOf::WorkerLimit => write!(f, "the worker's memory_limit ({gib})"),
+            CapacityOf::Gpu(_) => format!("capacity {:.1} GiB", self.gib),
+            CapacityOf::ThisMachine => format!("this machine's memory {:.1} GiB", self.gib),
+            CapacityOf::WorkerLimit => format!("the worker's memory_limit {:.3} GiB", self.gib),
         }
     }
 }
@@ -137,15 +136,12 @@ impl Sweep {
         predictor.verdict_against(&c.config, p, self.experiment.budget_gb, self.available_gib(c))
     }
 
-    /// The memory a run is held to below its GPU's, in GiB: the worker's
-    /// memory limit (`worker: {memory_limit}`), or this machine's memory where
-    /// a `local` cluster runs it ([`Sweep::host_memory_gib`]), the lower.
+    /// The memory a run has in place of its GPU's, in GiB ([`Sweep::capacity`]
+    /// where that is not the GPU's): the worker's memory limit, or this
+    /// machine's memory where a `local` cluster runs it. `None`: the GPU's.
     pub fn memory_limit_gib(&self) -> Option<f64> {
-        let worker = self.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
-        match (worker, self.host_memory_gib) {
-            (Some(w), Some(h)) => Some(w.min(h)),
-            (w, h) => w.or(h),
-        }
+        let c = self.capacity(self.experiment.gpu);
+        (!matches!(c.of, CapacityOf::Gpu(_))).then_some(c.gib)
     }
 
     /// The memory config `c` is judged against: its GPU's, or the worker's
@@ -159,21 +155,12 @@ impl Sweep {
     /// memory it is.
     pub fn capacity(&self, gpu: spec::Gpu) -> Capacity {
         let worker = self.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
-        let gpu = Capacity::of_gpu(gpu);
-        let host = self.host_memory_gib.map(|gib| Capacity { gib, of: CapacityOf::ThisMachine });
-        let limit = worker.map(|gib| Capacity { gib, of: CapacityOf::WorkerLimit });
-        match (host, limit) {
-            // On this machine the GPU's capacity plays no part.
-            (Some(h), Some(l)) => {
-                if l.gib < h.gib {
-                    l
-                } else {
-                    h
-                }
-            }
-            (Some(h), None) => h,
-            (None, Some(l)) if l.gib < gpu.gib => l,
-            _ => gpu,
+        // On this machine the GPU's capacity plays no part.
+        let base =
+            self.host_memory_gib.map_or(Capacity::of_gpu(gpu), |gib| Capacity { gib, of: CapacityOf::ThisMachine });
+        match worker {
+            Some(gib) if gib < base.gib => Capacity { gib, of: CapacityOf::WorkerLimit },
+            _ => base,
         }
     }
 

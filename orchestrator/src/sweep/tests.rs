@@ -383,3 +383,23 @@ fn a_worker_memory_limit_below_the_prediction_is_not_a_fit() {
     assert_eq!(v.kind(), VerdictKind::Oom, "{v}");
     assert!(v.to_string().contains("0.062 GiB available"), "judged against the 64 MiB limit: {v}");
 }
+
+/// One computation of what a run has: this machine's memory replaces the
+/// GPU's (even above it), and a worker limit below it wins; the active loop's
+/// limit (`memory_limit_gib`) is the same figure.
+#[test]
+fn the_capacity_is_this_machine_s_or_the_worker_limit_below_it() {
+    use super::CapacityOf;
+    let mut s = plan(BASE, &[]).unwrap();
+    let gpu = s.experiment.gpu;
+    assert_eq!(s.capacity(gpu), super::Capacity::of_gpu(gpu));
+    assert_eq!(s.memory_limit_gib(), None);
+    s.host_memory_gib = Some(gpu.capacity_gib() + 20.0);
+    assert_eq!(s.capacity(gpu).of, CapacityOf::ThisMachine);
+    assert_eq!(s.memory_limit_gib(), Some(gpu.capacity_gib() + 20.0));
+    s.experiment.worker.memory_limit = Some(1 << 30);
+    assert_eq!((s.capacity(gpu).of, s.capacity(gpu).gib), (CapacityOf::WorkerLimit, 1.0));
+    assert_eq!(s.memory_limit_gib(), Some(1.0));
+    s.host_memory_gib = None;
+    assert_eq!(s.capacity(gpu).of, CapacityOf::WorkerLimit);
+}
