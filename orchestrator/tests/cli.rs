@@ -331,11 +331,17 @@ fn explain_fit_and_status_judge_where_plan_does() {
     };
     let plan = json_lines(&["plan", file, "--state-dir", state, "--json"]);
     let here = plan[0]["capacity_gib"].as_f64().expect("capacity_gib");
-    assert!(here < 79.0, "this test needs a machine of less memory than an A100's 79.2 GiB: {here}");
     let verdict = |row: &serde_json::Value| row["verdict"]["verdict"].as_str().expect("verdict").to_string();
-    // The defect is visible: configs that fit the GPU and not this machine.
-    let between = plan.iter().filter(|r| r["predicted_gib"].as_f64().is_some_and(|p| p > here && p < 60.0)).count();
-    assert!(between > 0, "exp9 has configs predicted between {here:.1} and 60 GiB");
+    // The defect shows on configs that fit the GPU (and its 60 GiB budget) but not this machine.
+    let between: Vec<_> =
+        plan.iter().filter(|r| r["predicted_gib"].as_f64().is_some_and(|p| p > here && p < 60.0)).collect();
+    if between.is_empty() {
+        eprintln!("skipped: no exp9 config is predicted between this machine's {here:.1} GiB and 60 GiB");
+        return;
+    }
+    for row in &between {
+        assert_ne!(verdict(row), "fits", "{}: judged against the GPU, not this machine", row["name"]);
+    }
 
     let status = json_lines(&["status", file, "--state-dir", state, "--json"]);
     assert_eq!(status.len(), plan.len());

@@ -46,7 +46,7 @@ fn cluster_active_sweep_killed_between_rounds_resumes_without_a_duplicate() {
     let Some(env) = cluster(Use::Shared) else { return };
     let dir = std::env::temp_dir().join(format!("sweep-cluster-active-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("test dir");
-    let remote_work = format!("{}/ca-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());
+    let remote_work = env.remote_work("ca");
     let clusters = env.ssh_clusters_file(&dir, &remote_work, common::JOB_DEFAULTS);
     let file = dir.join("ca-active.yaml");
     std::fs::write(&file, EXPERIMENT).expect("experiment file");
@@ -143,7 +143,7 @@ fn cluster_active_sweep_whose_first_round_fails_stops_with_the_cause_and_saves_n
     let Some(env) = cluster(Use::Shared) else { return };
     let dir = std::env::temp_dir().join(format!("sweep-cluster-active-fail-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("test dir");
-    let remote_work = format!("{}/caf-{}", env.get("SWEEP_TEST_WORK_DIR"), std::process::id());
+    let remote_work = env.remote_work("caf");
     let clusters = env.ssh_clusters_file(&dir, &remote_work, common::JOB_DEFAULTS);
     let templates = broken_template(&dir);
     let file = dir.join("ca-fail.yaml");

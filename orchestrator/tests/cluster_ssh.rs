@@ -36,7 +36,7 @@ fn cluster_sweep_of_24_configs_is_one_array_followed_to_completion() {
     assert_eq!(r.count("COMPLETED"), 24, "{}", r.table());
     assert_eq!(r.poll.commands, 2, "one squeue + one sacct per poll");
     // Each task received its own config, intact, through the manifest.
-    let shell = w.shell(&env);
+    let shell = w.shell();
     let sub = std::fs::read_dir(w.opts.state_root.join("ct-sweep24/submissions"))
         .expect("subs")
         .next()
@@ -173,7 +173,7 @@ fn cluster_hostile_values_arrive_intact_and_never_execute() {
     rt().block_on(submit::submit(&sweep, &w.opts, false)).expect("submit");
     let r = watch(&w, "ct-inject", Duration::from_secs(90));
     assert_eq!(r.count("COMPLETED"), 3, "{}", r.table());
-    let shell = w.shell(&env);
+    let shell = w.shell();
     let sid = std::fs::read_dir(w.opts.state_root.join("ct-inject/submissions"))
         .expect("subs")
         .next()
@@ -371,7 +371,7 @@ fn cluster_a_silent_worker_probe_names_the_command_not_the_network() {
     // A template that runs the worker, so submit checks it first.
     std::fs::write(w.dir.join("record.sbatch.hbs"), template(0.0) + "{{sh worker}} --version\n").expect("template");
     let slow = format!("{}/bin/slow-worker", w.remote_work);
-    w.shell(&env).write_file(&slow, b"#!/bin/sh\nsleep 30\n", true).expect("upload");
+    w.shell().write_file(&slow, b"#!/bin/sh\nsleep 30\n", true).expect("upload");
     let clusters = w.dir.join("clusters.yaml");
     let text = std::fs::read_to_string(&clusters).expect("clusters") + &format!("    worker: {slow}\n");
     std::fs::write(&clusters, text).expect("clusters");

@@ -21,6 +21,7 @@ use anyhow::{Context, Result};
 use spec::event::RunStatus;
 use spec::model::Family;
 use spec::record::MeasurementRecord;
+use spec::run::ConfigHash;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -98,9 +99,10 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     let mut rows: Vec<Row> = Vec::new();
     // The reports repeat some runs in two tables (DiT latent and pixel): a
     // config the worker already ran (same model, input and precision) is not run again.
-    let mut done: HashMap<String, usize> = HashMap::new();
+    // Records of one config (its hash: everything but the names) share a run.
+    let mut done: HashMap<ConfigHash, usize> = HashMap::new();
     for (i, r) in chosen.iter().enumerate() {
-        let key = same_run_key(r)?;
+        let key = r.run_config()?.hash();
         let row = match done.get(&key) {
             Some(&j) => Row { id: r.id.clone(), measured_gib: r.peak_gb.unwrap_or(0.0), ..rows[j].clone() },
             None => {
@@ -133,14 +135,6 @@ pub fn read_rows(text: &str) -> Result<Vec<Row>> {
         .enumerate()
         .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("row line {}", i + 1)))
         .collect()
-}
-
-/// What makes two records the same worker run: the config without its names.
-fn same_run_key(r: &MeasurementRecord) -> Result<String> {
-    let mut cfg = r.run_config()?;
-    cfg.experiment.clear();
-    cfg.name.clear();
-    Ok(serde_json::to_string(&cfg)?)
 }
 
 fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {

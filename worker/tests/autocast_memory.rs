@@ -9,22 +9,11 @@ mod common;
 use common::run_worker;
 
 use spec::event::{Event, Phase, RunStatus};
-use spec::{DitSpec, Gpu, Input, Mode, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
+use spec::{DitSpec, Input, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
 
 fn config(name: &str, model: ModelSpec, precision: Precision) -> RunConfig {
-    RunConfig {
-        experiment: "amp".into(),
-        name: name.into(),
-        model,
-        input: Input { channels: 1, spatial: Spatial::new(16, 16, 16) },
-        out_channels: 1,
-        batch: 1,
-        precision,
-        grad_ckpt: false,
-        mode: Mode::Profile,
-        steps: 1,
-        gpu: Gpu::A100Sxm80,
-    }
+    let input = Input { channels: 1, spatial: Spatial::new(16, 16, 16) };
+    RunConfig { precision, ..RunConfig::profile("amp", name, model, input) }
 }
 
 /// Each phase's peak, and the run's parameter count.

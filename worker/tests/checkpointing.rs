@@ -9,22 +9,11 @@ mod common;
 use common::run_worker;
 
 use spec::event::{Checkpointing, Event, Phase, RunStatus};
-use spec::{DitSpec, Gpu, HditSpec, Input, Mode, ModelSpec, Precision, RunConfig, Spatial, UvitSpec};
+use spec::{DitSpec, HditSpec, Input, ModelSpec, Precision, RunConfig, Spatial, UvitSpec};
 
 fn config(name: &str, model: ModelSpec, grad_ckpt: bool) -> RunConfig {
-    RunConfig {
-        experiment: "ckpt".into(),
-        name: name.into(),
-        model,
-        input: Input { channels: 1, spatial: Spatial::new(16, 16, 16) },
-        out_channels: 1,
-        batch: 1,
-        precision: Precision::Fp32,
-        grad_ckpt,
-        mode: Mode::Profile,
-        steps: 1,
-        gpu: Gpu::A100Sxm80,
-    }
+    let input = Input { channels: 1, spatial: Spatial::new(16, 16, 16) };
+    RunConfig { grad_ckpt, ..RunConfig::profile("ckpt", name, model, input) }
 }
 
 /// Runs `cfg`; returns how the start event says it checkpointed, each phase's

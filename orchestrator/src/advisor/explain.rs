@@ -165,7 +165,7 @@ pub fn from_prediction(cfg: &RunConfig, pred: &Prediction, capacity: Capacity) -
 /// "on A100-40GB (39.4 GiB)", "on this machine's CPU (23.5 GiB of memory)".
 fn where_judged(e: &Explanation) -> String {
     match e.capacity.of {
-        CapacityOf::Gpu(_) => format!("on {}", e.capacity),
+        CapacityOf::Gpu(g) => format!("on {g} ({})", gib(e.capacity.gib)),
         CapacityOf::ThisMachine => format!("on this machine's CPU ({} of memory)", gib(e.capacity.gib)),
         CapacityOf::WorkerLimit => format!("on {} held to the worker's memory_limit ({})", e.gpu, gib(e.capacity.gib)),
     }

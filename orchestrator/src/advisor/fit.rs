@@ -333,11 +333,7 @@ pub fn render(r: &FitReport, top: usize) -> String {
         },
         r.limit_gib,
         o.budget_gb.map(|b| format!("budget {b:.1} GiB, ")).unwrap_or_default(),
-        match o.capacity.of {
-            CapacityOf::Gpu(_) => format!("capacity {:.1} GiB", o.capacity.gib),
-            CapacityOf::ThisMachine => format!("this machine's memory {:.1} GiB", o.capacity.gib),
-            CapacityOf::WorkerLimit => format!("the worker's memory_limit {:.3} GiB", o.capacity.gib),
-        },
+        o.capacity.label(),
         match o.mode {
             Mode::Profile => "profiling",
             Mode::Train => "training (AdamW + EMA)",

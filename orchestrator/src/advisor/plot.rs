@@ -135,11 +135,9 @@ fn draw_legend<DB: DrawingBackend>(
 
 /// "H100-80GB capacity 79.2 GiB", "this machine's memory 23.5 GiB".
 fn capacity_label(e: &Explanation) -> String {
-    use crate::sweep::CapacityOf;
     match e.capacity.of {
-        CapacityOf::Gpu(g) => format!("{g} capacity {:.1} GiB", e.capacity.gib),
-        CapacityOf::ThisMachine => format!("this machine's memory {:.1} GiB", e.capacity.gib),
-        CapacityOf::WorkerLimit => format!("worker memory_limit {:.3} GiB", e.capacity.gib),
+        crate::sweep::CapacityOf::Gpu(g) => format!("{g} {}", e.capacity.label()),
+        _ => e.capacity.label(),
     }
 }
 

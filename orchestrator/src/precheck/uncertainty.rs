@@ -115,8 +115,8 @@ pub enum Distance {
     /// No record of the family at all for this runtime.
     Family(Family),
     /// The sweep's own runs of the family and regime, as the calibration
-    /// predicted them: `band` is what their largest error asks for
-    /// (`active::Refit`, where a sweep measures as it goes).
+    /// predicted them: `error` is the largest `|measured / predicted - 1|`
+    /// (`active::Refit` sets the band from them, where a sweep measures as it goes).
     Observed {
         runs: usize,
         error: f64,
@@ -138,7 +138,7 @@ impl Distance {
             // 10.6%, U-ViT 18.8% p90 held out; tests/precheck_accuracy.rs).
             Distance::Variant(_) | Distance::Family(_) => 2.0,
             Distance::Batch { batch, measured } => doublings(*batch as f64 / (*measured).max(1) as f64),
-            // Set from the runs themselves (active::Refit), never from a factor.
+            // Never assessed from the data's extent: active::Refit sets the band itself.
             Distance::Observed { .. } => 1.0,
         }
     }

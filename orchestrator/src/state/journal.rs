@@ -70,7 +70,8 @@ pub enum Change {
 
 impl Change {
     /// Its `op` as the journal writes it (`intent`, `move`, ...): the
-    /// failpoints of [`super::StateDir::apply`] are named by it.
+    /// failpoints of [`super::StateDir::apply`] are named by it (a test holds
+    /// it to serde's tag).
     pub fn op(&self) -> &'static str {
         match self {
             Change::Intent { .. } => "intent",

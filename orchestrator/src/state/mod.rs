@@ -476,4 +476,35 @@ mod tests {
             }
         }
     }
+
+    /// `Change::op` names the failpoints of `apply`: it is the journal's tag.
+    #[test]
+    fn a_change_s_op_is_its_journal_tag() {
+        use crate::slurm::{JobId, SlurmState};
+        let mut s = submission("s001", &["a"]);
+        let from = s.state();
+        s.set_state(IntentState::Submitted { job_id: JobId::from("41") });
+        let changes = [
+            seen("a"),
+            Change::Intent { submission: submission("s001", &["a"]) },
+            Change::Move { from, submission: s },
+            Change::NotSent { submission: "s001".into(), error: "e".into() },
+            Change::SbatchError { submission: "s001".into(), error: "e".into() },
+            Change::Cancel { jobs: vec![JobId::from("41")] },
+            Change::ActiveRound { round: 1, chosen: vec![], measured: 0, open: 0 },
+            Change::Observed {
+                submission: "s001".into(),
+                task: 0,
+                configs: vec![],
+                state: SlurmState::Running,
+                detail: None,
+                job_id: None,
+            },
+            Change::LogTail { hash: "a".into(), tail: String::new() },
+            Change::Rehash { aliases: BTreeMap::new() },
+        ];
+        for c in changes {
+            assert_eq!(serde_json::to_value(&c).expect("json")["op"], c.op(), "{c:?}");
+        }
+    }
 }

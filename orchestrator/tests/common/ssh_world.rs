@@ -52,14 +52,14 @@ pub fn world(env: &Env, test: &str, n: usize, parallel: u32, sleep: f64) -> Worl
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
     let remote_work = env.remote_work(test);
-    env.ssh_clusters_file(&dir, &remote_work, "{partition: gpu}");
+    let clusters = env.ssh_clusters_file(&dir, &remote_work, "{partition: gpu}");
     std::fs::write(dir.join("record.sbatch.hbs"), template(sleep)).expect("template");
     let exp = super::batch_grid_experiment(test, "cluster test", "test", &dir.join("record.sbatch.hbs"), n, parallel);
     let exp_file = dir.join(format!("{test}.yaml"));
     std::fs::write(&exp_file, exp).expect("experiment file");
     let opts = Options {
         state_root: dir.join("state"),
-        clusters_file: Some(dir.join("clusters.yaml")),
+        clusters_file: Some(clusters),
         template_dirs: vec![],
         // The record template runs no worker: no result line ever comes, so no lag grace.
         result_grace: Duration::from_secs(2),
@@ -73,11 +73,10 @@ impl World {
         sweep::load(&self.exp_file, &[]).expect("experiment loads")
     }
 
-    pub fn shell(&self, env: &Env) -> SshShell {
+    pub fn shell(&self) -> SshShell {
         let (file, label) =
             orchestrator::cluster::ClustersFile::load_or_default(self.opts.clusters_file.as_deref()).expect("clusters");
         let (_, c) = file.get("test", &label).expect("test cluster");
-        let _ = env;
         SshShell::new("test", &c).expect("ssh target")
     }
 
