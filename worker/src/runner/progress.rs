@@ -164,10 +164,23 @@ fn write_line(out: &StackBuf, note: &[u8]) {
     }
 }
 
+/// Held by the one OOM hook call that decides this process's ending: the
+/// backend allocates on several threads, and two can cross the limit together.
+static OOM_PEN: AtomicBool = AtomicBool::new(false);
+
 /// The allocator's OOM hook (and the GPU sampler's over-limit callback).
 pub(super) fn oom_hook(requested: u64, live: u64) {
+    // A second thread over the limit waits here for the first, which writes
+    // the result and ends the process: returning at once would fail its
+    // allocation, and Rust would abort the process mid-write (seen in CI: a
+    // signal instead of exit 3).
+    while OOM_PEN.swap(true, Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     if PROGRESS.finished.swap(true, Ordering::SeqCst) {
-        return; // A result is already written (or being written); just fail the allocation.
+        // A result is already written: just fail the allocation.
+        OOM_PEN.store(false, Ordering::SeqCst);
+        return;
     }
     let live_peak = if PROGRESS.gpu.load(Ordering::Relaxed) { live } else { alloc::peak() };
     let limit = PROGRESS.limit.load(Ordering::Relaxed);
