@@ -261,7 +261,8 @@ fn run_plan(exp: &ExperimentArgs, json: bool, cluster: Option<&str>) -> Result<(
                 sweep.experiment.gpu
             );
         }
-        let time = walltime::for_sweep(&sweep, &exp.state_dir, sweep.experiment.slurm.time.as_deref());
+        let runs = state::View::new(&exp.state_dir, &sweep.experiment.name)?.every_events_file();
+        let time = walltime::for_sweep(&sweep, &runs, sweep.experiment.slurm.time.as_deref());
         println!("{time}");
         if let Some(w) = time.warning() {
             tracing::warn!("{w}");

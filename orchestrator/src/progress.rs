@@ -240,13 +240,7 @@ pub fn read(
     predicted: &BTreeSet<&str>,
 ) -> Result<SweepProgress, state::StateError> {
     let view = state::View::new(state_root, experiment)?;
-    // Read loosely: only the parallelism is needed, whatever version stored the sweep.
-    let sweep: Option<serde_json::Value> = fsio::read_json(&view.path("sweep.json"))?;
-    let parallelism = sweep
-        .as_ref()
-        .and_then(|v| v.pointer("/sweep/experiment/array_parallelism"))
-        .and_then(|v| v.as_u64())
-        .map(|n| n as u32);
+    let parallelism = view.array_parallelism()?;
     let records: Vec<ConfigRecord> = view.records()?.into_values().collect();
     Ok(sweep_progress(&records, parallelism, fsio::now(), predicted))
 }

@@ -4,7 +4,11 @@
 
 mod common;
 
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
 use common::orchestrator;
+use orchestrator::state::StateFile;
 
 #[test]
 fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() {
@@ -59,6 +63,47 @@ fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() 
     )
     .expect("report --json");
     assert_eq!(json["active"]["savings"]["predicted"], n_predicted);
+    every_file_is_the_store_s(&state.join("exp13"));
+}
+
+/// Every file a sweep left under `state/<experiment>/` is one the store
+/// knows ([`StateFile`]); and this sweep (submitted, measured, answered
+/// actively, reported) left each kind but `missing.json` and `render/`.
+fn every_file_is_the_store_s(dir: &Path) {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("read_dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    let mut kinds = BTreeSet::new();
+    for f in &files {
+        let rel = f.strip_prefix(dir).expect("under the directory");
+        match StateFile::of(rel) {
+            Some(k) => kinds.insert(format!("{k:?}")),
+            None => panic!("{} is no file the store knows", rel.display()),
+        };
+    }
+    let expected = [
+        "Active",
+        "Events",
+        "Journal",
+        "Lock",
+        "Measurements",
+        "Record",
+        "Report",
+        "SentCopy",
+        "Submission",
+        "Sweep",
+        "TaskLog",
+    ];
+    assert_eq!(kinds, expected.iter().map(|k| k.to_string()).collect(), "{files:?}");
 }
 
 /// An experiment file in `dir` whose configs the group's records do not

@@ -20,6 +20,7 @@
 
 mod answer;
 mod choose;
+mod outcome;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -37,6 +38,7 @@ pub use answer::{
     configs, failures, failures_text, interval_words, peak_interval, plural, risk_words, Answer, Savings,
 };
 pub use choose::{choose, round_failed, Choice, Stop};
+pub use outcome::ActiveReport;
 
 /// The target error `submit --active` and `evidence` use unless told
 /// otherwise: the largest band an unmeasured config may keep.

@@ -5,8 +5,8 @@
 use std::fmt::Write;
 
 use super::{Row, Status};
+use crate::active::ActiveReport;
 use crate::active::Answer;
-use crate::submit::active::ActiveReport;
 
 /// `## Active sweep`: counts, savings, and a row per predicted config.
 pub fn section(out: &mut String, a: &ActiveReport) {

@@ -48,7 +48,10 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     } else {
         let Some(arg) = &args.experiment else { bail!("give an experiment (name or file) or --records FILE") };
         let name = experiment_name(arg)?;
-        let out = args.out.clone().unwrap_or_else(|| args.state_dir.join(&name).join("report"));
+        let out = match &args.out {
+            Some(out) => out.clone(),
+            None => crate::state::View::new(&args.state_dir, &name)?.report_dir(),
+        };
         (super::from_state(&args.state_dir, &name, None)?, out)
     };
     let (md, plots) = super::write(&report, &out)?;

@@ -18,7 +18,6 @@ use crate::sweep::SweepConfig;
 /// `predictor` overrides the experiment's own runtime (`runtime:` in its file).
 pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predictor>) -> Result<Report, ReportError> {
     let view = state::View::new(state_root, experiment)?;
-    let dir = view.root().to_path_buf();
     let (stored, records) = view.sweep_and_records()?;
     let stored: StoredSweep = stored
         .ok_or_else(|| ReportError::NoState { experiment: experiment.to_string(), root: state_root.to_path_buf() })?;
@@ -50,7 +49,7 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         }
         let section = if shapes.len() > 1 { input_label(&c.config) } else { String::new() };
         let record = records.get(&c.hash.0);
-        let reader = Reader { dir: &dir, sweep, predictor, budget };
+        let reader = Reader { view: &view, sweep, predictor, budget };
         let mut row = reader.row(c, record, section, &mut env)?;
         if !names.insert(c.name.as_str()) {
             // The stored sweep lists the file's configs first, then those the
@@ -67,14 +66,14 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         rows.push(row);
     }
     bar.finish_and_clear();
-    let active = crate::submit::active::load(state_root, experiment)?;
+    let active = view.active()?;
     if let Some(a) = &active {
         super::active::annotate(&mut rows, a);
     }
     Ok(Report {
         title: format!("{}: memory profiling report", sweep.experiment.name),
         description: sweep.experiment.description.clone(),
-        source: dir.display().to_string(),
+        source: view.root().display().to_string(),
         gpus: [sweep.experiment.gpu.to_string()].into(),
         capacity_gib: sweep.host_memory_gib.unwrap_or(sweep.experiment.gpu.capacity_gib()),
         host_memory: sweep.host_memory_gib.is_some(),
@@ -101,7 +100,7 @@ fn input_label(cfg: &RunConfig) -> String {
 /// What a state row is read against: the state directory, the predictor and
 /// the budget (`budget_gb` as the experiment sets it, if it does).
 struct Reader<'a> {
-    dir: &'a Path,
+    view: &'a state::View,
     sweep: &'a crate::sweep::Sweep,
     predictor: &'a Predictor,
     budget: f64,
@@ -135,8 +134,8 @@ impl Reader<'_> {
             .or_else(|| self.predictor.predict_peak(&c.config).ok().map(|p| p.peak_gib()));
         // The worker's events are the authority (the latest attempt only); the
         // record's copy of the result covers state dirs whose events were not pulled.
-        let events = record.and_then(|r| r.latest().and_then(|a| r.events_rel(a))).map(|rel| self.dir.join(rel));
-        let progress = match events.map(|path| (std::fs::read(&path), path)) {
+        let events = record.and_then(|r| r.latest().and_then(|a| r.events_rel(a)));
+        let progress = match events.map(|rel| self.view.events(&rel)) {
             None => None,
             Some((Ok(bytes), _)) => Some(collect::parse_events(&bytes)),
             Some((Err(e), _)) if e.kind() == std::io::ErrorKind::NotFound => None,

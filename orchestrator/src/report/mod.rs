@@ -214,7 +214,7 @@ pub struct Report {
     /// each run (empty: every prediction is made now, by `predictor`).
     pub predicted_by: BTreeSet<String>,
     /// The answers of an active sweep (`submit --active`), when it ran as one.
-    pub active: Option<crate::submit::active::ActiveReport>,
+    pub active: Option<crate::active::ActiveReport>,
     pub env: Environment,
     pub rows: Vec<Row>,
 }

@@ -4,7 +4,6 @@
 
 use super::*;
 use crate::collect::WorkerOutcome;
-use crate::fsio;
 use crate::precheck::Predictor;
 use crate::precheck::Verdict;
 use crate::slurm::JobId;
@@ -165,8 +164,7 @@ fn fixture() -> Fixture {
     let root = dir.path().join("state");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), SWEEP, &[]).expect("sweep parses");
     let mut st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    fsio::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
-        .expect("sweep.json");
+    st.save_sweep(&StoredSweep { cluster: "local".into(), sweep: sweep.clone() }).expect("sweep.json");
     let p = Predictor::pytorch();
     for (task, c) in sweep.configs.iter().enumerate() {
         let v = if c.is_valid() {
@@ -198,7 +196,7 @@ fn fixture() -> Fixture {
         if let Some(text) = text {
             let r = st.record(h).expect("recorded");
             let rel = r.latest().and_then(|a| r.events_rel(a)).expect("a run directory");
-            fsio::write_atomic(&st.path(&rel), text.as_bytes()).expect("events");
+            st.keep_events(&rel, "", 0, text.as_bytes()).expect("events");
         }
     }
     let records = st.records().values().map(|r| (r.name().to_string(), r.clone())).collect();
@@ -434,8 +432,7 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
     let text = SWEEP.replace("budget_gb: 60\n", "budget_gb: 60\nworker: {memory_limit: 512MiB}\n");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), &text, &[]).expect("sweep parses");
     let mut st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    fsio::write_json(&st.path("sweep.json"), &StoredSweep { cluster: "local".into(), sweep: sweep.clone() })
-        .expect("sweep.json");
+    st.save_sweep(&StoredSweep { cluster: "local".into(), sweep: sweep.clone() }).expect("sweep.json");
     let c = &sweep.configs[0];
     let result = serde_json::from_value(serde_json::json!({
         "event": "result", "t": 1795215789.0, "status": "oom", "params": 32912384,

@@ -2,16 +2,7 @@
 //! about a sweep, as plain JSON readable with `jq`, written so that a crash at
 //! any instant leaves it consistent.
 //!
-//! ```text
-//! state/<experiment>/
-//!   lock                      held (flock) by the one orchestrator working on it
-//!   sweep.json                the resolved sweep: experiment settings and every config
-//!   configs/<hash>.json       one record per config: verdict, attempts, SLURM state history, result
-//!   submissions/<sid>/        one per job array: submission.json, job.sbatch, manifest.json(l)
-//!   journal.jsonl             typed, versioned log of every change (state/journal.rs; replays to the submissions)
-//!   runs/<hash>/events.jsonl  the worker's event stream (pulled from the cluster)
-//!   render/                   scripts printed by `orchestrator render`
-//! ```
+//! Its files, each with its typed read and write, are listed in [`files`].
 //!
 //! Crash safety rests on one rule: a submission's intent (`submission.json`
 //! with no job id) is on disk, fsynced, *before* `sbatch` runs. A crash after
@@ -30,6 +21,7 @@ use crate::fsio::{self, now, read_json, write_json, FsError};
 use crate::util::failpoint;
 
 mod events_read;
+mod files;
 #[cfg(test)]
 mod fixture;
 pub mod intent;
@@ -39,6 +31,7 @@ mod rehash;
 mod submission;
 
 pub use events_read::{EventsRead, Live};
+pub use files::StateFile;
 pub use journal::Change;
 pub use record::{Attempt, ConfigRecord, RunDirKey, Seen, StateChange, MISSING_GRACE_S};
 pub use submission::{ArrayJob, Submission};
@@ -51,6 +44,8 @@ pub enum StateError {
     Locked { experiment: String, holder: String, path: PathBuf },
     #[error("experiment name `{0}` cannot name a state directory (use letters, digits, `_`, `-`, `.`)")]
     BadName(String),
+    #[error("{}:{line}: {source}", path.display())]
+    Line { path: PathBuf, line: usize, source: serde_json::Error },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
@@ -81,25 +76,26 @@ impl View {
         Ok(View { root: state_root.join(experiment) })
     }
 
+    /// The directory, for messages (its files are read through the methods here and in [`files`]).
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn path(&self, rel: &str) -> PathBuf {
+    fn file(&self, rel: &str) -> PathBuf {
         self.root.join(rel)
     }
 
     /// `sweep.json`, each config keyed by its hash now ([`rehash`]); `None`
     /// before the first submission.
     pub fn sweep(&self) -> Result<Option<StoredSweep>, StateError> {
-        Ok(read_json::<StoredSweep>(&self.path("sweep.json"))?.map(|s| s.rehashed().0))
+        Ok(read_json::<StoredSweep>(&self.file(files::SWEEP))?.map(|s| s.rehashed().0))
     }
 
     /// [`View::sweep`] and [`View::records`] keyed alike: in a directory not
     /// yet opened since one model has one hash, the records of configs that
     /// moved are read under their hash now (nothing is written).
     pub fn sweep_and_records(&self) -> Result<(Option<StoredSweep>, BTreeMap<String, ConfigRecord>), StateError> {
-        let stored = read_json::<StoredSweep>(&self.path("sweep.json"))?.map(StoredSweep::rehashed);
+        let stored = read_json::<StoredSweep>(&self.file(files::SWEEP))?.map(StoredSweep::rehashed);
         let mut records = self.records()?;
         if let Some((_, aliases)) = &stored {
             rehash::move_records(&mut records, aliases);
@@ -109,7 +105,7 @@ impl View {
 
     /// Every `configs/*.json`, by hash.
     pub fn records(&self) -> Result<BTreeMap<String, ConfigRecord>, StateError> {
-        let dir = self.root.join("configs");
+        let dir = self.file(files::CONFIGS);
         let mut out = BTreeMap::new();
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
@@ -129,7 +125,7 @@ impl View {
 
     /// Every `submissions/*/submission.json`, by id.
     pub fn submissions(&self) -> Result<Vec<Submission>, StateError> {
-        let dir = self.root.join("submissions");
+        let dir = self.file(files::SUBMISSIONS);
         let mut out = Vec::new();
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
@@ -137,7 +133,7 @@ impl View {
             Err(e) => return Err(io(&dir)(e)),
         };
         for entry in entries {
-            let p = entry.map_err(io(&dir))?.path().join("submission.json");
+            let p = entry.map_err(io(&dir))?.path().join(files::SUBMISSION);
             if let Some(s) = read_json::<Submission>(&p)? {
                 out.push(s);
             }
@@ -148,7 +144,7 @@ impl View {
 
     /// The typed lines of `journal.jsonl` (empty when there is none).
     pub fn journal(&self) -> Result<Vec<journal::Line>, StateError> {
-        Ok(journal::read(&self.path("journal.jsonl"))?.unwrap_or_default())
+        Ok(journal::read(&self.file(files::JOURNAL))?.unwrap_or_default())
     }
 }
 
@@ -173,8 +169,8 @@ impl StateDir {
     pub fn open(state_root: &Path, experiment: &str, wait: Duration) -> Result<StateDir, StateError> {
         let view = View::new(state_root, experiment)?;
         let root = view.root();
-        fs::create_dir_all(root.join("configs")).map_err(io(root))?;
-        let lock_path = root.join("lock");
+        fs::create_dir_all(root.join(files::CONFIGS)).map_err(io(root))?;
+        let lock_path = root.join(files::LOCK);
         let mut lock = OpenOptions::new()
             .read(true)
             .write(true)
@@ -210,6 +206,7 @@ impl StateDir {
         &self.view
     }
 
+    /// The directory, for messages.
     pub fn root(&self) -> &Path {
         self.view.root()
     }
@@ -218,16 +215,12 @@ impl StateDir {
         &self.experiment
     }
 
-    pub fn path(&self, rel: &str) -> PathBuf {
-        self.view.path(rel)
-    }
-
     fn record_path(&self, hash: &str) -> PathBuf {
-        self.root().join("configs").join(format!("{hash}.json"))
+        self.view.file(files::CONFIGS).join(format!("{hash}.json"))
     }
 
-    pub fn submission_dir(&self, id: &str) -> PathBuf {
-        self.root().join("submissions").join(id)
+    fn submission_dir(&self, id: &str) -> PathBuf {
+        self.view.file(files::SUBMISSIONS).join(id)
     }
 
     /// Every config's record, by hash.
@@ -261,7 +254,7 @@ impl StateDir {
         let t = now();
         let op = change.op();
         if let Some(s) = change.submission() {
-            write_json(&self.submission_dir(&s.id).join("submission.json"), s)?;
+            write_json(&self.submission_dir(&s.id).join(files::SUBMISSION), s)?;
             failpoint::hit_at(op, "submission-written");
         }
         let changed = change.apply_to(&mut self.records, t);
@@ -269,7 +262,7 @@ impl StateDir {
             return Ok(changed);
         }
         // For humans, audits and replay; `submission.json` is the record, so no fsync here.
-        fsio::append_jsonl(&self.path("journal.jsonl"), &journal::Line { v: journal::VERSION, t, change })?;
+        fsio::append_jsonl(&self.view.file(files::JOURNAL), &journal::Line { v: journal::VERSION, t, change })?;
         failpoint::hit_at(op, "journaled");
         for (i, hash) in changed.iter().enumerate() {
             if i == 1 {
@@ -380,7 +373,8 @@ mod tests {
         let d = tempfile::tempdir().expect("tempdir");
         let mut st = StateDir::open(d.path(), "e", Duration::ZERO).expect("open");
         // Old lines (before the journal was typed) are kept but not replayed.
-        fsio::append_jsonl(&st.path("journal.jsonl"), &serde_json::json!({"t": 0.5, "op": "intent"})).expect("old");
+        fsio::append_jsonl(&st.view().file(files::JOURNAL), &serde_json::json!({"t": 0.5, "op": "intent"}))
+            .expect("old");
         for h in ["a", "b", "c"] {
             st.apply(seen(h)).expect("seen");
         }
@@ -457,7 +451,7 @@ mod tests {
         let from = s1.state();
         s1.set_state(IntentState::Submitted { job_id: JobId::from("41") });
         st.apply(Change::Move { from, submission: s1 }).expect("submitted");
-        let path = st.path("journal.jsonl");
+        let path = st.view().file(files::JOURNAL);
         drop(st);
         let bytes = std::fs::read(&path).expect("journal");
         let whole = journal::replay(&journal::read(&path).expect("read").expect("a journal"));

@@ -54,13 +54,13 @@ fn sweep_configs(sweep: &Value) -> Vec<(&str, RunConfig)> {
 /// The hashes to move, from `sweep.json` and every submission's manifest.
 pub(super) fn aliases(view: &View) -> Result<Aliases, StateError> {
     let mut out = Aliases::new();
-    if let Ok(Some(sweep)) = read_json::<Value>(&view.path("sweep.json")) {
+    if let Ok(Some(sweep)) = read_json::<Value>(&view.file(super::files::SWEEP)) {
         for (stored, cfg) in sweep_configs(&sweep) {
             note(&mut out, stored, &cfg);
         }
     }
     for s in view.submissions()? {
-        let path = view.path(&format!("submissions/{}/manifest.json", s.id));
+        let path = view.file(&format!("{}/{}/manifest.json", super::files::SUBMISSIONS, s.id));
         let Ok(Some(m)) = read_json::<Manifest>(&path) else { continue };
         for (stored, cfg) in s.tasks.iter().zip(&m.configs) {
             note(&mut out, stored, cfg);
@@ -177,10 +177,10 @@ impl StateDir {
         }
         for mut s in self.load_submissions()? {
             if s.rehash(&aliases) {
-                write_json(&self.submission_dir(&s.id).join("submission.json"), &s)?;
+                write_json(&self.submission_dir(&s.id).join(super::files::SUBMISSION), &s)?;
             }
         }
-        let path = self.path("sweep.json");
+        let path = self.view().file(super::files::SWEEP);
         if let Ok(Some(mut sweep)) = read_json::<Value>(&path) {
             let configs = sweep.pointer_mut("/sweep/configs").and_then(Value::as_array_mut);
             let moved = configs.into_iter().flatten().filter_map(|c| {

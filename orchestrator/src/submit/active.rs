@@ -19,40 +19,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
-
-/// The latest answers of an active sweep, in its state directory.
-pub const FILE: &str = "active.json";
-
-/// The answers an active sweep left in the state directory of `experiment`
-/// (`None`: it was never run actively).
-pub fn load(state_root: &std::path::Path, experiment: &str) -> Result<Option<ActiveReport>, crate::fsio::FsError> {
-    crate::fsio::read_json(&state_root.join(experiment).join(FILE))
-}
 use spec::record::MeasurementRecord;
 use spec::RunConfig;
 
 use super::{cluster_name, status, submit, CommandError, Options, Watch};
-use crate::active::{self, Answer, Choice, Refit, Savings, Settings, Stop};
+use crate::active::{self, ActiveReport, Answer, Choice, Refit, Savings, Settings, Stop};
 use crate::cluster::{ClustersFile, TransportKind};
 use crate::precheck::Calibration;
-use crate::state::{Change, ConfigRecord, StateDir};
+use crate::state::{Change, ConfigRecord, StateDir, View};
 use crate::sweep::Sweep;
 use crate::transport::replay::Records;
-
-/// How an active sweep ended: every config's answer and what it saved. Kept
-/// in the state directory as [`FILE`], where `status`, `resume` and the
-/// report read it.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct ActiveReport {
-    pub experiment: String,
-    /// Rounds recorded in the journal (this run's and earlier runs').
-    pub rounds: u32,
-    pub stop: Stop,
-    /// By config name.
-    pub answers: BTreeMap<String, Answer>,
-    pub savings: Savings,
-}
 
 /// What the state directory says: measured records by hash, configs
 /// submitted that measured nothing (hash: why), hashes tried, rounds
@@ -69,17 +45,12 @@ struct Known {
 fn known(opts: &Options, experiment: &str) -> Result<Known, CommandError> {
     let st = StateDir::open(&opts.state_root, experiment, opts.lock_wait)?;
     let mut measured = BTreeMap::new();
-    if let Ok(text) = std::fs::read_to_string(st.path("measurements.jsonl")) {
-        let recs = spec::record::read_jsonl(&text).map_err(|(line, e)| {
-            CommandError::Refused(format!("{}:{line}: {e}", st.path("measurements.jsonl").display()))
-        })?;
-        // A run made before one model had one hash is recorded under the hash it was written with.
-        let now: BTreeMap<&str, &str> =
-            st.records().values().flat_map(|c| c.former_hashes().map(move |h| (h, c.hash()))).collect();
-        for r in recs {
-            if let Some((_, hash)) = r.id.rsplit_once('@') {
-                measured.insert(now.get(hash).copied().unwrap_or(hash).to_string(), r);
-            }
+    // A run made before one model had one hash is recorded under the hash it was written with.
+    let now: BTreeMap<&str, &str> =
+        st.records().values().flat_map(|c| c.former_hashes().map(move |h| (h, c.hash()))).collect();
+    for r in st.view().measurements()? {
+        if let Some((_, hash)) = r.id.rsplit_once('@') {
+            measured.insert(now.get(hash).copied().unwrap_or(hash).to_string(), r);
         }
     }
     let records = st.records().values();
@@ -129,7 +100,8 @@ pub async fn run(
 ) -> Result<ActiveReport, CommandError> {
     let name = sweep.experiment.name.clone();
     // On a `local` cluster the runs have this machine's memory (a limit below the GPU's).
-    let stored = crate::fsio::read_json::<super::StoredSweep>(&opts.state_root.join(&name).join("sweep.json"))?;
+    let view = View::new(&opts.state_root, &name)?;
+    let stored = view.sweep()?;
     let choice = super::ClusterChoice::of(opts.cluster.as_deref(), sweep, stored.as_ref());
     let judged = super::judge_where_it_runs(sweep, &choice, opts.clusters_file.as_deref());
     let sweep = &judged;
@@ -142,11 +114,11 @@ pub async fn run(
         .collect();
     let prior = Calibration::builtin();
     // A stop on failures already said (the loop run again): one new round first.
-    let said = load(&opts.state_root, &name)?.filter(|r| r.stop == Stop::RoundFailed).map(|r| r.rounds);
+    let said = view.active()?.filter(|r| r.stop == Stop::RoundFailed).map(|r| r.rounds);
     let replay = replay_records(sweep, opts)?;
     let mut submitted_round = None;
     loop {
-        if opts.state_root.join(&name).join("sweep.json").exists() {
+        if view.has_sweep() {
             status(&name, opts, Some(watch), &mut |_| {}).await?;
         }
         let k = known(opts, &name)?;
@@ -166,7 +138,7 @@ pub async fn run(
         let chosen = match choice {
             Choice::Done(stop) => {
                 let r = report(sweep, k, stop, answers);
-                crate::fsio::write_json(&opts.state_root.join(&name).join(FILE), &r)?;
+                StateDir::open(&opts.state_root, &name, opts.lock_wait)?.save_active(&r)?;
                 return Ok(r);
             }
             Choice::Measure(keys) => keys,
@@ -255,68 +227,9 @@ fn report(sweep: &Sweep, k: Known, stop: Stop, answers: BTreeMap<String, Answer>
     ActiveReport { experiment: sweep.experiment.name.clone(), rounds: k.rounds, stop, answers, savings }
 }
 
-impl ActiveReport {
-    /// The predictions that answer for their config (settled), by name:
-    /// what `resume` does not submit unless asked (`--all`).
-    pub fn settled_predictions(&self) -> BTreeSet<&str> {
-        self.answers.iter().filter(|(_, a)| a.is_settled_prediction()).map(|(n, _)| n.as_str()).collect()
-    }
-
-    /// Every config answered by a prediction, settled or not, by name.
-    pub fn predictions(&self) -> BTreeSet<&str> {
-        self.answers.iter().filter(|(_, a)| matches!(a, Answer::Predicted { .. })).map(|(n, _)| n.as_str()).collect()
-    }
-
-    /// `status`'s line on it: the kinds of answer and the savings, counting
-    /// as saved only the settled predictions whose config is still not
-    /// submitted (`submitted`: names of the configs submitted since).
-    pub fn status_line(&self, submitted: &BTreeSet<String>) -> String {
-        let s = &self.savings;
-        let saved = self.settled_predictions().iter().filter(|n| !submitted.contains(**n)).count();
-        let failed = match s.failed {
-            0 => String::new(),
-            n => format!(", {n} could not be measured"),
-        };
-        format!(
-            "active sweep: {} measured, {} predicted without a run{failed} ({} saved); `orchestrator report {}` lists the predictions",
-            s.measured,
-            s.predicted,
-            active::plural(saved, "run", "runs"),
-            self.experiment
-        )
-    }
-
-    /// Gives each `status` row of a config never submitted its predicted answer.
-    pub fn annotate(&self, rows: &mut [super::StatusRow]) {
-        for row in rows.iter_mut().filter(|r| r.state == "-") {
-            row.answer = self.answers.get(&row.name).filter(|a| matches!(a, Answer::Predicted { .. })).cloned();
-        }
-    }
-
-    /// `stopped after 3 rounds: the run budget is spent`.
-    pub fn stop_line(&self) -> String {
-        format!("stopped after {}: {}", active::plural(self.rounds as usize, "round", "rounds"), self.stop)
-    }
-}
-
-impl std::fmt::Display for ActiveReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "active sweep {}: {}", self.experiment, self.stop_line())?;
-        writeln!(f, "measured:")?;
-        for (n, a) in &self.answers {
-            if let Answer::Measured { peak_gib, oom } = a {
-                let what = if *oom { "oom".to_string() } else { format!("{:.3} GiB", peak_gib.unwrap_or(0.0)) };
-                writeln!(f, "  {n:<32} {what}")?;
-            }
-        }
-        write!(f, "{}", active::failures_text(&self.answers))?;
-        writeln!(f, "predicted (not run):")?;
-        for (n, a) in &self.answers {
-            if let (Some(words), Answer::Predicted { calibration, settled, .. }) = (a.predicted_words(), a) {
-                let open = if *settled { "" } else { " (not settled)" };
-                writeln!(f, "  {n:<32} {words}{open}; {calibration}")?;
-            }
-        }
-        writeln!(f, "{}", self.savings.counts())
+/// Gives each `status` row of a config never submitted its predicted answer.
+pub fn annotate(a: &ActiveReport, rows: &mut [super::StatusRow]) {
+    for row in rows.iter_mut().filter(|r| r.state == "-") {
+        row.answer = a.answers.get(&row.name).filter(|a| matches!(a, Answer::Predicted { .. })).cloned();
     }
 }

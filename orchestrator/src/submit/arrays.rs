@@ -28,6 +28,10 @@ pub(crate) fn random_suffix() -> String {
     hex::encode(&h.finalize()[..2])
 }
 
+/// Keeps the local copy of file `name` of submission `sid` (the state's
+/// submission directory for `submit`, `render/` for `render`) and says where.
+pub(crate) type Keep<'a> = dyn Fn(&str, &str, &[u8]) -> Result<PathBuf, CommandError> + 'a;
+
 /// Where job arrays go on the cluster and how they are numbered.
 pub(crate) struct Placement<'a> {
     /// The cluster's state root (`<work_dir>/state`).
@@ -42,14 +46,14 @@ pub(crate) struct Placement<'a> {
 
 /// Renders job arrays for `configs` (split below MaxArraySize), each task
 /// running the experiment's `configs_per_task` of them in turn; writes the
-/// scripts and manifests under `dir_for(sid)`.
+/// scripts and manifests with `keep(sid, name, bytes)`, which says where it kept each.
 pub(crate) fn prepare_arrays(
     sweep: &Sweep,
     configs: &[&SweepConfig],
     target: &Target,
     place: &Placement,
     renderer: &mut Renderer,
-    dir_for: &dyn Fn(&str) -> PathBuf,
+    keep: &Keep,
 ) -> Result<Vec<Prepared>, CommandError> {
     let exp = &sweep.experiment;
     let k = exp.worker.configs_per_task.max(1);
@@ -84,20 +88,22 @@ pub(crate) fn prepare_arrays(
         };
         let script = renderer.render(&template, &vars)?;
         let (manifest_json, jsonl) = manifests(&exp.name, chunk, k, exp.worker.memory_limit)?;
-        let local_dir = dir_for(&sid);
         let files = vec![
             ("manifest.json".to_string(), manifest_json),
             ("manifest.jsonl".to_string(), jsonl),
             ("job.sbatch".to_string(), script.into_bytes()),
         ];
+        let mut script_local = PathBuf::new();
         for (name, data) in &files {
-            // Copies of what goes to the cluster: replaced atomically, no fsync (the intent is the durable record).
-            fsio::write_replace(&local_dir.join(name), data)?;
+            let kept = keep(&sid, name, data)?;
+            if name == "job.sbatch" {
+                script_local = kept;
+            }
         }
         out.push(Prepared {
             sub: Submission::new(sid, job, format!("{sub_dir}/job.sbatch")),
             files: files.into_iter().map(|(n, d)| (format!("{sub_dir}/{n}"), d)).collect(),
-            script_local: local_dir.join("job.sbatch"),
+            script_local,
         });
     }
     Ok(out)

@@ -392,8 +392,8 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     let mut printer = super::watch::Printer::new(json, watch.then(crate::progress::watch_bar));
     let (root, exp) = (opts.state_root.clone(), name.clone());
     let mut show = move |r: &StatusReport| {
-        let active = active::load(&root, &exp).ok().flatten();
-        let predicted = active.as_ref().map(active::ActiveReport::predictions).unwrap_or_default();
+        let active = crate::state::View::new(&root, &exp).ok().and_then(|v| v.active().ok().flatten());
+        let predicted = active.as_ref().map(crate::active::ActiveReport::predictions).unwrap_or_default();
         let progress = crate::progress::read(&root, &exp, &predicted).ok();
         if watch {
             printer.show(r, progress.as_ref());
@@ -429,8 +429,8 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
 /// `resume --all`, before it submits: how many configs the active sweep
 /// answered by a prediction it now runs, and in how many GPU jobs.
 fn say_all(sweep: &Sweep, opts: &Options) -> Result<()> {
-    let Some(a) = active::load(&opts.state_root, &sweep.experiment.name)? else { return Ok(()) };
     let view = crate::state::View::new(&opts.state_root, &sweep.experiment.name)?;
+    let Some(a) = view.active()? else { return Ok(()) };
     let records = view.records()?;
     let predicted = a.settled_predictions();
     let n = sweep

@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cluster::{ClusterError, ClustersFile};
-use crate::fsio;
 use crate::precheck::overlay::CalibrationSource;
 use crate::precheck::{Predictor, Verdict, VerdictKind};
 use crate::render::RenderFailure;
@@ -178,7 +177,7 @@ pub(crate) fn allowed(verdict: VerdictKind, opts: &Options) -> bool {
 /// Opens the state, records the sweep and a record per config (new ones
 /// created, verdicts refreshed). The cluster is fixed at the first submission.
 pub(crate) fn prepare(st: &mut StateDir, sweep: &Sweep, cluster: &str) -> Result<(), CommandError> {
-    let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
+    let prev = st.view().sweep()?;
     if let Some(prev) = &prev {
         if prev.cluster != cluster && !st.load_submissions()?.is_empty() {
             return Err(CommandError::Refused(format!(
@@ -190,10 +189,7 @@ pub(crate) fn prepare(st: &mut StateDir, sweep: &Sweep, cluster: &str) -> Result
             )));
         }
     }
-    fsio::write_json(
-        &st.path("sweep.json"),
-        &StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, st.records()) },
-    )?;
+    st.save_sweep(&StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, st.records()) })?;
     let v = judged(sweep, st.root().parent().unwrap_or(Path::new(".")));
     let mut seen = BTreeSet::new();
     for c in &sweep.configs {
@@ -326,8 +322,8 @@ pub(crate) fn same_file(local: &Path, remote: &str) -> bool {
 /// Loads the stored sweep of an experiment by name, each config keyed by its
 /// hash now (as opening its state directory keys the records).
 pub fn stored_sweep(state_root: &Path, experiment: &str) -> Result<StoredSweep, CommandError> {
-    let stored = fsio::read_json::<StoredSweep>(&state_root.join(experiment).join("sweep.json"))?;
-    stored.map(|s| s.rehashed().0).ok_or_else(|| {
+    let stored = crate::state::View::new(state_root, experiment)?.sweep()?;
+    stored.ok_or_else(|| {
         CommandError::Refused(format!(
             "no state for experiment `{experiment}` under {} (submit it first, or pass the experiment file)",
             state_root.display()

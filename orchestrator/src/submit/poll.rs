@@ -18,8 +18,7 @@ use crate::transport::Poll;
 /// [`crate::state::Attempt::gone`]).
 pub(crate) fn apply(st: &mut StateDir, poll: &Poll) -> Result<Vec<String>, CommandError> {
     let now = fsio::now();
-    let missing_path = st.path("missing.json");
-    let mut missing: BTreeMap<String, f64> = fsio::read_json(&missing_path)?.unwrap_or_default();
+    let mut missing = st.missing()?;
     let missing_before = missing.clone();
     // One observation per array task (a task of several configs is one line).
     type Seen = (SlurmState, Option<String>, Option<JobId>);
@@ -50,7 +49,7 @@ pub(crate) fn apply(st: &mut StateDir, poll: &Poll) -> Result<Vec<String>, Comma
         changed.extend(st.apply(Change::Observed { submission, task, configs, state, detail, job_id })?);
     }
     if missing != missing_before {
-        fsio::write_json(&missing_path, &missing)?;
+        st.save_missing(&missing)?;
     }
     Ok(changed)
 }

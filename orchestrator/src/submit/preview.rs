@@ -5,11 +5,11 @@
 use std::path::PathBuf;
 
 use super::arrays::{prepare_arrays, Placement};
-use super::{template_dirs, CommandError, Options, StoredSweep, Target};
+use super::{template_dirs, CommandError, Options, Target};
 use crate::cluster::{merge_resources, ClusterConfig, ClustersFile, TransportKind};
 use crate::fsio;
 use crate::render::Renderer;
-use crate::state::{self, StateError};
+use crate::state;
 use crate::sweep::Sweep;
 use crate::transport;
 
@@ -27,10 +27,8 @@ pub struct Rendered {
 /// `state/<experiment>/render/` and returned; nothing is submitted and the
 /// state's records are left alone.
 pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandError> {
-    if !state::valid_experiment_name(&sweep.experiment.name) {
-        return Err(StateError::BadName(sweep.experiment.name.clone()).into());
-    }
-    let prev = fsio::read_json::<StoredSweep>(&opts.state_root.join(&sweep.experiment.name).join("sweep.json"))?;
+    let view = state::View::new(&opts.state_root, &sweep.experiment.name)?;
+    let prev = view.sweep()?;
     let choice = super::ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
     let judged = super::judge_where_it_runs(sweep, &choice, opts.clusters_file.as_deref());
     let sweep = &judged;
@@ -42,9 +40,13 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandEr
         Target { name, transport: transport::open(&cluster, &ClusterConfig::local(), &opts.state_root)?, config };
     let (todo, skipped) = super::send::would_send(sweep, opts)?;
     let mut renderer = Renderer::new(template_dirs(opts, sweep));
-    let dir = opts.state_root.join(&sweep.experiment.name).join("render");
+    let dir = view.render_dir();
     let place = Placement { remote_state: &remote_state, worker: &worker, max_array: 1001, first_seq: 1 };
-    let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| dir.join(sid))?;
+    let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid, name, data| {
+        let path = dir.join(sid).join(name);
+        fsio::write_replace(&path, data)?;
+        Ok(path)
+    })?;
     let time = merge_resources(&sweep.experiment.slurm, &target.config.defaults).time;
     Ok(Rendered {
         scripts: prepared
@@ -55,7 +57,7 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandEr
             })
             .collect(),
         skipped,
-        time: crate::walltime::for_sweep(sweep, &opts.state_root, time.as_deref()),
+        time: crate::walltime::for_sweep(sweep, &view.every_events_file(), time.as_deref()),
     })
 }
 

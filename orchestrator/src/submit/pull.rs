@@ -16,9 +16,8 @@
 
 use spec::event::RunResult;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 
-use super::{blocking, same_file, Target};
+use super::{blocking, Target};
 use crate::collect::{complete_lines, parse_events, to_record, WorkerOutcome};
 use crate::fsio;
 use crate::slurm::{Activity, JobId, SlurmState};
@@ -116,10 +115,9 @@ pub(crate) async fn pull_events(
         let mut after = read.clone();
         let used = after.fold(job_id.as_ref(), events).unwrap_or(consumed);
         after.offset = offset + used as u64;
-        let local = st.path(&rel);
-        if used > 0 && !same_file(&local, &remote) {
-            if let Err(e) = append_local(&local, offset, &data[..used]) {
-                tracing::warn!("{}: {e}", local.display());
+        if used > 0 {
+            if let Err(e) = st.keep_events(&rel, &remote, offset, &data[..used]) {
+                tracing::warn!("{e}");
             }
         }
         let new_result = after.result.is_some() && after.result != read.result;
@@ -127,7 +125,7 @@ pub(crate) async fn pull_events(
             tracing::warn!("{e}");
         }
         if new_result {
-            if let Err(e) = append_measurement(st, cfg, &local) {
+            if let Err(e) = append_measurement(st, cfg, &rel) {
                 tracing::warn!("{e}");
             }
         }
@@ -197,30 +195,13 @@ pub fn log_tail(bytes: &[u8]) -> String {
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
-/// Appends the bytes read from `offset` to the local copy (which then holds
-/// exactly the bytes read so far; a copy from older versions is replaced).
-fn append_local(local: &std::path::Path, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(d) = local.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(local)?;
-    if f.metadata()?.len() != offset {
-        // Out of step (an older copy, a first read): start over from the cluster's bytes.
-        drop(f);
-        if offset != 0 {
-            return Ok(()); // the next full read (offset 0) rewrites it
-        }
-        return std::fs::write(local, bytes);
-    }
-    f.write_all(bytes)
-}
-
 /// Appends the measurement of a finished run to `measurements.jsonl` (read
 /// from this one config's local events: O(one file) per new result).
-fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, local: &std::path::Path) -> Result<(), fsio::FsError> {
-    let bytes = std::fs::read(local).map_err(fsio::io(local))?;
+fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, rel: &str) -> Result<(), crate::state::StateError> {
+    let (bytes, path) = st.view().events(rel);
+    let bytes = bytes.map_err(fsio::io(&path))?;
     let Some(rec) = to_record(cfg, &parse_events(&bytes)) else { return Ok(()) };
-    fsio::append_jsonl(&st.path("measurements.jsonl"), &rec)
+    st.append_measurement(&rec)
 }
 
 /// What an events file says about the attempt that ran as SLURM job

@@ -10,7 +10,7 @@ use super::protocol;
 use super::pull::awaiting_result;
 use super::{
     allowed, blocking, open_target, prepare, result_grace_s, same_file, template_dirs, ClusterChoice, ClusterSource,
-    CommandError, Options, StoredSweep, Target,
+    CommandError, Options, Target,
 };
 use crate::cluster::ClusterError;
 use crate::collect::WorkerOutcome;
@@ -20,7 +20,7 @@ use crate::precheck::VerdictKind;
 use crate::render::Renderer;
 use crate::slurm::{JobId, SlurmState};
 use crate::state::intent::{IntentEvent, IntentState};
-use crate::state::{Attempt, Change, ConfigRecord, StateDir};
+use crate::state::{Attempt, Change, ConfigRecord, StateDir, View};
 use crate::sweep::{Sweep, SweepConfig};
 use crate::transport::{CounterSnapshot, TransportError};
 use crate::util::failpoint;
@@ -248,7 +248,7 @@ fn answered_by_active(opts: &Options, experiment: &str) -> Result<BTreeMap<Strin
     if opts.all || opts.only.is_some() {
         return Ok(BTreeMap::new());
     }
-    let Some(a) = super::active::load(&opts.state_root, experiment)? else { return Ok(BTreeMap::new()) };
+    let Some(a) = View::new(&opts.state_root, experiment)?.active()? else { return Ok(BTreeMap::new()) };
     Ok(a.answers
         .iter()
         .filter(|(_, answer)| answer.is_settled_prediction())
@@ -298,7 +298,7 @@ async fn check_worker_of(
     let checked = super::probe::check_worker(target, worker, sweep.experiment.worker.backend).await;
     if checked.is_err() {
         for p in prepared {
-            let _ = std::fs::remove_dir_all(st.submission_dir(&p.sub.id));
+            st.forget_unsent(&p.sub.id);
         }
     }
     checked
@@ -307,12 +307,12 @@ async fn check_worker_of(
 /// `submit` (never-submitted configs only) and `resume` (also retryable ended ones).
 pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<SubmitReport, CommandError> {
     let t0 = Instant::now();
-    if !opts.state_root.join(&sweep.experiment.name).join("sweep.json").exists() {
+    if !View::new(&opts.state_root, &sweep.experiment.name)?.has_sweep() {
         // Refused before the state directory is made: nothing to clean up.
         ClusterChoice::of(opts.cluster.as_deref(), sweep, None).check(sweep)?;
     }
     let mut st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
-    let prev = fsio::read_json::<StoredSweep>(&st.path("sweep.json"))?;
+    let prev = st.view().sweep()?;
     let choice = ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
     let judged = super::judge_where_it_runs(sweep, &choice, opts.clusters_file.as_deref());
     let sweep = &judged;
@@ -362,7 +362,9 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
         let mut renderer = Renderer::new(template_dirs(opts, sweep));
         let first_seq = st.load_submissions()?.len() + 1;
         let place = Placement { remote_state: &remote_state, worker: &worker, max_array, first_seq };
-        let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid| st.submission_dir(sid))?;
+        let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid, name, data| {
+            Ok(st.keep_sent(sid, name, data)?)
+        })?;
         check_worker_of(&st, &target, sweep, &worker, &prepared).await?;
         send(&mut st, &target, prepared, &mut report).await?;
     }

@@ -288,8 +288,8 @@ pub async fn status(
             let grace = result_grace_s(opts, &target);
             let poll = update(&mut st, &target, &stored.sweep, false, grace).await?;
             let mut rows = rows(&stored.sweep, st.records());
-            if let Some(a) = super::active::load(&opts.state_root, experiment)? {
-                a.annotate(&mut rows);
+            if let Some(a) = st.view().active()? {
+                super::active::annotate(&a, &mut rows);
             }
             // Settled: nothing queued, running or unresolved, and no ended job's result still in flight.
             let now = fsio::now();

@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 
 use spec::event::{CacheState, Event, Phase, RunStatus};
 
@@ -119,15 +118,9 @@ fn runs_of(bytes: &[u8]) -> Vec<Run> {
     out
 }
 
-/// The `ok` runs under `runs_dir` (`state/<experiment>/runs`), split cold and warm.
-pub fn measured(runs_dir: &Path) -> Measured {
-    let mut runs: Vec<Run> = Vec::new();
-    for entry in std::fs::read_dir(runs_dir).into_iter().flatten().filter_map(|e| e.ok()) {
-        if let Ok(bytes) = std::fs::read(entry.path().join("events.jsonl")) {
-            runs.extend(runs_of(&bytes));
-        }
-    }
-    classify(runs)
+/// The `ok` runs in a sweep's events files, split cold and warm.
+pub fn measured(events_files: &[Vec<u8>]) -> Measured {
+    classify(events_files.iter().flat_map(|bytes| runs_of(bytes)).collect())
 }
 
 /// A run is warm when its kernel cache was reused, or when an earlier config
@@ -156,11 +149,9 @@ fn classify(runs: Vec<Run>) -> Measured {
     m
 }
 
-/// The suggestion for `sweep` from its runs in `state_root`
-/// (`<state_root>/<experiment>/runs`), against the limit `set`.
-pub fn for_sweep(sweep: &Sweep, state_root: &Path, set: Option<&str>) -> Suggestion {
-    let runs_dir = state_root.join(&sweep.experiment.name).join("runs");
-    suggest(sweep, &measured(&runs_dir), set)
+/// The suggestion for `sweep` from its runs' events files, against the limit `set`.
+pub fn for_sweep(sweep: &Sweep, events_files: &[Vec<u8>], set: Option<&str>) -> Suggestion {
+    suggest(sweep, &measured(events_files), set)
 }
 
 fn slowest(v: &[f64]) -> f64 {

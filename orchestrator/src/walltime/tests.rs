@@ -12,7 +12,7 @@ sweep:
 ";
 
 fn sweep(extra: &str) -> Sweep {
-    crate::sweep::parse(Path::new("t.yaml"), &format!("{BASE}{extra}"), &[]).expect("the experiment loads")
+    crate::sweep::parse(std::path::Path::new("t.yaml"), &format!("{BASE}{extra}"), &[]).expect("the experiment loads")
 }
 
 fn start(t: f64, job: &str, cache: Option<&str>) -> String {
@@ -73,11 +73,8 @@ fn the_cpu_backend_compiles_nothing_cold_is_warm() {
 
 #[test]
 fn measured_runs_are_cold_or_warm_by_cache_and_by_their_place_in_the_job() {
-    let d = tempfile::tempdir().expect("tempdir");
-    let write = |hash: &str, text: String| {
-        std::fs::create_dir_all(d.path().join(hash)).expect("mkdir");
-        std::fs::write(d.path().join(hash).join("events.jsonl"), text).expect("write");
-    };
+    let mut files = Vec::new();
+    let mut write = |_run: &str, text: String| files.push(text.into_bytes());
     // Job 7 ran a, b (in turn, one process); job 8 ran c with a reused cache;
     // d was killed (no result) and then retried cold in job 9, training two steps.
     write("a", format!("{}{}", start(10.0, "7", Some("fresh")), result("ok", 300.0)));
@@ -97,7 +94,7 @@ fn measured_runs_are_cold_or_warm_by_cache_and_by_their_place_in_the_job() {
     write("e", format!("{}{}", start(5.0, "10", None), result("oom", 999.0)));
     let replayed = start(7.0, "11", None).replace("\"backend\":\"vulkan\"", "\"backend\":\"replay\"");
     write("f", format!("{replayed}{}", result("ok", 0.0)));
-    let m = measured(d.path());
+    let m = measured(&files);
     let mut cold = m.cold.clone();
     cold.sort_by(f64::total_cmp);
     assert_eq!(cold, [280.0, 300.0], "an oom's, a killed or a replayed run's time is not a config's");
