@@ -7,10 +7,12 @@
 //! 3. what a worker writes: `collect` (its event stream, read), `walltime` (SLURM's time limit from its wall times);
 //! 4. the cluster: `cluster` → `render`, `slurm` → `transport` → `target`;
 //! 5. the state directory: `state`;
-//! 6. commands and what they show: `progress` → `submit` → `report` → `evidence`.
+//! 6. commands and what they show: `progress` → `submit` → `report` → `evidence`;
+//! 7. the command line: `cli` (clap, a file per command; nothing below it knows clap).
 
 pub mod active;
 pub mod advisor;
+pub mod cli;
 pub mod cluster;
 pub mod collect;
 pub mod evidence;

@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use orchestrator::precheck::{calibrate, cli, Calibration, Coefficients, Fit};
+use orchestrator::cli::precheck as cli;
+use orchestrator::precheck::{calibrate, Calibration, Coefficients, Fit};
 
 fn data(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(file)

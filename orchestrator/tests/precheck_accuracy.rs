@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
+use orchestrator::cli::precheck::predict_record;
 use orchestrator::precheck::calibrate::{self, summarise};
-use orchestrator::precheck::cli::predict_record;
 use orchestrator::precheck::Calibration;
 use spec::record::{read_jsonl, MeasuredStatus, MeasurementRecord};
 

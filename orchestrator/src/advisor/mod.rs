@@ -7,7 +7,6 @@
 //! `Prediction::terms`, `verdict`); the advisor adds no memory model of its own,
 //! so its answers are exactly as good as the calibrated predictor.
 
-pub mod cli;
 pub mod explain;
 pub mod fit;
 pub mod levers;

@@ -25,7 +25,6 @@
 
 pub mod calibrate;
 mod calibration;
-pub mod cli;
 mod dit;
 mod hdit;
 pub mod overlay;

@@ -11,7 +11,6 @@
 //! a report made while `status --watch` polls sees each config whole.
 
 mod active;
-pub mod cli;
 mod from_records;
 mod from_state;
 pub mod markdown;

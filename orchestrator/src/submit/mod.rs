@@ -42,11 +42,10 @@ mod pull;
 mod send;
 pub mod view;
 pub mod warm;
-mod watch;
 
 pub use cancel::cancel;
 pub use poll::PollSummary;
-pub use preview::render;
+pub use preview::{render, Rendered};
 pub use pull::{attempt_events, last_result};
 pub use send::{submit, SubmitReport};
 pub use view::{status, StatusReport, StatusRow, Watch};
@@ -342,7 +341,6 @@ pub(crate) fn template_dirs(opts: &Options, sweep: &Sweep) -> Vec<PathBuf> {
 }
 
 /// The command line of the cluster commands (wired into `main` by one flattened variant).
-pub mod cli;
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,11 @@
 //! `orchestrator submit | status | resume | cancel | render | install`: arguments and output.
 
-use super::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::slurm::RetryPolicy;
+use crate::submit::*;
+use crate::sweep::Sweep;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
@@ -300,12 +305,12 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             let Some(cluster) = common.cluster.as_deref() else {
                 anyhow::bail!("install needs --cluster NAME (a cluster of the clusters file)");
             };
-            let worker = match worker.or_else(super::install::default_worker) {
+            let worker = match worker.or_else(crate::submit::install::default_worker) {
                 Some(w) => w,
                 None => anyhow::bail!("cannot locate this executable's directory; pass --worker PATH"),
             };
             let warm = warm.then_some(backend);
-            let done = block_on(super::install::install(&opts, cluster, &worker, warm))?.context("install")?;
+            let done = block_on(crate::submit::install::install(&opts, cluster, &worker, warm))?.context("install")?;
             print_installed(cluster, &done);
         }
         ClusterCommand::Render { file, overrides, select, common } => {
@@ -329,7 +334,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
 
 /// What `cancel` did, in lines: the arrays cancelled now, and those an
 /// earlier `cancel` already asked for (nothing new) that SLURM still lists.
-fn cancelled_text(name: &str, done: &super::cancel::Cancelled) -> String {
+fn cancelled_text(name: &str, done: &crate::submit::cancel::Cancelled) -> String {
     let list = |ids: &[crate::slurm::JobId]| ids.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(" ");
     let mut s = match (done.new.is_empty(), done.again.is_empty()) {
         (true, true) => format!("nothing to cancel: no job array of {name} is queued or running\n"),
@@ -344,7 +349,7 @@ fn cancelled_text(name: &str, done: &super::cancel::Cancelled) -> String {
 
 /// What `render` left out: the configs `submit` would not send now, and why
 /// (the scripts hold only those it would).
-fn render_summary(r: &super::preview::Rendered) -> String {
+fn render_summary(r: &crate::submit::Rendered) -> String {
     if r.skipped.is_empty() {
         return String::new();
     }
@@ -369,8 +374,8 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     if Path::new(experiment).is_file() && stored_sweep(&opts.state_root, &name).is_err() {
         // A file never submitted: every config, not submitted, nothing to
         // poll; each verdict judged where `submit` would run it, as `plan` does.
-        let choice = super::ClusterChoice::of(opts.cluster.as_deref(), &sweep, None);
-        let judged = super::judge_where_it_runs(&sweep, &choice, opts.clusters_file.as_deref());
+        let choice = crate::submit::ClusterChoice::of(opts.cluster.as_deref(), &sweep, None);
+        let judged = crate::submit::judge_where_it_runs(&sweep, &choice, opts.clusters_file.as_deref());
         let r = view::unsubmitted(&judged, &opts.state_root);
         if json {
             for row in &r.rows {
@@ -388,7 +393,7 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
         max: Duration::from_secs_f64(max_interval.max(interval).max(0.1)),
         max_polls: None,
     });
-    // --watch: a bar in a terminal, only what changed when piped (super::watch).
+    // --watch: a bar in a terminal, only what changed when piped (crate::submit::watch).
     let mut printer = super::watch::Printer::new(json, watch.then(crate::progress::watch_bar));
     let (root, exp) = (opts.state_root.clone(), name.clone());
     let mut show = move |r: &StatusReport| {
@@ -449,7 +454,7 @@ fn say_all(sweep: &Sweep, opts: &Options) -> Result<()> {
 }
 
 /// `install`'s answer: the upload, then the warm-up job and where its output goes.
-fn print_installed(cluster: &str, done: &super::install::Installed) {
+fn print_installed(cluster: &str, done: &crate::submit::install::Installed) {
     match &done.upload {
         Some(r) => println!(
             "{} {} ({:.1} MiB, sha256 {}) on {}: {:.1} s",

@@ -36,7 +36,7 @@ fn experiment_name(arg: &str) -> Result<String> {
 
 pub fn run(args: &ReportArgs) -> Result<()> {
     let (report, out) = if !args.records.is_empty() {
-        let records = super::read_records_files(&args.records)?;
+        let records = crate::report::read_records_files(&args.records)?;
         // Predict for the runtime the records were measured on, where one is calibrated.
         let predictor = records
             .first()
@@ -44,7 +44,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             .unwrap_or_else(Predictor::pytorch);
         let source = args.records.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
         let out = args.out.clone().unwrap_or_else(|| args.state_dir.join("records-report"));
-        (super::from_records(&records, source, &predictor), out)
+        (crate::report::from_records(&records, source, &predictor), out)
     } else {
         let Some(arg) = &args.experiment else { bail!("give an experiment (name or file) or --records FILE") };
         let name = experiment_name(arg)?;
@@ -52,11 +52,11 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             Some(out) => out.clone(),
             None => crate::state::View::new(&args.state_dir, &name)?.report_dir(),
         };
-        (super::from_state(&args.state_dir, &name, None)?, out)
+        (crate::report::from_state(&args.state_dir, &name, None)?, out)
     };
-    let (md, plots) = super::write(&report, &out)?;
+    let (md, plots) = crate::report::write(&report, &out)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&super::json(&report))?);
+        println!("{}", serde_json::to_string_pretty(&crate::report::json(&report))?);
         eprintln!("wrote {}", md.display());
     } else {
         // What to open first, then where the rest is (not a list of every file).

@@ -7,9 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use super::view::{StatusReport, StatusRow};
 use crate::precheck::memory;
 use crate::progress::{SweepProgress, WatchBar};
+use crate::submit::{StatusReport, StatusRow};
 
 /// Running configs named beside the bar; more are counted.
 const RUNNING_SHOWN: usize = 3;

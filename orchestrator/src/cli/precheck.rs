@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use spec::record::MeasurementRecord;
 
-use super::calibrate::{self, FitStats};
-use super::{Calibration, Predictor, Verdict};
+use crate::precheck::calibrate::{self, FitStats};
+use crate::precheck::{Calibration, Predictor, Verdict};
 
 /// Read measurement JSONL files; errors name the file and the line.
 pub fn read_records(paths: &[PathBuf]) -> Result<Vec<MeasurementRecord>> {
@@ -100,10 +100,10 @@ pub fn predict_record(cal: &Calibration, r: &MeasurementRecord, budget_gib: Opti
             verdict: verdict.name(),
             train_peak_gb: Some(round(p.train_peak_gib(), 2)),
             peak_phase: Some(p.peak_phase.name()),
-            fwd_bwd_gb: Some(round(p.fwd_bwd_bytes / super::GIB, 3)),
-            step_gb: Some(round(p.step_bytes / super::GIB, 3)),
+            fwd_bwd_gb: Some(round(p.fwd_bwd_bytes / crate::precheck::GIB, 3)),
+            step_gb: Some(round(p.step_bytes / crate::precheck::GIB, 3)),
             terms: p.peak_terms().fold(Default::default(), |mut m, t| {
-                *m.entry(t.kind.name()).or_insert(0.0) += t.bytes / super::GIB;
+                *m.entry(t.kind.name()).or_insert(0.0) += t.bytes / crate::precheck::GIB;
                 m
             }),
             reason: match verdict {
@@ -248,9 +248,9 @@ fn print_side_by_side(
 /// (the shipped calibration on your runs) and after (the overlay, each
 /// experiment's runs predicted by a fit without them).
 pub fn run_check(state_root: &Path) -> Result<()> {
-    let overlay = super::overlay::Overlay::load(state_root)
+    let overlay = crate::precheck::overlay::Overlay::load(state_root)
         .with_context(|| format!("fitting the calibration overlay of {}", state_root.display()))?;
-    let path = state_root.join(super::overlay::FILE);
+    let path = state_root.join(crate::precheck::overlay::FILE);
     let mut out = std::io::stdout().lock();
     if overlay.sources.is_empty() {
         writeln!(

@@ -7,10 +7,10 @@ use serde::Serialize;
 use spec::{Gpu, Mode, Variant};
 use std::path::PathBuf;
 
-use super::explain::{self, Explanation};
-use super::fit::{self, FitOptions, SearchSpace};
-use super::levers::{self, Lever};
-use super::scale::{self, NewInput, Scaling};
+use crate::advisor::explain::{self, Explanation};
+use crate::advisor::fit::{self, FitOptions, SearchSpace};
+use crate::advisor::levers::{self, Lever};
+use crate::advisor::scale::{self, NewInput, Scaling};
 use crate::precheck::Predictor;
 use crate::sweep::Sweep;
 
@@ -108,7 +108,7 @@ struct ExplainJson<'a> {
 
 /// `orchestrator explain`.
 pub fn run_explain(sweep: &Sweep, args: &ExplainArgs, predictor: &Predictor) -> Result<()> {
-    let chosen = super::pick(sweep, args.config.as_deref())?;
+    let chosen = crate::advisor::pick(sweep, args.config.as_deref())?;
     let cfg = &chosen.config;
     let e = explain::explain(predictor, cfg, sweep.capacity(cfg.gpu))?;
     let lv = if args.no_levers { Vec::new() } else { levers::levers(predictor, cfg)? };
@@ -135,7 +135,7 @@ pub fn run_explain(sweep: &Sweep, args: &ExplainArgs, predictor: &Predictor) -> 
         None => None,
     };
     if let Some(path) = &args.plot {
-        super::plot::plot(&e, sweep.experiment.budget_gb, path)?;
+        crate::advisor::plot::plot(&e, sweep.experiment.budget_gb, path)?;
         eprintln!("wrote {}", path.display());
     }
     if args.json {
