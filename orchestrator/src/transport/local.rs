@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::disk::OnDisk;
 use super::{CounterSnapshot, Counters, FileStore, Poll, Scheduler, Transport, TransportError, WorkerProbe};
 use crate::cluster::ClusterConfig;
 use crate::slurm::{expand_ranges, JobId, SlurmState, TaskObservation};
@@ -211,12 +212,18 @@ impl Transport for LocalTransport {
     }
 }
 
-impl FileStore for LocalTransport {
-    fn remote_state_root(&self) -> Result<String, TransportError> {
-        Ok(self.state_root.to_string_lossy().into_owned())
+impl OnDisk for LocalTransport {
+    const NAME: &'static str = "local";
+
+    fn root(&self) -> &Path {
+        &self.state_root
     }
 
-    fn worker_path(&self) -> Result<String, TransportError> {
+    fn file_counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn worker(&self) -> Result<String, TransportError> {
         if let Some(w) = &self.worker {
             return Ok(w.clone());
         }
@@ -225,31 +232,7 @@ impl FileStore for LocalTransport {
         Ok(if beside.is_file() { beside.to_string_lossy().into_owned() } else { "worker".into() })
     }
 
-    fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
-        self.counters.file();
-        super::local_slurm::write_local(path, data, executable)
-    }
-
-    fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
-        self.counters.file();
-        super::local_slurm::read_local_from(path, 0)
-    }
-
-    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
-        self.counters.file();
-        super::local_slurm::read_local_from(path, offset)
-    }
-
-    fn file_digest(&self, path: &str) -> Result<Option<(u64, String)>, TransportError> {
-        use sha2::{Digest, Sha256};
-        match std::fs::read(path) {
-            Ok(b) => Ok(Some((b.len() as u64, hex::encode(Sha256::digest(&b))))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(ferr(Path::new(path), e)),
-        }
-    }
-
-    fn probe_worker(&self, path: &str, arg: &str) -> Result<WorkerProbe, TransportError> {
+    fn probe(&self, path: &str, arg: &str) -> Result<WorkerProbe, TransportError> {
         match std::process::Command::new(path).arg(arg).output() {
             Ok(out) => Ok(WorkerProbe::from_exit(
                 out.status.code().unwrap_or(-1),

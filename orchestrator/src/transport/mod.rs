@@ -13,11 +13,13 @@
 //! over a [`Shell`] (SFTP or this machine), which `files()` hands out as is.
 //! [`SlurmTransport`] turns the job operations into
 //! `sbatch`/`squeue`/`sacct`/`scancel`/`scontrol` command lines and runs them
-//! through the same shell as its files.
+//! through the same shell as its files. `local` and `replay` keep theirs on
+//! this machine's disk, one file store for both (`disk.rs`).
 //!
 //! Every call blocks (ssh2 is a blocking library); async callers run them with
 //! `tokio::task::spawn_blocking` (see [`crate::submit`]).
 
+mod disk;
 pub mod files;
 pub mod local;
 pub mod local_slurm;

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use super::disk::OnDisk;
 use super::local::{directives, reserve_ids};
 use super::{CounterSnapshot, Counters, FileStore, Poll, Scheduler, Transport, TransportError, WorkerProbe};
 use crate::cluster::ClusterConfig;
@@ -333,36 +334,28 @@ impl Transport for ReplayTransport {
     }
 }
 
-impl FileStore for ReplayTransport {
-    fn remote_state_root(&self) -> Result<String, TransportError> {
-        Ok(self.state_root.to_string_lossy().into_owned())
+impl OnDisk for ReplayTransport {
+    const NAME: &'static str = "replay";
+
+    fn root(&self) -> &Path {
+        &self.state_root
     }
 
-    fn worker_path(&self) -> Result<String, TransportError> {
+    fn file_counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn worker(&self) -> Result<String, TransportError> {
         Ok("replay".into())
     }
 
-    fn put_file(&self, path: &str, data: &[u8], executable: bool) -> Result<(), TransportError> {
-        self.counters.file();
-        super::local_slurm::write_local(path, data, executable)
-    }
-
-    fn get_file(&self, path: &str) -> Result<Option<Vec<u8>>, TransportError> {
-        self.counters.file();
-        super::local_slurm::read_local_from(path, 0)
-    }
-
-    fn read_from(&self, path: &str, offset: u64) -> Result<Option<Vec<u8>>, TransportError> {
-        self.counters.file();
-        super::local_slurm::read_local_from(path, offset)
-    }
-
-    fn file_digest(&self, _path: &str) -> Result<Option<(u64, String)>, TransportError> {
+    /// Nothing is installed here.
+    fn digest(&self, _path: &str) -> Result<Option<(u64, String)>, TransportError> {
         Ok(None)
     }
 
     /// No worker runs here: the replay answers for every backend.
-    fn probe_worker(&self, _path: &str, arg: &str) -> Result<WorkerProbe, TransportError> {
+    fn probe(&self, _path: &str, arg: &str) -> Result<WorkerProbe, TransportError> {
         Ok(WorkerProbe::Runs(match arg {
             "backends" => "flex\nwgpu\nvulkan\ncuda".into(),
             _ => "replay cluster (recorded measurements, no worker runs)".to_string(),

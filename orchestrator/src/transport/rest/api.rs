@@ -232,14 +232,17 @@ impl SubmitAnswer {
     }
 }
 
-/// `GET /slurm/…/jobs`: what slurmctld holds (squeue's view).
+/// A job list as either view answers it: the jobs and the errors.
 #[derive(Debug, Deserialize)]
-pub struct LiveJobs {
-    #[serde(default)]
-    pub jobs: Vec<LiveJob>,
+pub struct Jobs<J> {
+    #[serde(default = "Vec::new")]
+    pub jobs: Vec<J>,
     #[serde(default)]
     pub errors: Vec<ApiError>,
 }
+
+/// `GET /slurm/…/jobs`: what slurmctld holds (squeue's view).
+pub type LiveJobs = Jobs<LiveJob>;
 
 #[derive(Debug, Deserialize)]
 pub struct LiveJob {
@@ -261,13 +264,7 @@ pub struct LiveJob {
 }
 
 /// `GET /slurmdb/…/jobs`: what accounting holds (sacct's view).
-#[derive(Debug, Deserialize)]
-pub struct DbJobs {
-    #[serde(default)]
-    pub jobs: Vec<DbJob>,
-    #[serde(default)]
-    pub errors: Vec<ApiError>,
-}
+pub type DbJobs = Jobs<DbJob>;
 
 #[derive(Debug, Deserialize)]
 pub struct DbJob {
