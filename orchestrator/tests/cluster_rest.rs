@@ -191,7 +191,7 @@ fn rest_worker_sweep_runs_to_completion_with_results_collected() {
         let res = &serde_json::to_value(res).expect("a result serialises");
         assert_eq!(res.get("status").and_then(|s| s.as_str()), Some("ok"), "{name}: {res}");
         assert!(res.get("peak_bytes").and_then(|p| p.as_u64()).is_some_and(|p| p > 0), "{name}: {res}");
-        let events = w.opts.state_root.join(&w.exp).join("runs").join(rec.hash()).join("events.jsonl");
+        let events = w.opts.state_root.join(&w.exp).join("runs").join(rec.hash().as_str()).join("events.jsonl");
         assert!(events.is_file(), "{}: the event stream was pulled into the local state", events.display());
     }
     common::assert_journal_replays(&w.opts.state_root, &w.exp);

@@ -199,7 +199,7 @@ fn resume_retries_the_rest_once(env: &Env, c: &Case) {
     // SLURM's own accounting agrees: `first` ran in one task, the others in two.
     let jobs = env.jobs_per_config(&opts.state_root, exp);
     let by_name: BTreeMap<&str, usize> =
-        recs.values().map(|r| (r.name(), jobs.get(r.hash()).copied().unwrap_or(0))).collect();
+        recs.values().map(|r| (r.name(), jobs.get(r.hash().as_str()).copied().unwrap_or(0))).collect();
     assert_eq!(by_name, BTreeMap::from([("first", 1), ("last", 2), ("slow", 2)]));
     // Nothing lost, nothing twice: one measurement per config.
     let ms = std::fs::read_to_string(opts.state_root.join(exp).join("measurements.jsonl")).expect("measurements");

@@ -63,14 +63,14 @@ fn a_state_directory_of_the_old_hashes_reads_on_under_the_new() {
     assert!(row.contains(&new) && row.contains("COMPLETED") && row.contains("ok 1.5G"), "{status}");
     assert!(!state.join(format!("legacy/configs/{OLD}.json")).exists());
     let r = &records(&state, "legacy")["3L_small"];
-    assert_eq!(r.hash(), new);
+    assert_eq!(r.hash().as_str(), new);
     let rel = r.events_rel(&r.attempts()[0]).expect("a run directory");
     assert_eq!(rel, format!("runs/{OLD}/events.jsonl"));
     assert!(state.join("legacy").join(&rel).exists());
     assert_eq!(records(&state, "legacy")["3L_tiny"].hash(), KEPT);
     let subs = common::submissions(&state, "legacy");
     assert_eq!(subs.len(), 1);
-    assert_eq!(subs[0].tasks, [new.clone(), KEPT.to_string()], "the submission's task list moved with it");
+    assert_eq!(subs[0].tasks, [new.as_str(), KEPT], "the submission's task list moved with it");
     let sweep = std::fs::read_to_string(state.join("legacy/sweep.json")).expect("sweep.json");
     assert!(sweep.contains(&new) && !sweep.contains(OLD), "sweep.json moved too");
     assert_journal_replays(&state, "legacy");

@@ -68,7 +68,7 @@ fn tasks_of_two_configs_keep_each_configs_result_and_regroup_the_leftovers() {
     let mut subs = common::submissions(&state, "ktasks");
     subs.sort_by(|a, b| a.id.cmp(&b.id));
     let again = &subs[1];
-    let names = |hashes: &[String]| -> Vec<String> {
+    let names = |hashes: &[spec::run::ConfigHash]| -> Vec<String> {
         hashes.iter().map(|h| recs.values().find(|r| r.hash() == h).expect("a record").name().to_string()).collect()
     };
     // Three leftovers, two a task: two tasks.

@@ -102,6 +102,46 @@ impl fmt::Display for ConfigHash {
     }
 }
 
+impl ConfigHash {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Read as text where text is wanted (a path component, a job comment).
+impl std::ops::Deref for ConfigHash {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Maps keyed by hash are looked up by a hash read as text (a job comment,
+/// an events file name, a command-line argument).
+impl std::borrow::Borrow<str> for ConfigHash {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for ConfigHash {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for ConfigHash {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl From<&str> for ConfigHash {
+    fn from(s: &str) -> ConfigHash {
+        ConfigHash(s.to_string())
+    }
+}
+
 impl RunConfig {
     /// A profile run of `model` on `input`: one output channel, batch 1, fp32,
     /// no checkpointing, one step, judged on an 80 GB A100. Tests, the

@@ -442,7 +442,7 @@ fn say_all(sweep: &Sweep, opts: &Options) -> Result<()> {
         .configs
         .iter()
         .filter(|c| predicted.contains(c.name.as_str()))
-        .filter(|c| records.get(&c.hash.0).is_none_or(|r| r.attempts().iter().all(|t| t.abandoned())))
+        .filter(|c| records.get(&c.hash).is_none_or(|r| r.attempts().iter().all(|t| t.abandoned())))
         .count();
     let per_task = sweep.experiment.worker.configs_per_task.max(1) as usize;
     println!(

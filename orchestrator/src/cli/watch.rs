@@ -18,7 +18,7 @@ pub struct Printer {
     json: bool,
     bar: Option<WatchBar>,
     /// Each config's row as last shown, by hash.
-    last: Option<BTreeMap<String, StatusRow>>,
+    last: Option<BTreeMap<spec::run::ConfigHash, StatusRow>>,
 }
 
 impl Printer {
@@ -118,7 +118,7 @@ mod tests {
     fn row(name: &str, state: &str, result: Option<&str>, phase: Option<&str>, peak: Option<f64>) -> StatusRow {
         StatusRow {
             name: name.into(),
-            hash: format!("h-{name}"),
+            hash: format!("h-{name}").as_str().into(),
             verdict: "fits".into(),
             predicted_gib: Some(0.1),
             state: state.into(),

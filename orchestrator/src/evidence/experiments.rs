@@ -141,7 +141,7 @@ fn one(sweep: &Sweep, opts: &Options, settings: &Settings, recs: &Records) -> Re
         };
         run.with_record += 1;
         run.assumed.extend(found.assumed.iter().copied());
-        if failed_run(&c.hash.0) {
+        if failed_run(&c.hash) {
             run.unanswered.push(format!("{}/{}", run.experiment, c.name));
         }
         let Some(Answer::Predicted { peak_gib: _, low_gib, high_gib, verdict, .. }) = answer else { continue };

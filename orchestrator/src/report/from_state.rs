@@ -44,11 +44,11 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
     let bar = crate::progress::bar(sweep.configs.len() as u64, "reading runs");
     for c in &sweep.configs {
         bar.inc(1);
-        if !seen.insert(c.hash.0.clone()) {
+        if !seen.insert(c.hash.clone()) {
             continue; // the same computation twice in a sweep runs once
         }
         let section = if shapes.len() > 1 { input_label(&c.config) } else { String::new() };
-        let record = records.get(&c.hash.0);
+        let record = records.get(&c.hash);
         let reader = Reader { view: &view, sweep, predictor, budget };
         let mut row = reader.row(c, record, section, &mut env)?;
         if !names.insert(c.name.as_str()) {
@@ -117,7 +117,7 @@ impl Reader<'_> {
         env: &mut Environment,
     ) -> Result<Row, ReportError> {
         if !c.is_valid() {
-            let mut row = base_row(&c.config, c.hash.0.clone(), section, VerdictKind::Invalid);
+            let mut row = base_row(&c.config, c.hash.to_string(), section, VerdictKind::Invalid);
             row.status = Status::Invalid;
             row.detail = Some(c.invalid.iter().map(|i| i.to_string()).collect::<Vec<_>>().join("; "));
             row.params = None;
@@ -128,7 +128,7 @@ impl Reader<'_> {
             Some(v) => v,
             None => self.sweep.verdict(self.predictor, c).kind(),
         };
-        let mut row = base_row(&c.config, c.hash.0.clone(), section, verdict);
+        let mut row = base_row(&c.config, c.hash.to_string(), section, verdict);
         row.predicted_gib = record
             .and_then(|r| r.predicted_gib())
             .or_else(|| self.predictor.predict_peak(&c.config).ok().map(|p| p.peak_gib()));

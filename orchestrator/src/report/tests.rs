@@ -50,7 +50,7 @@ fn start(name: &str, hash: &str) -> String {
 /// job `1000 + task`, seen in its state as job `1001 + task`, and the result
 /// its events gave.
 fn record(st: &mut StateDir, c: &SweepConfig, v: &Verdict, run: Option<(u32, SlurmState, Option<RunResult>)>) {
-    let hash = c.hash.0.clone();
+    let hash = c.hash.clone();
     st.apply(Change::Config(Seen {
         hash: hash.clone(),
         name: c.name.clone(),
@@ -172,7 +172,7 @@ fn fixture() -> Fixture {
         } else {
             crate::precheck::Verdict::Invalid { reasons: vec![] }
         };
-        let h = &c.hash.0;
+        let h = &c.hash;
         let (state, events) = match c.name.as_str() {
             "dit_S_p8" => (SlurmState::Completed, Some(ok_events(&c.name, h))),
             "dit_B_p8" => (SlurmState::Completed, Some(oom_events(&c.name, h))),
@@ -222,7 +222,7 @@ fn rows_match_the_state_directory() {
     assert_eq!(names, sweep_names, "sweep order");
     for r in &rep.rows {
         let rec = &f.records[&r.name];
-        assert_eq!(r.id, rec.hash());
+        assert_eq!(r.id, rec.hash().as_str());
         assert_eq!(Some(r.verdict), rec.verdict(), "{}", r.name);
         if r.status != Status::Invalid {
             assert_eq!(r.predicted_gib, rec.predicted_gib(), "{}: the prediction submit decided on", r.name);

@@ -274,7 +274,7 @@ mod tests {
         let rows: Vec<Row> = sweep
             .configs
             .iter()
-            .map(|c| super::super::base_row(&c.config, c.hash.0.clone(), String::new(), VerdictKind::Fits))
+            .map(|c| super::super::base_row(&c.config, c.hash.to_string(), String::new(), VerdictKind::Fits))
             .collect();
         (sweep, super::super::tests::report_of(rows))
     }

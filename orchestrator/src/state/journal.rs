@@ -15,6 +15,7 @@ use super::submission::Submission;
 use super::StateError;
 use crate::fsio;
 use crate::slurm::{JobId, SlurmState};
+use spec::run::ConfigHash;
 
 /// The format of the lines this version writes. Version 1 lines (the
 /// submissions' changes only) read as before; lines without `v`, written
@@ -40,7 +41,7 @@ pub enum Change {
     Cancel { jobs: Vec<JobId> },
     /// An active sweep's round: the configs (hashes) it chose to measure, and
     /// how many it had measured and left unsettled when it chose them.
-    ActiveRound { round: u32, chosen: Vec<String>, measured: usize, open: usize },
+    ActiveRound { round: u32, chosen: Vec<ConfigHash>, measured: usize, open: usize },
     /// A config as the experiment file and the precheck see it now (its
     /// record made on first sight).
     Config(Seen),
@@ -50,7 +51,7 @@ pub enum Change {
     Observed {
         submission: String,
         task: u32,
-        configs: Vec<String>,
+        configs: Vec<ConfigHash>,
         state: SlurmState,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
@@ -58,14 +59,14 @@ pub enum Change {
         job_id: Option<JobId>,
     },
     /// New lines of a config's events were read: its latest attempt as they leave it.
-    Events { hash: String, read: EventsRead },
+    Events { hash: ConfigHash, read: EventsRead },
     /// The last lines of the log of a config's latest attempt, which ended
     /// without a result from the worker.
-    LogTail { hash: String, tail: String },
+    LogTail { hash: ConfigHash, tail: String },
     /// Configs stored under the hash of the notation they were written in,
     /// moved to the hash of their one notation (hash as stored → hash now):
     /// records, submissions' task lists and `sweep.json` ([`super::rehash`]).
-    Rehash { aliases: BTreeMap<String, String> },
+    Rehash { aliases: BTreeMap<ConfigHash, ConfigHash> },
 }
 
 impl Change {
@@ -104,7 +105,7 @@ impl Change {
 
     /// Applies the change, made at time `t`, to the config records: the one
     /// place records change. Returns the hashes of those it changed.
-    pub fn apply_to(&self, records: &mut BTreeMap<String, ConfigRecord>, t: f64) -> Vec<String> {
+    pub fn apply_to(&self, records: &mut BTreeMap<ConfigHash, ConfigRecord>, t: f64) -> Vec<ConfigHash> {
         let mut changed = Vec::new();
         match self {
             Change::Intent { submission } | Change::Move { submission, .. } => {
@@ -120,7 +121,7 @@ impl Change {
                 let mut fresh = false;
                 let r = records.entry(seen.hash.clone()).or_insert_with(|| {
                     fresh = true;
-                    ConfigRecord::new(&seen.hash, &seen.name)
+                    ConfigRecord::new(seen.hash.clone(), &seen.name)
                 });
                 if r.refresh(seen) || fresh {
                     changed.push(seen.hash.clone());
@@ -187,7 +188,7 @@ pub fn read(path: &Path) -> Result<Option<Vec<Line>>, StateError> {
 #[derive(Debug, Default, PartialEq)]
 pub struct Replayed {
     pub submissions: BTreeMap<String, Submission>,
-    pub records: BTreeMap<String, ConfigRecord>,
+    pub records: BTreeMap<ConfigHash, ConfigRecord>,
 }
 
 /// Applies every line, in order, to an empty state directory.

@@ -11,6 +11,7 @@
 
 use fs2::FileExt;
 use serde::{Deserialize, Serialize};
+use spec::run::ConfigHash;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -94,7 +95,7 @@ impl View {
     /// [`View::sweep`] and [`View::records`] keyed alike: in a directory not
     /// yet opened since one model has one hash, the records of configs that
     /// moved are read under their hash now (nothing is written).
-    pub fn sweep_and_records(&self) -> Result<(Option<StoredSweep>, BTreeMap<String, ConfigRecord>), StateError> {
+    pub fn sweep_and_records(&self) -> Result<(Option<StoredSweep>, BTreeMap<ConfigHash, ConfigRecord>), StateError> {
         let stored = read_json::<StoredSweep>(&self.file(files::SWEEP))?.map(StoredSweep::rehashed);
         let mut records = self.records()?;
         if let Some((_, aliases)) = &stored {
@@ -104,7 +105,7 @@ impl View {
     }
 
     /// Every `configs/*.json`, by hash.
-    pub fn records(&self) -> Result<BTreeMap<String, ConfigRecord>, StateError> {
+    pub fn records(&self) -> Result<BTreeMap<ConfigHash, ConfigRecord>, StateError> {
         let dir = self.file(files::CONFIGS);
         let mut out = BTreeMap::new();
         let entries = match fs::read_dir(&dir) {
@@ -154,7 +155,7 @@ impl View {
 pub struct StateDir {
     view: View,
     experiment: String,
-    records: BTreeMap<String, ConfigRecord>,
+    records: BTreeMap<ConfigHash, ConfigRecord>,
     _lock: File,
 }
 
@@ -224,7 +225,7 @@ impl StateDir {
     }
 
     /// Every config's record, by hash.
-    pub fn records(&self) -> &BTreeMap<String, ConfigRecord> {
+    pub fn records(&self) -> &BTreeMap<ConfigHash, ConfigRecord> {
         &self.records
     }
 
@@ -250,7 +251,7 @@ impl StateDir {
     /// appended, and the records it changed saved. A change of the records
     /// that changes nothing writes nothing. Returns the hashes of the
     /// records it changed.
-    pub fn apply(&mut self, change: Change) -> Result<Vec<String>, StateError> {
+    pub fn apply(&mut self, change: Change) -> Result<Vec<ConfigHash>, StateError> {
         let t = now();
         let op = change.op();
         if let Some(s) = change.submission() {
@@ -335,7 +336,7 @@ mod tests {
             job_name: format!("job-{id}"),
             comment: "c".into(),
             array: format!("0-{}", tasks.len() - 1),
-            configs: tasks.iter().map(|t| t.to_string()).collect(),
+            configs: tasks.iter().map(|t| ConfigHash::from(*t)).collect(),
             configs_per_task: 1,
         };
         let mut s = Submission::new(id.into(), job, "/x".into());
@@ -387,7 +388,7 @@ mod tests {
         let observed = |task: u32, state, job: &str| Change::Observed {
             submission: "s001".into(),
             task,
-            configs: vec![["a", "b"][task as usize].to_string()],
+            configs: vec![["a", "b"][task as usize].into()],
             state,
             detail: None,
             job_id: Some(JobId::from(job)),

@@ -9,6 +9,7 @@ use spec::event::{RunResult, RunStatus};
 
 use crate::collect::WorkerOutcome;
 use crate::slurm::{Activity, JobId, SlurmState};
+use spec::run::ConfigHash;
 
 /// A state change as observed by a poll.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,7 +65,7 @@ pub struct Attempt {
     /// record's: an attempt made before one model had one hash, whose worker
     /// wrote `runs/<the hash as the config was written>/` ([`super::rehash`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) run_hash: Option<String>,
+    pub(super) run_hash: Option<ConfigHash>,
     /// The last lines of the job's own log (`<task>.out`), read once when it
     /// ended without a result from the worker: why it failed before or
     /// outside the worker (`exec: worker: not found`, a module load error).
@@ -249,7 +250,7 @@ impl Attempt {
 /// A config as the experiment file and the precheck see it ([`Change::Config`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Seen {
-    pub hash: String,
+    pub hash: ConfigHash,
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<VerdictKind>,
@@ -262,7 +263,7 @@ pub struct Seen {
 /// The state directory's record of one config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfigRecord {
-    pub(super) hash: String,
+    pub(super) hash: ConfigHash,
     pub(super) name: String,
     /// The precheck's verdict (`fits`, `risky`, `oom`, `invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -349,7 +350,7 @@ impl ConfigRecord {
         self.latest().map(|a| a.events_read(self.result.as_ref())).unwrap_or_default()
     }
 
-    pub fn hash(&self) -> &str {
+    pub fn hash(&self) -> &ConfigHash {
         &self.hash
     }
     pub fn name(&self) -> &str {
@@ -382,9 +383,9 @@ impl ConfigRecord {
     }
 
     /// A config first seen, not yet judged or submitted.
-    pub(super) fn new(hash: &str, name: &str) -> ConfigRecord {
+    pub(super) fn new(hash: impl Into<ConfigHash>, name: &str) -> ConfigRecord {
         ConfigRecord {
-            hash: hash.to_string(),
+            hash: hash.into(),
             name: name.to_string(),
             verdict: None,
             predicted_gib: None,

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use spec::run::Manifest;
+use spec::run::{ConfigHash, Manifest};
 use spec::RunConfig;
 
 use super::record::ConfigRecord;
@@ -28,13 +28,13 @@ use super::{StateDir, StateError, StoredSweep, View};
 use crate::fsio::{self, read_json, write_json};
 
 /// The hash as stored → the hash now, of every config whose differ.
-pub type Aliases = BTreeMap<String, String>;
+pub type Aliases = BTreeMap<ConfigHash, ConfigHash>;
 
 /// Adds `stored → cfg.hash()` when they differ.
 fn note(out: &mut Aliases, stored: &str, cfg: &RunConfig) {
-    let now = cfg.hash().0;
-    if now != stored {
-        out.insert(stored.to_string(), now);
+    let now = cfg.hash();
+    if *now != *stored {
+        out.insert(ConfigHash::from(stored), now);
     }
 }
 
@@ -72,7 +72,7 @@ pub(super) fn aliases(view: &View) -> Result<Aliases, StateError> {
 /// Moves the records of `aliases` to their hash now (merged with a record
 /// already there, attempts kept once); returns the hashes of the records
 /// it changed. What [`Change::Rehash`] does to the records.
-pub(super) fn move_records(records: &mut BTreeMap<String, ConfigRecord>, aliases: &Aliases) -> Vec<String> {
+pub(super) fn move_records(records: &mut BTreeMap<ConfigHash, ConfigRecord>, aliases: &Aliases) -> Vec<ConfigHash> {
     let mut changed = Vec::new();
     for (old, new) in aliases {
         let Some(mut moved) = records.remove(old) else { continue };
@@ -129,7 +129,7 @@ impl StoredSweep {
         for c in &mut self.sweep.configs {
             let now = c.config.hash();
             if now != c.hash {
-                aliases.insert(std::mem::replace(&mut c.hash, now).0, c.hash.0.clone());
+                aliases.insert(std::mem::replace(&mut c.hash, now), c.hash.clone());
             }
         }
         (self, aliases)
@@ -185,7 +185,7 @@ impl StateDir {
             let configs = sweep.pointer_mut("/sweep/configs").and_then(Value::as_array_mut);
             let moved = configs.into_iter().flatten().filter_map(|c| {
                 let new = aliases.get(c.get("hash")?.as_str()?)?;
-                c["hash"] = Value::String(new.clone());
+                c["hash"] = Value::String(new.to_string());
                 Some(())
             });
             if moved.count() > 0 {
@@ -207,8 +207,8 @@ mod tests {
 
     #[test]
     fn moved_records_keep_reading_their_runs_where_they_were_written() {
-        let mut records = BTreeMap::from([("old1".to_string(), record("old1", "s001", 1.0))]);
-        let aliases = Aliases::from([("old1".to_string(), "new".to_string())]);
+        let mut records = BTreeMap::from([("old1".into(), record("old1", "s001", 1.0))]);
+        let aliases = Aliases::from([("old1".into(), "new".into())]);
         assert_eq!(move_records(&mut records, &aliases), ["new"]);
         let r = &records["new"];
         assert_eq!(r.hash(), "new");
@@ -220,11 +220,11 @@ mod tests {
     #[test]
     fn two_notations_of_one_model_become_one_record() {
         let mut records = BTreeMap::from([
-            ("old1".to_string(), record("old1", "s001", 1.0)),
-            ("old2".to_string(), record("old2", "s002", 2.0)),
-            ("new".to_string(), record("new", "s001", 1.0).with_attempt(Attempt::intended("s003", 0, 3.0))),
+            ("old1".into(), record("old1", "s001", 1.0)),
+            ("old2".into(), record("old2", "s002", 2.0)),
+            ("new".into(), record("new", "s001", 1.0).with_attempt(Attempt::intended("s003", 0, 3.0))),
         ]);
-        let aliases = Aliases::from([("old1".to_string(), "new".to_string()), ("old2".to_string(), "new".to_string())]);
+        let aliases = Aliases::from([("old1".into(), "new".into()), ("old2".into(), "new".into())]);
         assert_eq!(move_records(&mut records, &aliases), ["new"]);
         assert_eq!(records.len(), 1);
         let r = &records["new"];

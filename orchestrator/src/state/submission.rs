@@ -6,6 +6,7 @@ use super::intent::IntentState;
 use super::record::{Attempt, ConfigRecord};
 use crate::fsio::now;
 use crate::slurm::JobId;
+use spec::run::ConfigHash;
 
 /// One job array, as `submission.json` keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -17,7 +18,7 @@ pub struct Submission {
     pub array: String,
     /// The hash of each config, in manifest order: config `i` runs in array
     /// task `i / configs_per_task` (task id = index when one config a task).
-    pub tasks: Vec<String>,
+    pub tasks: Vec<ConfigHash>,
     /// How many configs one array task runs (absent in files written before: 1).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub configs_per_task: u32,
@@ -54,7 +55,7 @@ pub struct ArrayJob {
     pub job_name: String,
     pub comment: String,
     pub array: String,
-    pub configs: Vec<String>,
+    pub configs: Vec<ConfigHash>,
     pub configs_per_task: u32,
 }
 
@@ -86,7 +87,7 @@ impl Submission {
 
     /// The hashes of the configs array task `task` runs, in order (empty
     /// for a task outside the array).
-    pub fn configs_of(&self, task: u32) -> &[String] {
+    pub fn configs_of(&self, task: u32) -> &[ConfigHash] {
         let k = self.configs_per_task.max(1) as usize;
         let first = (task as usize).saturating_mul(k).min(self.tasks.len());
         &self.tasks[first..first.saturating_add(k).min(self.tasks.len())]
@@ -155,7 +156,7 @@ mod tests {
             job_name: "n".into(),
             comment: "c".into(),
             array: "0-1".into(),
-            configs: ["a", "b", "c"].map(String::from).to_vec(),
+            configs: ["a", "b", "c"].map(ConfigHash::from).to_vec(),
             configs_per_task: 2,
         };
         let s = Submission::new("s001-x".into(), job, "/x".into());

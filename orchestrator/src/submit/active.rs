@@ -17,6 +17,7 @@
 //! record cannot be measured there, and a round of those would end the loop
 //! before it measured what it could.
 
+use spec::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 
 use spec::record::MeasurementRecord;
@@ -47,7 +48,7 @@ fn known(opts: &Options, experiment: &str) -> Result<Known, CommandError> {
     let mut measured = BTreeMap::new();
     // A run made before one model had one hash is recorded under the hash it was written with.
     let now: BTreeMap<&str, &str> =
-        st.records().values().flat_map(|c| c.former_hashes().map(move |h| (h, c.hash()))).collect();
+        st.records().values().flat_map(|c| c.former_hashes().map(move |h| (h, c.hash().as_str()))).collect();
     for r in st.view().measurements()? {
         if let Some((_, hash)) = r.id.rsplit_once('@') {
             measured.insert(now.get(hash).copied().unwrap_or(hash).to_string(), r);
@@ -59,19 +60,19 @@ fn known(opts: &Options, experiment: &str) -> Result<Known, CommandError> {
     let failed = records
         .clone()
         .filter(submitted)
-        .filter(|r| !r.occupied() && !measured.contains_key(r.hash()))
+        .filter(|r| !r.occupied() && !measured.contains_key(r.hash().as_str()))
         .map(|r| (r.hash().to_string(), cause(r)))
         .collect();
     let seconds = records.filter_map(|r| r.result().map(|x| x.wall_s)).collect();
     let lines = st.view().journal()?;
-    let rounds: Vec<&Vec<String>> = lines
+    let rounds: Vec<&Vec<ConfigHash>> = lines
         .iter()
         .filter_map(|l| match &l.change {
             Change::ActiveRound { chosen, .. } => Some(chosen),
             _ => None,
         })
         .collect();
-    let last_round = rounds.last().map(|c| c.to_vec()).unwrap_or_default();
+    let last_round = rounds.last().map(|c| c.iter().map(ConfigHash::to_string).collect()).unwrap_or_default();
     Ok(Known { measured, failed, tried, rounds: rounds.len() as u32, last_round, seconds })
 }
 
@@ -109,8 +110,8 @@ pub async fn run(
     let configs: Vec<(String, RunConfig)> = sweep
         .configs
         .iter()
-        .filter(|c| c.is_valid() && seen.insert(c.hash.0.clone()))
-        .map(|c| (c.hash.0.clone(), c.config.clone()))
+        .filter(|c| c.is_valid() && seen.insert(c.hash.clone()))
+        .map(|c| (c.hash.to_string(), c.config.clone()))
         .collect();
     let prior = Calibration::builtin();
     // A stop on failures already said (the loop run again): one new round first.
@@ -147,18 +148,23 @@ pub async fn run(
         let open = answers.values().filter(|a| !a.is_settled()).count();
         {
             let mut st = StateDir::open(&opts.state_root, &name, opts.lock_wait)?;
-            st.apply(Change::ActiveRound { round, chosen: chosen.clone(), measured: k.measured.len(), open })?;
+            let chosen = chosen.iter().map(|k| ConfigHash::from(k.as_str())).collect();
+            st.apply(Change::ActiveRound { round, chosen, measured: k.measured.len(), open })?;
         }
         let names: Vec<&str> =
-            sweep.configs.iter().filter(|c| chosen.contains(&c.hash.0)).map(|c| c.name.as_str()).collect();
+            sweep.configs.iter().filter(|c| chosen.iter().any(|k| **k == *c.hash)).map(|c| c.name.as_str()).collect();
         say(&format!(
             "round {round}: {} open, measuring {}: {}",
             active::configs(open),
             chosen.len(),
             names.join(", ")
         ));
-        let o =
-            Options { only: Some(chosen.iter().cloned().collect()), force: true, include_risky: true, ..opts.clone() };
+        let o = Options {
+            only: Some(chosen.iter().map(|k| ConfigHash::from(k.as_str())).collect()),
+            force: true,
+            include_risky: true,
+            ..opts.clone()
+        };
         let r = submit(sweep, &o, false).await?;
         if r.submitted.is_empty() && r.unresolved.is_empty() {
             let why: Vec<String> = r.skipped.iter().map(|(n, w)| format!("{n}: {w}")).collect();
@@ -222,7 +228,7 @@ fn round_outcome(round: u32, chosen: &[String], answers: &BTreeMap<String, Answe
 
 fn report(sweep: &Sweep, k: Known, stop: Stop, answers: BTreeMap<String, Answer>) -> ActiveReport {
     let savings = Savings::of(&answers, &k.seconds);
-    let by_hash: BTreeMap<&str, &str> = sweep.configs.iter().map(|c| (c.hash.0.as_str(), c.name.as_str())).collect();
+    let by_hash: BTreeMap<&str, &str> = sweep.configs.iter().map(|c| (c.hash.as_str(), c.name.as_str())).collect();
     let answers = answers.into_iter().map(|(h, a)| (by_hash.get(h.as_str()).unwrap_or(&"?").to_string(), a)).collect();
     ActiveReport { experiment: sweep.experiment.name.clone(), rounds: k.rounds, stop, answers, savings }
 }

@@ -2,6 +2,7 @@
 //! `MaxArraySize`, written under the submission's directory.
 
 use sha2::{Digest, Sha256};
+use spec::run::ConfigHash;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -113,7 +114,7 @@ pub(crate) fn prepare_arrays(
 /// `--array` over the tasks that run `chunk`, `k` configs each.
 fn array_job(exp: &crate::experiment::Experiment, sid: &str, chunk: &[&SweepConfig], k: u32) -> ArrayJob {
     let exph = experiment_hash(&exp.name);
-    let configs: Vec<String> = chunk.iter().map(|c| c.hash.0.clone()).collect();
+    let configs: Vec<ConfigHash> = chunk.iter().map(|c| c.hash.clone()).collect();
     ArrayJob {
         job_name: format!("sw-{}-{exph}-{sid}", slurm::slug(&exp.name, 24)),
         comment: job_comment(&exp.name, &exph, sid, &configs),
@@ -125,9 +126,12 @@ fn array_job(exp: &crate::experiment::Experiment, sid: &str, chunk: &[&SweepConf
 
 /// The job's comment, which SLURM keeps in accounting: the experiment, the
 /// submission and its configs' hashes (cut to a sane length; the manifest has all).
-fn job_comment(experiment: &str, exph: &str, sid: &str, hashes: &[String]) -> String {
-    let mut comment =
-        format!("sweep:exp={};exph={exph};sub={sid};configs={}", slurm::slug(experiment, 40), hashes.join(","));
+fn job_comment(experiment: &str, exph: &str, sid: &str, hashes: &[ConfigHash]) -> String {
+    let mut comment = format!(
+        "sweep:exp={};exph={exph};sub={sid};configs={}",
+        slurm::slug(experiment, 40),
+        hashes.iter().map(ConfigHash::as_str).collect::<Vec<_>>().join(",")
+    );
     if comment.len() > 1000 {
         comment.truncate(990);
         comment.push_str(",...");

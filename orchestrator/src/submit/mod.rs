@@ -17,6 +17,7 @@
 //! the source of truth for what was *asked*.
 
 use sha2::{Digest, Sha256};
+use spec::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -89,7 +90,7 @@ pub struct Options {
     /// lines late).
     pub result_grace: Duration,
     /// Only these configs (hashes) may be submitted (an active sweep's round).
-    pub only: Option<BTreeSet<String>>,
+    pub only: Option<BTreeSet<ConfigHash>>,
     /// Submit configs an active sweep answered by a settled prediction too
     /// (`resume --all`); by default they are not run.
     pub all: bool,
@@ -137,13 +138,13 @@ impl From<crate::target::TargetError> for CommandError {
 }
 
 /// The precheck's verdict on each config, by hash.
-pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, Verdict> {
+pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<ConfigHash, Verdict> {
     judged(sweep, state_root).into_iter().map(|(h, (v, _))| (h, v)).collect()
 }
 
 /// The precheck's verdict on each config, by hash, with the identity of the
 /// calibration that made it (see [`CalibrationSource::for_family`]).
-pub(crate) fn judged(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, (Verdict, String)> {
+pub(crate) fn judged(sweep: &Sweep, state_root: &Path) -> BTreeMap<ConfigHash, (Verdict, String)> {
     // The runtime was checked when the file was loaded; a sweep stored by an
     // older version may name one no longer shipped.
     let (p, source) = match sweep.predictor_in(Some(state_root)) {
@@ -159,7 +160,7 @@ pub(crate) fn judged(sweep: &Sweep, state_root: &Path) -> BTreeMap<String, (Verd
     sweep
         .configs
         .iter()
-        .map(|c| (c.hash.0.clone(), (sweep.verdict(&p, c), source.for_family(c.config.model.family()))))
+        .map(|c| (c.hash.clone(), (sweep.verdict(&p, c), source.for_family(c.config.model.family()))))
         .collect()
 }
 
@@ -192,13 +193,13 @@ pub(crate) fn prepare(st: &mut StateDir, sweep: &Sweep, cluster: &str) -> Result
     let v = judged(sweep, st.root().parent().unwrap_or(Path::new(".")));
     let mut seen = BTreeSet::new();
     for c in &sweep.configs {
-        if !seen.insert(c.hash.0.clone()) {
+        if !seen.insert(c.hash.clone()) {
             tracing::warn!("config `{}` computes the same as an earlier one (hash {}): run once", c.name, c.hash);
             continue;
         }
-        let found = v.get(&c.hash.0);
+        let found = v.get(&c.hash);
         st.apply(Change::Config(Seen {
-            hash: c.hash.0.clone(),
+            hash: c.hash.clone(),
             name: c.name.clone(),
             verdict: found.map(|(v, _)| v.kind()),
             predicted_gib: found.and_then(|(v, _)| v.predicted_gib()),
@@ -211,13 +212,13 @@ pub(crate) fn prepare(st: &mut StateDir, sweep: &Sweep, cluster: &str) -> Result
 /// The sweep to store: the new file's configs, then every config of the
 /// stored sweep that was submitted but is no longer in the file (an edited
 /// file must not hide jobs that run, or results, from `status` and `report`).
-fn merged(prev: Option<StoredSweep>, sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Sweep {
+fn merged(prev: Option<StoredSweep>, sweep: &Sweep, records: &BTreeMap<ConfigHash, ConfigRecord>) -> Sweep {
     let mut out = sweep.clone();
     let Some(prev) = prev else { return out };
-    let have: BTreeSet<String> = out.configs.iter().map(|c| c.hash.0.clone()).collect();
+    let have: BTreeSet<ConfigHash> = out.configs.iter().map(|c| c.hash.clone()).collect();
     for c in prev.sweep.configs {
-        let submitted = records.get(&c.hash.0).is_some_and(|r| r.attempts().iter().any(|a| !a.abandoned()));
-        if submitted && !have.contains(&c.hash.0) {
+        let submitted = records.get(&c.hash).is_some_and(|r| r.attempts().iter().any(|a| !a.abandoned()));
+        if submitted && !have.contains(&c.hash) {
             out.configs.push(c);
         }
     }
@@ -340,8 +341,6 @@ pub(crate) fn template_dirs(opts: &Options, sweep: &Sweep) -> Vec<PathBuf> {
     dirs
 }
 
-/// The command line of the cluster commands (wired into `main` by one flattened variant).
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,8 +354,8 @@ mod tests {
         let removed_submitted = edited.configs.remove(0);
         let removed_never = edited.configs.remove(0);
         let attempt = Attempt::intended("s001-x", 0, 0.0).in_array("5");
-        let rec = ConfigRecord::fixture(&removed_submitted.hash.0, &removed_submitted.name).with_attempt(attempt);
-        let records = BTreeMap::from([(removed_submitted.hash.0.clone(), rec)]);
+        let rec = ConfigRecord::fixture(&removed_submitted.hash, &removed_submitted.name).with_attempt(attempt);
+        let records = BTreeMap::from([(removed_submitted.hash.clone(), rec)]);
         let prev = StoredSweep { cluster: "local".into(), sweep: full };
         let m = merged(Some(prev), &edited, &records);
         let names: Vec<&str> = m.configs.iter().map(|c| c.name.as_str()).collect();

@@ -2,6 +2,7 @@
 //! the records, then the workers' new events collected.
 
 use serde::Serialize;
+use spec::run::ConfigHash;
 use std::collections::BTreeMap;
 
 use super::pull::{pull_events, pull_logs};
@@ -16,19 +17,19 @@ use crate::transport::Poll;
 /// Applies one poll to the records; returns the configs whose state changed.
 /// Tasks a complete poll does not list are timed in `missing.json` (see
 /// [`crate::state::Attempt::gone`]).
-pub(crate) fn apply(st: &mut StateDir, poll: &Poll) -> Result<Vec<String>, CommandError> {
+pub(crate) fn apply(st: &mut StateDir, poll: &Poll) -> Result<Vec<ConfigHash>, CommandError> {
     let now = fsio::now();
     let mut missing = st.missing()?;
     let missing_before = missing.clone();
     // One observation per array task (a task of several configs is one line).
     type Seen = (SlurmState, Option<String>, Option<JobId>);
     let mut seen: BTreeMap<(String, u32), Seen> = BTreeMap::new();
-    let mut configs: BTreeMap<(String, u32), Vec<String>> = BTreeMap::new();
+    let mut configs: BTreeMap<(String, u32), Vec<ConfigHash>> = BTreeMap::new();
     for r in st.records().values() {
         for a in r.attempts().iter().filter(|a| !a.abandoned()) {
             let Some(array) = a.array_job_id() else { continue };
             let key = (a.submission().to_string(), a.task_id());
-            configs.entry(key.clone()).or_default().push(r.hash().to_string());
+            configs.entry(key.clone()).or_default().push(r.hash().clone());
             if let Some(o) = poll.tasks.get(&(array.clone(), a.task_id())) {
                 missing.remove(&a.key());
                 if a.would_observe(&o.state, o.job_id.as_ref()) {

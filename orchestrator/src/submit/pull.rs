@@ -15,6 +15,7 @@
 //! SLURM says the job ended, and a measured `oom` must never be retried.
 
 use spec::event::RunResult;
+use spec::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{blocking, Target};
@@ -71,17 +72,17 @@ pub(crate) async fn pull_events(
     st: &mut StateDir,
     target: &Target,
     sweep: &Sweep,
-    changed: &[String],
+    changed: &[ConfigHash],
     settle: bool,
     grace_s: f64,
 ) -> Collected {
     let mut got = Collected::default();
     let Ok(remote_state) = blocking(&target.transport, |t| t.files().remote_state_root()).await else { return got };
     let configs: BTreeMap<&str, &spec::RunConfig> =
-        sweep.configs.iter().map(|c| (c.hash.0.as_str(), &c.config)).collect();
+        sweep.configs.iter().map(|c| (c.hash.as_str(), &c.config)).collect();
     let now = fsio::now();
-    let changed: BTreeSet<&str> = changed.iter().map(String::as_str).collect();
-    let due: Vec<String> = st
+    let changed: BTreeSet<&ConfigHash> = changed.iter().collect();
+    let due: Vec<ConfigHash> = st
         .records()
         .values()
         .filter(|r| {
@@ -89,7 +90,7 @@ pub(crate) async fn pull_events(
                 a.array_job_id().is_some() && wants_read(a, changed.contains(r.hash()), settle, grace_s, now)
             })
         })
-        .map(|r| r.hash().to_string())
+        .map(|r| r.hash().clone())
         .collect();
     for hash in due {
         let Some(cfg) = configs.get(hash.as_str()) else { continue };
@@ -159,7 +160,7 @@ const LOG_TAIL_LINES: usize = 5;
 pub(crate) async fn pull_logs(st: &mut StateDir, target: &Target, experiment: &str, grace_s: f64) -> u32 {
     let Ok(remote_state) = blocking(&target.transport, |t| t.files().remote_state_root()).await else { return 0 };
     let now = fsio::now();
-    let due: Vec<(String, String, String)> = st
+    let due: Vec<(ConfigHash, String, String)> = st
         .records()
         .values()
         .filter_map(|r| {
@@ -167,7 +168,7 @@ pub(crate) async fn pull_logs(st: &mut StateDir, target: &Target, experiment: &s
             let ended_without_result = a.state().is_some_and(|s| s.is_ended() && *s != SlurmState::Cancelled)
                 && !matches!(a.worker(), WorkerOutcome::Result(_));
             (ended_without_result && a.log_tail().is_none() && !awaiting_result(a, grace_s, now))
-                .then(|| (r.hash().to_string(), r.name().to_string(), a.log_rel()))
+                .then(|| (r.hash().clone(), r.name().to_string(), a.log_rel()))
         })
         .collect();
     let mut read = 0;

@@ -2,6 +2,7 @@
 //! arrays through the submission protocol ([`super::protocol`]).
 
 use serde::Serialize;
+use spec::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
@@ -128,7 +129,7 @@ impl SubmitReport {
 /// The array tasks, as (submission, task id), whose worker started some
 /// config. A config of such a task with no `start` of its own was not
 /// reached: the task's worker died (or was killed) on an earlier config.
-fn tasks_started(records: &BTreeMap<String, ConfigRecord>) -> BTreeSet<(String, u32)> {
+fn tasks_started(records: &BTreeMap<ConfigHash, ConfigRecord>) -> BTreeSet<(String, u32)> {
     let attempts = records.values().flat_map(|r| r.attempts().iter());
     attempts
         .filter(|a| !a.abandoned() && !a.worker().is_not_started())
@@ -213,17 +214,17 @@ pub(super) fn would_send<'a>(sweep: &'a Sweep, opts: &Options) -> Result<WouldSe
     let answered = answered_by_active(opts, &sweep.experiment.name)?;
     let (mut todo, mut skipped) = (Vec::new(), Vec::new());
     let mut seen = BTreeSet::new();
-    for c in sweep.configs.iter().filter(|c| seen.insert(&c.hash.0)) {
-        if opts.only.as_ref().is_some_and(|only| !only.contains(&c.hash.0)) {
+    for c in sweep.configs.iter().filter(|c| seen.insert(&c.hash)) {
+        if opts.only.as_ref().is_some_and(|only| !only.contains(&c.hash)) {
             continue;
         }
-        let record = records.get(&c.hash.0);
+        let record = records.get(&c.hash);
         let never_submitted = record.is_none_or(|r| r.attempts().iter().all(Attempt::abandoned));
         let why = match answered.get(c.name.as_str()).filter(|_| never_submitted) {
             Some(why) => Some(why.clone()),
             None => match record {
                 Some(r) => blocker(r, opts, false, &started),
-                None => match verdicts.get(&c.hash.0).map(|v| v.kind()) {
+                None => match verdicts.get(&c.hash).map(|v| v.kind()) {
                     Some(k) if allowed(k, opts) => None,
                     Some(k) => Some(refusal(k)),
                     None => Some("no verdict".into()),
@@ -338,11 +339,11 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     let started = tasks_started(st.records());
     let answered = answered_by_active(opts, &sweep.experiment.name)?;
     for c in &sweep.configs {
-        if !seen.insert(&c.hash.0) {
+        if !seen.insert(&c.hash) {
             continue;
         }
-        let Some(r) = st.record(&c.hash.0) else { continue };
-        if opts.only.as_ref().is_some_and(|only| !only.contains(&c.hash.0)) {
+        let Some(r) = st.record(&c.hash) else { continue };
+        if opts.only.as_ref().is_some_and(|only| !only.contains(&c.hash)) {
             continue;
         }
         let never_submitted = r.attempts().iter().all(Attempt::abandoned);
@@ -478,7 +479,7 @@ mod tests {
         let mut records = BTreeMap::new();
         for (hash, worker, result) in [("a", Some("ok"), Some("ok")), ("b", Some("started"), None), ("c", None, None)] {
             let a = failed().with_worker(WorkerOutcome::from_word(worker));
-            records.insert(hash.to_string(), rec_named(hash, "fits", vec![a], result));
+            records.insert(hash.into(), rec_named(hash, "fits", vec![a], result));
         }
         let started = tasks_started(&records);
         assert_eq!(started, BTreeSet::from([("s".to_string(), 0)]));

@@ -2,6 +2,7 @@
 //! rows, and `--watch`.
 
 use serde::Serialize;
+use spec::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use crate::sweep::Sweep;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatusRow {
     pub name: String,
-    pub hash: String,
+    pub hash: ConfigHash,
     pub verdict: String,
     pub predicted_gib: Option<f64>,
     /// SLURM state of the latest attempt (`-` never submitted, `SUBMITTING` unsettled intent).
@@ -140,15 +141,15 @@ impl StatusReport {
     }
 }
 
-fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRow> {
+fn rows(sweep: &Sweep, records: &BTreeMap<ConfigHash, ConfigRecord>) -> Vec<StatusRow> {
     let mut seen = BTreeSet::new();
     let mut names = BTreeSet::new();
     let mut out = Vec::new();
     for c in &sweep.configs {
-        if !seen.insert(&c.hash.0) {
+        if !seen.insert(&c.hash) {
             continue;
         }
-        let Some(r) = records.get(&c.hash.0) else { continue };
+        let Some(r) = records.get(&c.hash) else { continue };
         let latest = r.latest();
         // The record keeps the last result a worker wrote; an attempt made
         // since (a resume) whose worker has not started yet has none of its own.
@@ -177,7 +178,7 @@ fn rows(sweep: &Sweep, records: &BTreeMap<String, ConfigRecord>) -> Vec<StatusRo
         };
         out.push(StatusRow {
             name,
-            hash: r.hash().to_string(),
+            hash: r.hash().clone(),
             verdict: r.verdict().map(|v| v.to_string()).unwrap_or_default(),
             predicted_gib: r.predicted_gib(),
             state,
@@ -229,12 +230,12 @@ pub fn unsubmitted(sweep: &Sweep, state_root: &std::path::Path) -> StatusReport 
     let rows = sweep
         .configs
         .iter()
-        .filter(|c| seen.insert(&c.hash.0))
+        .filter(|c| seen.insert(&c.hash))
         .map(|c| {
-            let verdict = v.get(&c.hash.0);
+            let verdict = v.get(&c.hash);
             StatusRow {
                 name: c.name.clone(),
-                hash: c.hash.0.clone(),
+                hash: c.hash.clone(),
                 verdict: verdict.map(|v| v.name().to_string()).unwrap_or_default(),
                 predicted_gib: verdict.and_then(Verdict::predicted_gib),
                 state: "-".into(),
@@ -354,10 +355,10 @@ mod tests {
         let sweep = demo();
         let c = &sweep.configs[0];
         let live = Live { phase: Phase::Bwd, peak_bytes: 3 << 30, started_t: Some(1.0), t: 2.0 };
-        let r = ConfigRecord::fixture(&c.hash.0, &c.name)
+        let r = ConfigRecord::fixture(&c.hash, &c.name)
             .with_verdict(Some(crate::precheck::VerdictKind::Fits), Some(4.0))
             .with_attempt(attempt(SlurmState::Running, Some(live)));
-        let records = BTreeMap::from([(c.hash.0.clone(), r)]);
+        let records = BTreeMap::from([(c.hash.clone(), r)]);
         let rows = rows(&sweep, &records);
         assert_eq!(rows[0].phase.as_deref(), Some("bwd"));
         assert_eq!(rows[0].peak_gib, Some(3.0));
@@ -379,11 +380,11 @@ mod tests {
             "wall_s": 0.0
         }))
         .expect("a result");
-        let r = ConfigRecord::fixture(&c.hash.0, &c.name)
+        let r = ConfigRecord::fixture(&c.hash, &c.name)
             .with_verdict(Some(crate::precheck::VerdictKind::Fits), None)
             .with_attempt(attempt(SlurmState::Completed, Some(live)))
             .with_result(Some(result));
-        let rows = rows(&sweep, &BTreeMap::from([(c.hash.0.clone(), r)]));
+        let rows = rows(&sweep, &BTreeMap::from([(c.hash.clone(), r)]));
         assert_eq!(rows[0].result.as_deref(), Some("ok"));
         assert_eq!(rows[0].peak_gib, Some(2.0));
         assert_eq!(rows[0].phase, None);
@@ -406,12 +407,12 @@ mod tests {
         let old = attempt(SlurmState::Cancelled, None)
             .with_worker(crate::collect::WorkerOutcome::Result(spec::event::RunStatus::Cancelled));
         let new = attempt(SlurmState::Running, None).with_worker(crate::collect::WorkerOutcome::NotStarted);
-        let r = ConfigRecord::fixture(&c.hash.0, &c.name)
+        let r = ConfigRecord::fixture(&c.hash, &c.name)
             .with_verdict(Some(crate::precheck::VerdictKind::Fits), Some(4.0))
             .with_attempt(old)
             .with_attempt(new)
             .with_result(Some(result_of("cancelled")));
-        let rows = rows(&sweep, &BTreeMap::from([(c.hash.0.clone(), r)]));
+        let rows = rows(&sweep, &BTreeMap::from([(c.hash.clone(), r)]));
         assert_eq!((rows[0].state.as_str(), rows[0].attempts), ("RUNNING", 2));
         assert_eq!(rows[0].result, None, "{:?}", rows[0]);
         assert_eq!(rows[0].peak_gib, None, "{:?}", rows[0]);
@@ -425,11 +426,11 @@ mod tests {
         let c = &sweep.configs[0];
         let a = attempt(SlurmState::Failed, None)
             .with_worker(crate::collect::WorkerOutcome::Result(spec::event::RunStatus::Ok));
-        let r = ConfigRecord::fixture(&c.hash.0, &c.name)
+        let r = ConfigRecord::fixture(&c.hash, &c.name)
             .with_verdict(Some(crate::precheck::VerdictKind::Fits), Some(4.0))
             .with_attempt(a)
             .with_result(Some(result_of("ok")));
-        let rows = rows(&sweep, &BTreeMap::from([(c.hash.0.clone(), r)]));
+        let rows = rows(&sweep, &BTreeMap::from([(c.hash.clone(), r)]));
         assert_eq!(rows[0].result.as_deref(), Some("ok"));
         let report = StatusReport { rows, poll: PollSummary::default(), settled: true, interrupted: false };
         let table = report.table();
@@ -447,9 +448,9 @@ mod tests {
         let mut earlier = sweep.configs[0].clone();
         earlier.hash.0 = "0123456789ab".into();
         sweep.configs.push(earlier.clone());
-        let records: BTreeMap<String, ConfigRecord> = [&sweep.configs[0], &earlier]
+        let records: BTreeMap<ConfigHash, ConfigRecord> = [&sweep.configs[0], &earlier]
             .into_iter()
-            .map(|c| (c.hash.0.clone(), ConfigRecord::fixture(&c.hash.0, &c.name)))
+            .map(|c| (c.hash.clone(), ConfigRecord::fixture(&c.hash, &c.name)))
             .collect();
         let rows = rows(&sweep, &records);
         let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();

@@ -148,7 +148,7 @@ impl Env {
         for (_, task, name) in self.slurm_tasks() {
             let Some(s) = by_name.get(&name) else { continue };
             for config in s.configs_of(task) {
-                *count.entry(config.clone()).or_default() += 1;
+                *count.entry(config.to_string()).or_default() += 1;
             }
         }
         count
