@@ -144,14 +144,14 @@ impl Refit {
 
     /// The predictor for `cfg` and its identity: `local <runtime> on <device>,
     /// N runs #<coefficients digest>` or `prior <runtime> #<digest>`.
-    pub fn predictor(&self, cfg: &RunConfig) -> Result<(Predictor, String), String> {
+    pub fn predictor(&self, cfg: &RunConfig) -> Result<(Predictor, String), crate::precheck::PrecheckError> {
         let key = runtime_key(&self.framework, cfg.precision);
         if let Some(e) = self.overlay.entry(&key, cfg.gpu) {
             let p = Predictor::new(key, e.coefficients).with_uncertainty(e.uncertainty.clone());
             let id = format!("local {} on {}, {} runs #{}", e.runtime, e.device, e.measured, digest(&e.coefficients));
             return Ok((p, id));
         }
-        let p = Predictor::from_calibration(&self.prior, &self.framework, cfg.precision).map_err(|e| e.to_string())?;
+        let p = Predictor::from_calibration(&self.prior, &self.framework, cfg.precision)?;
         let id = format!("prior {} #{}", p.runtime(), digest(p.coefficients()));
         Ok((p, id))
     }
@@ -160,7 +160,7 @@ impl Refit {
     pub fn predict(&self, cfg: &RunConfig, target_error: f64) -> Answer {
         let (pred, calibration) = match self.predictor(cfg) {
             Ok(p) => p,
-            Err(reason) => return Answer::Invalid { reason },
+            Err(e) => return Answer::Invalid { reason: e.to_string() },
         };
         let problems = spec::validate::validate(cfg);
         if !problems.is_empty() {

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::explain::{describe, Explanation, PhaseBreakdown};
 use super::AdvisorError;
-use crate::plot::{perr, Figure, PALETTE};
+use crate::plot::{perr, Figure, PlotError, PALETTE};
 use crate::precheck::{memory, TermPhase};
 
 /// Width of the chart; the legend takes the rest on the right.
@@ -54,7 +54,7 @@ impl Figure for Breakdown<'_> {
     fn size(&self) -> (u32, u32) {
         (1200, 700)
     }
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError> {
         draw(self, root)
     }
 }
@@ -80,7 +80,7 @@ fn draw_bars<DB: DrawingBackend>(
     chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
     bars: &[(&str, Vec<(String, f64)>)],
     ymax: f64,
-) -> Result<Vec<(String, RGBColor)>, String> {
+) -> Result<Vec<(String, RGBColor)>, PlotError> {
     let mut legend: Vec<(String, RGBColor)> = Vec::new();
     let above = TextStyle::from(("sans-serif", 16).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
     for (i, (_, segs)) in bars.iter().enumerate() {
@@ -114,7 +114,7 @@ fn draw_legend<DB: DrawingBackend>(
     right: &DrawingArea<DB, Shift>,
     e: &Explanation,
     legend: &[(String, RGBColor)],
-) -> Result<i32, String> {
+) -> Result<i32, PlotError> {
     let gib_of = |label: &str| {
         e.peak
             .lines
@@ -141,7 +141,7 @@ fn capacity_label(e: &Explanation) -> String {
     }
 }
 
-fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+fn draw<DB: DrawingBackend>(fig: &Breakdown, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError> {
     let e = fig.explanation;
     root.fill(&WHITE).map_err(perr)?;
     let (fwd, step) = match e.peak_phase {

@@ -24,12 +24,12 @@ pub struct PlotError(pub String);
 /// Something drawable on any plotters backend at a fixed size.
 pub trait Figure {
     fn size(&self) -> (u32, u32);
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>;
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError>;
 }
 
 /// plotters' errors as text (they are generic over the backend).
-pub fn perr<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
+pub fn perr<E: std::fmt::Display>(e: E) -> PlotError {
+    PlotError(e.to_string())
 }
 
 pub const PALETTE: [RGBColor; 20] = [
@@ -139,7 +139,7 @@ pub fn wrap(text: &str, size: u32, width: f64) -> Vec<String> {
 pub fn draw_title<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     lines: &[String],
-) -> Result<DrawingArea<DB, Shift>, String> {
+) -> Result<DrawingArea<DB, Shift>, PlotError> {
     use plotters::style::text_anchor::{HPos, Pos, VPos};
     let height = 20 + lines.len() as u32 * TITLE_LINE;
     let (title, rest) = area.split_vertically(height);
@@ -164,23 +164,23 @@ pub fn save(fig: &impl Figure, stem: &Path) -> Result<Vec<PathBuf>, PlotError> {
 /// Writes `fig` as SVG to `path`.
 pub fn save_svg(fig: &impl Figure, path: &Path) -> Result<(), PlotError> {
     font()?;
-    let err = |e: String| PlotError(format!("{}: {e}", path.display()));
+    let err = |e: &dyn std::fmt::Display| PlotError(format!("{}: {e}", path.display()));
     let root = SVGBackend::new(path, fig.size()).into_drawing_area();
-    fig.draw(&root).map_err(err)?;
-    root.present().map_err(|e| err(e.to_string()))
+    fig.draw(&root).map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
 }
 
 /// Writes `fig` as PNG to `path` (text drawn by [`text::GlyphText`]).
 pub fn save_png(fig: &impl Figure, path: &Path) -> Result<(), PlotError> {
     let font = font()?;
-    let err = |e: String| PlotError(format!("{}: {e}", path.display()));
+    let err = |e: &dyn std::fmt::Display| PlotError(format!("{}: {e}", path.display()));
     let (w, h) = fig.size();
     let mut buf = vec![0u8; (w * h * 3) as usize];
     {
         let backend = text::GlyphText::new(BitMapBackend::with_buffer(&mut buf, (w, h)), font);
         let root = backend.into_drawing_area();
-        fig.draw(&root).map_err(err)?;
-        root.present().map_err(|e| err(e.to_string()))?;
+        fig.draw(&root).map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
     }
     write_png(path, w, h, &buf)
 }

@@ -163,7 +163,7 @@ impl Figure for PredVsMeasured {
     fn size(&self) -> (u32, u32) {
         (900, 800)
     }
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError> {
         root.fill(&WHITE).map_err(perr)?;
         // The axes fit what ran (both coordinates) and the limits OOMs hit;
         // predictions for measured OOMs can be far above (thousands of GiB for
@@ -250,7 +250,7 @@ impl PredVsMeasured {
         chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
         k: f64,
         max: f64,
-    ) -> Result<(), String> {
+    ) -> Result<(), PlotError> {
         for f in [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit] {
             let color = family_color(f);
             let ran: Vec<(f64, f64)> = self
@@ -349,7 +349,7 @@ impl Figure for PeakVsSize {
         let longest = self.legend_labels().iter().map(|l| crate::plot::text_width(14, l)).fold(0.0, f64::max);
         ((CHART_W + 32 + longest.ceil() as u32 + 20).max(1100), 750)
     }
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError> {
         root.fill(&WHITE).map_err(perr)?;
         let Some((x, y, lines)) = self.axes() else { return Ok(()) };
         let what = if self.transformers { "tokens" } else { "input voxels" };

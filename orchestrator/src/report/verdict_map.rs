@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::markdown::fmt_gib;
 use super::{Report, Row, Status};
-use crate::plot::{perr, wrap, Figure, TITLE_LINE, TITLE_SIZE};
+use crate::plot::{perr, wrap, Figure, PlotError, TITLE_LINE, TITLE_SIZE};
 use crate::precheck::VerdictKind;
 
 /// The precheck's verdict over two sweep axes of one family: rows are variants
@@ -207,7 +207,7 @@ impl Figure for VerdictMap {
     fn size(&self) -> (u32, u32) {
         (self.grid_width(), self.top() + self.rows.len() as u32 * CELL_H + 80)
     }
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError> {
         root.fill(&WHITE).map_err(perr)?;
         let cw = self.cell_w() as i32;
         let ch = CELL_H as i32;

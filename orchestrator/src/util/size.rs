@@ -3,13 +3,22 @@
 
 use serde::{Deserialize, Deserializer};
 
+/// A size that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("invalid size {0:?}, expected e.g. 512MiB, 2GiB or a number of bytes")]
+    Syntax(String),
+    #[error("invalid size {0:?}: must be at least one byte")]
+    Empty(String),
+}
+
 /// Bytes of `s`. Binary units (`KiB`…`TiB`, and SLURM-style `K`/`M`/`G`/`T`)
 /// are powers of 1024, `kB`/`MB`/`GB`/`TB` powers of 1000; case is ignored.
-pub fn parse(s: &str) -> Result<u64, String> {
+pub fn parse(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = (&t[..split], t[split..].trim());
-    let bad = || format!("invalid size {s:?}, expected e.g. 512MiB, 2GiB or a number of bytes");
+    let bad = || SizeError::Syntax(s.to_string());
     let n: f64 = num.parse().map_err(|_| bad())?;
     let mult: f64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
@@ -25,7 +34,7 @@ pub fn parse(s: &str) -> Result<u64, String> {
     };
     let bytes = (n * mult).round();
     if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
-        return Err(format!("invalid size {s:?}: must be at least one byte"));
+        return Err(SizeError::Empty(s.to_string()));
     }
     Ok(bytes as u64)
 }
