@@ -165,9 +165,7 @@ impl Command {
 fn where_it_runs(exp: &ExperimentArgs, cluster: Option<&str>) -> Result<(Sweep, ClusterChoice)> {
     let sweep = exp.load()?;
     let stored = crate::state::View::new(&exp.state_dir, &sweep.experiment.name)?.sweep()?;
-    let cluster = ClusterChoice::of(cluster, &sweep, stored.as_ref());
-    let sweep = crate::submit::judge_where_it_runs(&sweep, &cluster, None);
-    Ok((sweep, cluster))
+    Ok(crate::submit::where_it_runs(&sweep, cluster, stored.as_ref(), None))
 }
 
 /// Runs one command.

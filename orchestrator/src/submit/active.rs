@@ -103,8 +103,8 @@ pub async fn run(
     // On a `local` cluster the runs have this machine's memory (a limit below the GPU's).
     let view = View::new(&opts.state_root, &name)?;
     let stored = view.sweep()?;
-    let choice = super::ClusterChoice::of(opts.cluster.as_deref(), sweep, stored.as_ref());
-    let judged = super::judge_where_it_runs(sweep, &choice, opts.clusters_file.as_deref());
+    let (judged, _) =
+        super::where_it_runs(sweep, opts.cluster.as_deref(), stored.as_ref(), opts.clusters_file.as_deref());
     let sweep = &judged;
     let mut seen = BTreeSet::new();
     let configs: Vec<(String, RunConfig)> = sweep

@@ -284,11 +284,25 @@ impl std::fmt::Display for ClusterChoice {
     }
 }
 
+/// The cluster `submit` would use for `sweep` ([`ClusterChoice::of`]: the
+/// command line's, the stored sweep's, the file's, else `local`), and the
+/// sweep judged there ([`judge_where_it_runs`]): what `plan`, `explain`,
+/// `fit`, `status`, `render`, `submit` and the active loop all judge.
+pub fn where_it_runs(
+    sweep: &Sweep,
+    cluster: Option<&str>,
+    stored: Option<&StoredSweep>,
+    clusters_file: Option<&Path>,
+) -> (Sweep, ClusterChoice) {
+    let choice = ClusterChoice::of(cluster, sweep, stored);
+    (judge_where_it_runs(sweep, &choice, clusters_file), choice)
+}
+
 /// `sweep` as `choice` runs it: where that is a cluster of transport `local`
 /// (the worker on this machine's CPU) and `submit` would run it there, judged
 /// against this machine's memory ([`Sweep::host_memory_gib`]) rather than
 /// the GPU it names; elsewhere against its GPU, as written.
-pub fn judge_where_it_runs(sweep: &Sweep, choice: &ClusterChoice, clusters_file: Option<&Path>) -> Sweep {
+fn judge_where_it_runs(sweep: &Sweep, choice: &ClusterChoice, clusters_file: Option<&Path>) -> Sweep {
     let mut out = sweep.clone();
     let local = ClustersFile::load_or_default(clusters_file)
         .ok()

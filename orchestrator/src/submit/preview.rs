@@ -29,8 +29,8 @@ pub struct Rendered {
 pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandError> {
     let view = state::View::new(&opts.state_root, &sweep.experiment.name)?;
     let prev = view.sweep()?;
-    let choice = super::ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
-    let judged = super::judge_where_it_runs(sweep, &choice, opts.clusters_file.as_deref());
+    let (judged, choice) =
+        super::where_it_runs(sweep, opts.cluster.as_deref(), prev.as_ref(), opts.clusters_file.as_deref());
     let sweep = &judged;
     let cluster = choice.name;
     let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;

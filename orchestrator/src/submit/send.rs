@@ -314,8 +314,8 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     }
     let mut st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
     let prev = st.view().sweep()?;
-    let choice = ClusterChoice::of(opts.cluster.as_deref(), sweep, prev.as_ref());
-    let judged = super::judge_where_it_runs(sweep, &choice, opts.clusters_file.as_deref());
+    let (judged, choice) =
+        super::where_it_runs(sweep, opts.cluster.as_deref(), prev.as_ref(), opts.clusters_file.as_deref());
     let sweep = &judged;
     let cluster = choice.name.clone();
     let target = open_chosen(opts, sweep, &choice)?;

@@ -22,29 +22,14 @@ pub struct World {
     pub remote_work: String,
 }
 
-/// The record template: copies task i's manifest line (and the description)
-/// to files, then sleeps `sleep` seconds.
+/// The record template ([`super::RECORD_TEMPLATE`]: copies task i's manifest
+/// line to a file) that also writes the description, then sleeps `sleep` seconds.
 pub fn template(sleep: f64) -> String {
+    let tail = "sleep \"${SWEEP_TEST_SLEEP:-0}\"\n";
+    assert!(super::RECORD_TEMPLATE.ends_with(tail), "RECORD_TEMPLATE ends with its sleep");
     format!(
-        r#"#!/bin/bash
-#SBATCH --job-name={{{{sbatch job_name}}}}
-#SBATCH --comment={{{{sbatch comment}}}}
-#SBATCH --array={{{{sbatch array}}}}
-#SBATCH --output={{{{sbatch log_dir}}}}/%a.out
-#SBATCH --chdir={{{{sbatch submission_dir}}}}
-#SBATCH --gres=gpu:1
-#SBATCH --cpus-per-task=1
-#SBATCH --time=00:05:00
-{{{{#if slurm.partition}}}}
-#SBATCH --partition={{{{sbatch slurm.partition}}}}
-{{{{/if}}}}
-set -eu
-out={{{{sh submission_dir}}}}/task-$SLURM_ARRAY_TASK_ID.json
-sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {{{{sh manifest_jsonl}}}} > "$out.tmp"
-mv "$out.tmp" "$out"
-printf '%s' {{{{sh description}}}} > {{{{sh submission_dir}}}}/description-$SLURM_ARRAY_TASK_ID.txt
-sleep {sleep}
-"#
+        "{}printf '%s' {{{{sh description}}}} > {{{{sh submission_dir}}}}/description-$SLURM_ARRAY_TASK_ID.txt\nsleep {sleep}\n",
+        super::RECORD_TEMPLATE.strip_suffix(tail).unwrap_or_default()
     )
 }
 
