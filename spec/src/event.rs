@@ -110,7 +110,8 @@ pub enum AttentionKernel {
 pub enum Checkpointing {
     Off,
     /// Burn's op-level `Balanced` strategy: memory-bound ops are recomputed in
-    /// backward, compute-bound ones (matmul, conv) keep their outputs.
+    /// backward, compute-bound ones (matmul, conv) keep their outputs. Written
+    /// by earlier workers (read in their events); no worker runs it now.
     BurnBalanced,
     /// Per block, as `torch.utils.checkpoint` around each transformer block in
     /// the group's runs: a block keeps only its inputs and is recomputed in backward.

@@ -15,7 +15,6 @@
 
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use spec::event::Checkpointing;
 use spec::Precision;
 
 /// A backend this build can run.
@@ -144,16 +143,14 @@ pub struct Prepared {
     pub fell_back_from: Option<FloatDType>,
     /// Autocast's half type (AMP precisions); the device then holds f32.
     pub autocast: Option<FloatDType>,
-    pub checkpointing: Checkpointing,
 }
 
-/// Configure the device: float dtype, autodiff on, Burn's op-level gradient
-/// checkpointing when `checkpointing` is [`Checkpointing::BurnBalanced`] (per-block
-/// checkpointing is the models' own, see `models::checkpoint`). A half type the backend cannot compute in falls
+/// Configure the device: float dtype, autodiff on (checkpointing is the
+/// models' own, per block, see `models::checkpoint`). A half type the backend cannot compute in falls
 /// back: under autocast bf16 → f16 (the same bytes), else f32; the start event
 /// says so. Must run before the first tensor on the device. Device creation
 /// may panic (no adapter, no driver): the runner calls this inside its panic guard.
-pub fn prepare(backend: Backend, precision: Precision, checkpointing: Checkpointing) -> Result<Prepared, BackendError> {
+pub fn prepare(backend: Backend, precision: Precision) -> Result<Prepared, BackendError> {
     let mut device = backend.device();
     let (storage, half) = dtypes(precision);
     let wanted = half.unwrap_or(storage);
@@ -178,11 +175,7 @@ pub fn prepare(backend: Backend, precision: Precision, checkpointing: Checkpoint
         }
     }
     let device = device.autodiff();
-    let device = match checkpointing {
-        Checkpointing::BurnBalanced => device.gradient_checkpointing(),
-        Checkpointing::Off | Checkpointing::Block | Checkpointing::NoneInModel => device,
-    };
-    Ok(Prepared { device, dtype, fell_back_from: (dtype != wanted).then_some(wanted), autocast, checkpointing })
+    Ok(Prepared { device, dtype, fell_back_from: (dtype != wanted).then_some(wanted), autocast })
 }
 
 /// The storage type (as a precision asks for it) this process configured its

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
-use spec::event::RunStatus;
+use spec::event::{Phase, RunStatus};
 use spec::model::Family;
 use spec::record::MeasurementRecord;
 use spec::run::ConfigHash;
@@ -194,7 +194,6 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 pub struct Predicted {
     pub id: String,
     pub peak_gb: Option<f64>,
-    pub peak_phase: Option<String>,
     #[serde(default)]
     pub fwd_bwd_gb: Option<f64>,
     #[serde(default)]
@@ -229,12 +228,11 @@ fn cell(x: Option<f64>) -> String {
 
 /// The phase that set the worker's peak, and the bytes per parameter the step holds.
 fn peak_phase(r: &Row) -> (&'static str, Option<f64>) {
-    let names = ["model", "fwd", "bwd", "step"];
     let best = (0..4)
         .filter(|&i| r.phases_gib[i].is_some())
         .max_by(|&a, &b| r.phases_gib[a].unwrap_or(0.0).total_cmp(&r.phases_gib[b].unwrap_or(0.0)));
     let per_param = r.phases_gib[3].filter(|_| r.params > 0).map(|g| g * GIB / r.params as f64);
-    (best.map_or("-", |i| names[i]), per_param)
+    (best.map_or("-", |i| Phase::ALL[i].name()), per_param)
 }
 
 /// One summary line: runs, median and p90 of |error|, median signed error.

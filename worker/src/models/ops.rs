@@ -125,8 +125,11 @@ fn norm_forward<B: Backend>(
     (B::float_reshape(y, shape), mean, rstd)
 }
 
-/// `[dx, dgamma, dbeta]` of the norm from `x`, its statistics and `dy`.
-fn norm_backward<B: Backend>(s: NormState<B>, dy: FloatTensor<B>) -> [FloatTensor<B>; 3] {
+/// `[dx, dgamma, dbeta]` of the norm from `x`, its statistics and `dy`;
+/// `dgamma` and `dbeta` only where `affine` asks for them (a norm whose
+/// weight and bias are constants, as the DiT's adaLN LayerNorm, computes
+/// neither: PyTorch's `native_layer_norm_backward` output mask).
+fn norm_backward<B: Backend>(s: NormState<B>, dy: FloatTensor<B>, affine: [bool; 2]) -> [Option<FloatTensor<B>>; 3] {
     let NormState { x, gamma, mean, rstd, layout: l } = s;
     let shape = x.shape();
     let c = l.channels();
@@ -140,15 +143,15 @@ fn norm_backward<B: Backend>(s: NormState<B>, dy: FloatTensor<B>) -> [FloatTenso
         let t = B::float_sum_dim(B::float_sum_dim(t, other), 0);
         B::float_reshape(t, burn::tensor::Shape::new([c]))
     };
-    let dbeta = per_channel(dy.clone());
-    let dgamma = per_channel(B::float_mul(dy.clone(), xhat_a));
+    let dbeta = affine[1].then(|| per_channel(dy.clone()));
+    let dgamma = affine[0].then(|| per_channel(B::float_mul(dy.clone(), xhat_a)));
     let g = B::float_mul(dy, B::float_reshape(gamma, shape3(l.gamma_view()))); // [b, c, s]
     let g = B::float_reshape(g, shape3(l.stats)); // [a, rows, m]
     let mean_g = B::float_mean_dim(g.clone(), 2); // [a, rows, 1]
     let mean_gx = B::float_mean_dim(B::float_mul(g.clone(), xhat.clone()), 2); // [a, rows, 1]
     let dx = B::float_sub(B::float_sub(g, mean_g), B::float_mul(xhat, mean_gx));
     let dx = B::float_mul(dx, rstd); // [a, rows, m]
-    [B::float_reshape(dx, shape), dgamma, dbeta]
+    [Some(B::float_reshape(dx, shape)), dgamma, dbeta]
 }
 
 fn silu_forward<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
@@ -181,8 +184,9 @@ impl<B: Backend> Backward<B, 3> for NormBackward {
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let dy = grads.consume::<B>(&ops.node);
-        for (parent, grad) in ops.parents.into_iter().zip(norm_backward::<B>(ops.state, dy)) {
-            if let Some(node) = parent {
+        let affine = [ops.parents[1].is_some(), ops.parents[2].is_some()];
+        for (parent, grad) in ops.parents.into_iter().zip(norm_backward::<B>(ops.state, dy, affine)) {
+            if let (Some(node), Some(grad)) = (parent, grad) {
                 grads.register::<B>(node.id, grad);
             }
         }
@@ -297,8 +301,9 @@ mod tests {
         assert!(worst < 2e-3, "{what}: largest relative difference {worst}");
     }
 
-    /// Outputs and gradients equal Burn's own modules' (group norm, layer
-    /// norm with affine, SiLU) on random inputs.
+    /// Outputs and gradients (the input's, and the weight's and bias's)
+    /// equal Burn's own modules' (group norm, layer norm with affine, SiLU)
+    /// on random inputs.
     #[test]
     fn gradients_match_burns_composed_ops() {
         let device = Device::flex().autodiff();
@@ -309,25 +314,54 @@ mod tests {
         type F<'a> = Box<dyn Fn(Tensor<3>) -> Tensor<3> + 'a>;
         let (gamma, beta) = (gn.gamma.as_ref().unwrap().val(), gn.beta.as_ref().unwrap().val());
         let (lg, lb) = (ln.gamma.val(), ln.beta.as_ref().unwrap().val());
-        let cases: [(&str, F<'_>, F<'_>); 3] = [
+        let cases: [(&str, F<'_>, F<'_>, Vec<Tensor<1>>); 3] = [
             (
                 "group norm",
                 Box::new(|x| gn.forward(x)),
                 Box::new(|x| group_norm(x, gamma.clone(), beta.clone(), 4, 1e-6)),
+                vec![gamma.clone(), beta.clone()],
             ),
-            ("layer norm", Box::new(|x| ln.forward(x)), Box::new(|x| layer_norm(x, lg.clone(), lb.clone(), 1e-5))),
-            ("silu", Box::new(burn::tensor::activation::silu::<3>), Box::new(silu::<3>)),
+            (
+                "layer norm",
+                Box::new(|x| ln.forward(x)),
+                Box::new(|x| layer_norm(x, lg.clone(), lb.clone(), 1e-5)),
+                vec![lg.clone(), lb.clone()],
+            ),
+            ("silu", Box::new(burn::tensor::activation::silu::<3>), Box::new(silu::<3>), vec![]),
         ];
-        for (what, reference, ours) in cases {
+        for (what, reference, ours, params) in cases {
             let run = |f: &F<'_>| {
                 let xi = x.clone().detach().require_grad();
                 let y = f(xi.clone());
                 let g = (y.clone() * w.clone()).sum().backward();
-                (y.flatten::<1>(0, 2), xi.grad(&g).unwrap().flatten::<1>(0, 2))
+                let param_grads: Vec<Tensor<1>> = params.iter().map(|p| p.grad(&g).expect("a weight's grad")).collect();
+                (y.flatten::<1>(0, 2), xi.grad(&g).unwrap().flatten::<1>(0, 2), param_grads)
             };
-            let ((y0, g0), (y1, g1)) = (run(&reference), run(&ours));
+            let ((y0, g0, p0), (y1, g1, p1)) = (run(&reference), run(&ours));
             close(what, y1, y0);
             close(what, g1, g0);
+            for (i, (a, b)) in p1.into_iter().zip(p0).enumerate() {
+                close(&format!("{what}: {}", ["weight", "bias"][i]), a, b);
+            }
         }
+    }
+
+    /// A norm whose weight and bias are constants (the DiT's adaLN LayerNorm,
+    /// whose backward skips their gradients) gives the input the same gradient
+    /// as with them learnt, and them none.
+    #[test]
+    fn a_norm_with_constant_affine_gives_the_same_input_gradient() {
+        let device = Device::flex().autodiff();
+        let x = Tensor::<3>::random([2, 8, 5], Distribution::Normal(0.0, 1.0), &device);
+        let w = Tensor::<3>::random([2, 8, 5], Distribution::Normal(0.0, 1.0), &device);
+        let grad = |gamma: Tensor<1>, beta: Tensor<1>| {
+            let xi = x.clone().detach().require_grad();
+            let g = (layer_norm(xi.clone(), gamma.clone(), beta.clone(), 1e-5) * w.clone()).sum().backward();
+            assert_eq!(gamma.grad(&g).is_some(), gamma.is_require_grad());
+            xi.grad(&g).unwrap().flatten::<1>(0, 2)
+        };
+        let fixed = grad(Tensor::ones([5], &device), Tensor::zeros([5], &device));
+        let learnt = grad(Tensor::ones([5], &device).require_grad(), Tensor::zeros([5], &device).require_grad());
+        close("constant affine", fixed, learnt);
     }
 }

@@ -211,7 +211,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// itself cannot be written (nothing could be recorded then). An OOM under the
 /// CPU limit and SIGTERM end the process from inside (after writing the result).
 pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
-    run_with_setup(cfg, opts, || backend::prepare(opts.backend, cfg.precision, checkpointing_of(cfg)))
+    run_with_setup(cfg, opts, || backend::prepare(opts.backend, cfg.precision))
 }
 
 /// How a config's `grad_ckpt` runs: per block for the transformer families (the
@@ -260,8 +260,8 @@ fn run_with_setup(
     let env = run_environment(cfg, opts, &prepared);
     log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env }).map_err(ev_err)?;
 
-    let (device, autocast, checkpointing) = match prepared {
-        Ok(p) => (p.device, p.autocast, p.checkpointing),
+    let (device, autocast) = match prepared {
+        Ok(p) => (p.device, p.autocast),
         Err(msg) => {
             let out = finish(&log, &path, params, start, 0, Err((RunStatus::Failed, msg)));
             set_current(None);
@@ -283,7 +283,7 @@ fn run_with_setup(
     let kernels = Kernels {
         attention: attention_of(cfg, opts),
         autocast,
-        block_checkpoints: checkpointing == Checkpointing::Block,
+        block_checkpoints: checkpointing_of(cfg) == Checkpointing::Block,
     };
     let result = catch_unwind(AssertUnwindSafe(|| phases(cfg, kernels, &device, &meter, &log)));
     alloc::set_limit(None);
@@ -349,7 +349,7 @@ fn run_environment(cfg: &RunConfig, opts: &RunOptions, prepared: &Result<backend
             .ok()
             .and_then(|p| p.fell_back_from)
             .map(|d| backend::dtype_name(d).to_string()),
-        checkpointing: prepared.as_ref().ok().map(|p| p.checkpointing),
+        checkpointing: prepared.as_ref().ok().map(|_| checkpointing_of(cfg)),
         dtype_policy: prepared.as_ref().ok().map(|p| {
             if p.autocast.is_some() {
                 DtypePolicy::Autocast
