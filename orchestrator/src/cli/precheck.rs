@@ -1,4 +1,4 @@
-//! The `predict` and `calibrate` commands (argument parsing lives in main.rs).
+//! The `predict` and `calibrate` commands (their arguments are in `cli/mod.rs`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -392,7 +392,7 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
         max: Duration::from_secs_f64(max_interval.max(interval).max(0.1)),
         max_polls: None,
     });
-    // --watch: a bar in a terminal, only what changed when piped (crate::submit::watch).
+    // --watch: a bar in a terminal, only what changed when piped (super::watch).
     let mut printer = super::watch::Printer::new(json, watch.then(crate::progress::watch_bar));
     let (root, exp) = (opts.state_root.clone(), name.clone());
     let mut show = move |r: &StatusReport| {

@@ -27,7 +27,7 @@ pub trait Figure {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError>;
 }
 
-/// plotters' errors as text (they are generic over the backend).
+/// plotters' errors as a [`PlotError`] (they are generic over the backend).
 pub fn perr<E: std::fmt::Display>(e: E) -> PlotError {
     PlotError(e.to_string())
 }

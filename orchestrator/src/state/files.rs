@@ -1,7 +1,11 @@
 //! Every file under `state/<experiment>/`, named here and only here, with
-//! its typed read and write. Nothing outside `state/` builds a path into the
-//! directory: the store hands out what is in it (and, for `render/` and
-//! `report/`, the directory a command writes its output to).
+//! its typed read and write: the orchestrator writes the directory only
+//! through the store, which hands out what is in it (and, for `render/` and
+//! `report/`, the directory a command writes its output to). Two readers sit
+//! below the store in the layers and read on their own: the precheck's local
+//! overlay (every experiment's `measurements.jsonl`) and the clusters' side,
+//! the worker and the replay, which write `runs/` where the cluster's state
+//! root is (this one, for `local` and `replay`).
 //!
 //! ```text
 //! state/<experiment>/
@@ -135,10 +139,11 @@ impl View {
     }
 
     /// The events file `rel` ([`super::ConfigRecord::events_rel`]): its bytes
-    /// and where it is (for messages).
+    /// and where it is (for messages). A path that names no events file is
+    /// refused.
     pub fn events(&self, rel: &str) -> (std::io::Result<Vec<u8>>, PathBuf) {
         let path = self.file(rel);
-        (std::fs::read(&path), path)
+        (events_rel_checked(rel).and_then(|()| std::fs::read(&path)), path)
     }
 
     /// The bytes of every events file under `runs/` (unreadable ones skipped).
@@ -208,7 +213,15 @@ impl StateDir {
         if std::path::absolute(&local).is_ok_and(|p| p == Path::new(remote)) {
             return Ok(());
         }
-        append_at(&local, offset, bytes).map_err(|e| io(&local)(e))
+        events_rel_checked(rel).and_then(|()| append_at(&local, offset, bytes)).map_err(|e| io(&local)(e))
+    }
+}
+
+/// `Ok` when `rel` names an events file (`runs/<hash>/events.jsonl`).
+fn events_rel_checked(rel: &str) -> std::io::Result<()> {
+    match StateFile::of(Path::new(rel)) {
+        Some(StateFile::Events) => Ok(()),
+        _ => Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{rel:?} names no events file"))),
     }
 }
 

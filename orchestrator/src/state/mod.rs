@@ -2,7 +2,7 @@
 //! about a sweep, as plain JSON readable with `jq`, written so that a crash at
 //! any instant leaves it consistent.
 //!
-//! Its files, each with its typed read and write, are listed in [`files`].
+//! Its files, each with its typed read and write, are listed in `files.rs` ([`StateFile`]).
 //!
 //! Crash safety rests on one rule: a submission's intent (`submission.json`
 //! with no job id) is on disk, fsynced, *before* `sbatch` runs. A crash after
@@ -77,7 +77,7 @@ impl View {
         Ok(View { root: state_root.join(experiment) })
     }
 
-    /// The directory, for messages (its files are read through the methods here and in [`files`]).
+    /// The directory, for messages (its files are read through the methods here and in `files.rs`).
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -291,10 +291,7 @@ impl ConfigRecord {
     /// directory of the experiment (`None`: a name that cannot be a path).
     pub fn events_rel(&self, attempt: &Attempt) -> Option<String> {
         match attempt.run_dir {
-            RunDirKey::Hash => {
-                let hash = attempt.run_hash.as_deref().unwrap_or(&self.hash);
-                Some(spec::run::events_rel(&spec::run::ConfigHash(hash.to_string())))
-            }
+            RunDirKey::Hash => Some(spec::run::events_rel(attempt.run_hash.as_ref().unwrap_or(&self.hash))),
             RunDirKey::Name => {
                 crate::fsio::safe_component(&self.name).then(|| format!("runs/{}/events.jsonl", self.name))
             }

@@ -146,35 +146,38 @@ pub async fn run(
         };
         let round = k.rounds + 1;
         let open = answers.values().filter(|a| !a.is_settled()).count();
-        {
-            let mut st = StateDir::open(&opts.state_root, &name, opts.lock_wait)?;
-            let chosen = chosen.iter().map(|k| ConfigHash::from(k.as_str())).collect();
-            st.apply(Change::ActiveRound { round, chosen, measured: k.measured.len(), open })?;
-        }
-        let names: Vec<&str> =
-            sweep.configs.iter().filter(|c| chosen.iter().any(|k| **k == *c.hash)).map(|c| c.name.as_str()).collect();
-        say(&format!(
-            "round {round}: {} open, measuring {}: {}",
-            active::configs(open),
-            chosen.len(),
-            names.join(", ")
-        ));
-        let o = Options {
-            only: Some(chosen.iter().map(|k| ConfigHash::from(k.as_str())).collect()),
-            force: true,
-            include_risky: true,
-            ..opts.clone()
-        };
-        let r = submit(sweep, &o, false).await?;
-        if r.submitted.is_empty() && r.unresolved.is_empty() {
-            let why: Vec<String> = r.skipped.iter().map(|(n, w)| format!("{n}: {w}")).collect();
-            return Err(CommandError::Refused(format!(
-                "round {round} chose configs that could not be submitted ({})",
-                why.join("; ")
-            )));
-        }
+        measure_round(sweep, opts, (round, k.measured.len(), open), &chosen, say).await?;
         submitted_round = Some(round);
     }
+}
+
+/// Records round `round` (`measured` configs measured so far, `open` not
+/// settled) in the journal, says what it measures, and submits `chosen` (hashes).
+async fn measure_round(
+    sweep: &Sweep,
+    opts: &Options,
+    (round, measured, open): (u32, usize, usize),
+    chosen: &[String],
+    say: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), CommandError> {
+    let hashes: BTreeSet<ConfigHash> = chosen.iter().map(|k| ConfigHash::from(k.as_str())).collect();
+    {
+        let mut st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
+        let chosen = chosen.iter().map(|k| ConfigHash::from(k.as_str())).collect();
+        st.apply(Change::ActiveRound { round, chosen, measured, open })?;
+    }
+    let names: Vec<&str> = sweep.configs.iter().filter(|c| hashes.contains(&c.hash)).map(|c| c.name.as_str()).collect();
+    say(&format!("round {round}: {} open, measuring {}: {}", active::configs(open), chosen.len(), names.join(", ")));
+    let o = Options { only: Some(hashes), force: true, include_risky: true, ..opts.clone() };
+    let r = submit(sweep, &o, false).await?;
+    if r.submitted.is_empty() && r.unresolved.is_empty() {
+        let why: Vec<String> = r.skipped.iter().map(|(n, w)| format!("{n}: {w}")).collect();
+        return Err(CommandError::Refused(format!(
+            "round {round} chose configs that could not be submitted ({})",
+            why.join("; ")
+        )));
+    }
+    Ok(())
 }
 
 /// The records of the sweep's cluster when it is a `replay` one (`None`
@@ -234,7 +237,7 @@ fn report(sweep: &Sweep, k: Known, stop: Stop, answers: BTreeMap<String, Answer>
 }
 
 /// Gives each `status` row of a config never submitted its predicted answer.
-pub fn annotate(a: &ActiveReport, rows: &mut [super::StatusRow]) {
+pub fn annotate(rows: &mut [super::StatusRow], a: &ActiveReport) {
     for row in rows.iter_mut().filter(|r| r.state == "-") {
         row.answer = a.answers.get(&row.name).filter(|a| matches!(a, Answer::Predicted { .. })).cloned();
     }

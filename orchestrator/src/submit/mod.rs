@@ -286,7 +286,7 @@ impl std::fmt::Display for ClusterChoice {
 
 /// The cluster `submit` would use for `sweep` ([`ClusterChoice::of`]: the
 /// command line's, the stored sweep's, the file's, else `local`), and the
-/// sweep judged there ([`judge_where_it_runs`]): what `plan`, `explain`,
+/// sweep judged there (`judge_where_it_runs`): what `plan`, `explain`,
 /// `fit`, `status`, `render`, `submit` and the active loop all judge.
 pub fn where_it_runs(
     sweep: &Sweep,

@@ -290,7 +290,7 @@ pub async fn status(
             let poll = update(&mut st, &target, &stored.sweep, false, grace).await?;
             let mut rows = rows(&stored.sweep, st.records());
             if let Some(a) = st.view().active()? {
-                super::active::annotate(&a, &mut rows);
+                super::active::annotate(&mut rows, &a);
             }
             // Settled: nothing queued, running or unresolved, and no ended job's result still in flight.
             let now = fsio::now();

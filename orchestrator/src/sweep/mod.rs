@@ -65,7 +65,7 @@ pub struct Sweep {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub collapsed: Vec<(String, String)>,
     /// The memory of this machine (GiB) where a `local` cluster runs the
-    /// sweep on its CPU (`submit::judge_where_it_runs`): verdicts are judged
+    /// sweep on its CPU (`submit::where_it_runs`): verdicts are judged
     /// against it, as against a worker `memory_limit` (the lower of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_memory_gib: Option<f64>,

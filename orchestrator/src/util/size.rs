@@ -8,8 +8,8 @@ use serde::{Deserialize, Deserializer};
 pub enum SizeError {
     #[error("invalid size {0:?}, expected e.g. 512MiB, 2GiB or a number of bytes")]
     Syntax(String),
-    #[error("invalid size {0:?}: must be at least one byte")]
-    Empty(String),
+    #[error("invalid size {0:?}: must be at least one byte and below 16 EiB")]
+    OutOfRange(String),
 }
 
 /// Bytes of `s`. Binary units (`KiB`…`TiB`, and SLURM-style `K`/`M`/`G`/`T`)
@@ -34,7 +34,7 @@ pub fn parse(s: &str) -> Result<u64, SizeError> {
     };
     let bytes = (n * mult).round();
     if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
-        return Err(SizeError::Empty(s.to_string()));
+        return Err(SizeError::OutOfRange(s.to_string()));
     }
     Ok(bytes as u64)
 }

@@ -346,6 +346,25 @@ mod tests {
         }
     }
 
+    /// The norm's backward computes the weight's and bias's gradients only
+    /// when asked (PyTorch's output mask), and the input's always.
+    #[test]
+    fn norm_backward_computes_only_the_gradients_asked_for() {
+        let device = Device::flex();
+        let t = |dims: [usize; 3]| Tensor::<3>::random(dims, Distribution::Normal(0.0, 1.0), &device).into_dispatch();
+        let (x, dy) = (t([2, 8, 5]), t([2, 8, 5]));
+        let (gamma, beta) =
+            (Tensor::<1>::ones([5], &device).into_dispatch(), Tensor::<1>::zeros([5], &device).into_dispatch());
+        let layout = Layout::layer(&x.shape(), 1e-5);
+        for affine in [[false, false], [true, false], [true, true]] {
+            let (_, mean, rstd) = norm_forward::<Dispatch>(x.clone(), gamma.clone(), beta.clone(), layout);
+            let state = NormState { x: x.clone(), gamma: gamma.clone(), mean, rstd, layout };
+            let [dx, dgamma, dbeta] = norm_backward::<Dispatch>(state, dy.clone(), affine);
+            assert!(dx.is_some(), "{affine:?}");
+            assert_eq!([dgamma.is_some(), dbeta.is_some()], affine);
+        }
+    }
+
     /// A norm whose weight and bias are constants (the DiT's adaLN LayerNorm,
     /// whose backward skips their gradients) gives the input the same gradient
     /// as with them learnt, and them none.

@@ -178,7 +178,8 @@ pub(super) fn oom_hook(requested: u64, live: u64) {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     if PROGRESS.finished.swap(true, Ordering::SeqCst) {
-        // A result is already written: just fail the allocation.
+        // A result is written, or being written by a signal's or a crash's
+        // handler (which ends the process): fail the allocation.
         OOM_PEN.store(false, Ordering::SeqCst);
         return;
     }
