@@ -139,19 +139,72 @@ impl Env {
     /// How many SLURM tasks ran each config of experiment `exp` in the state
     /// dir `state_root`: SLURM's jobs mapped back to configs through the
     /// submissions' task lists (a task that runs several configs counts for
-    /// each). Jobs of earlier runs (same names, other states) are not in
-    /// those lists and are not counted.
+    /// each). Jobs of earlier runs (same names, submitted before this state's
+    /// first submission) are not counted. A job of this experiment submitted
+    /// since that no stored submission lists is a lost submission: it panics.
     pub fn jobs_per_config(&self, state_root: &Path, exp: &str) -> BTreeMap<String, usize> {
+        let subs = submissions(state_root, exp);
+        let since = subs.iter().map(|s| s.intended_at).fold(f64::INFINITY, f64::min);
         let by_name: BTreeMap<String, orchestrator::state::Submission> =
-            submissions(state_root, exp).into_iter().map(|s| (s.job_name.clone(), s)).collect();
+            subs.into_iter().map(|s| (s.job_name.clone(), s)).collect();
+        let ours = format!("sw-{}-{}-", orchestrator::slurm::slug(exp, 24), orchestrator::submit::experiment_hash(exp));
+        let tasks = self.slurm_tasks();
+        let submitted = self.submit_times(); // after the tasks: it knows each of them
         let mut count: BTreeMap<String, usize> = BTreeMap::new();
-        for (_, task, name) in self.slurm_tasks() {
-            let Some(s) = by_name.get(&name) else { continue };
+        // Whole seconds in UTC on both sides; one second of slack for the rounding.
+        let since_text = orchestrator::fsio::utc_timestamp(since - 1.0);
+        for (_, task, name) in tasks {
+            let at = submitted.get(&name).unwrap_or_else(|| panic!("SLURM gives no submit time for job {name}"));
+            let recent = since.is_finite() && *at >= since_text;
+            let Some(s) = by_name.get(&name) else {
+                assert!(
+                    !(name.starts_with(&ours) && recent),
+                    "SLURM ran job {name} (task {task}, submitted {at}) of experiment {exp}, \
+                     which no stored submission lists: a submission was lost"
+                );
+                continue;
+            };
+            // Our own jobs are recent by the same clock, or the check above could not see a lost one.
+            assert!(recent, "job {name} of this state submitted {at}, before its first intent ({since_text})");
             for config in s.configs_of(task) {
                 *count.entry(config.to_string()).or_default() += 1;
             }
         }
         count
+    }
+
+    /// When SLURM took each job, by name (the earliest of a name; UTC,
+    /// `YYYY-MM-DDTHH:MM:SS`), from sacct and squeue.
+    fn submit_times(&self) -> BTreeMap<String, String> {
+        let utc = |argv: &[&str]| {
+            let out = Command::new(argv[0])
+                .args(&argv[1..])
+                .env("SLURM_CONF", self.get("SLURM_CONF"))
+                .env("TZ", "UTC")
+                .output()
+                .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let sacct = utc(&[
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            "--starttime=now-1days",
+            "--format=JobName,Submit",
+        ]);
+        let squeue = utc(&["squeue", "--noheader", "--states=all", "--format=%j|%V"]);
+        let mut out: BTreeMap<String, String> = BTreeMap::new();
+        for line in sacct.lines().chain(squeue.lines()) {
+            if let Some((name, at)) = line.trim().split_once('|') {
+                let e = out.entry(name.to_string()).or_insert_with(|| at.to_string());
+                if at < e.as_str() {
+                    *e = at.to_string();
+                }
+            }
+        }
+        out
     }
 
     /// A SLURM command on the cluster machine: the test's own view, not the orchestrator's.
