@@ -160,12 +160,14 @@ async fn measure_round(
     chosen: &[String],
     say: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(), CommandError> {
-    let hashes: BTreeSet<ConfigHash> = chosen.iter().map(|k| ConfigHash::from(k.as_str())).collect();
-    {
-        let mut st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
-        let chosen = chosen.iter().map(|k| ConfigHash::from(k.as_str())).collect();
-        st.apply(Change::ActiveRound { round, chosen, measured, open })?;
-    }
+    let round_of: Vec<ConfigHash> = chosen.iter().map(|k| ConfigHash::from(k.as_str())).collect();
+    let hashes: BTreeSet<ConfigHash> = round_of.iter().cloned().collect();
+    StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?.apply(Change::ActiveRound {
+        round,
+        chosen: round_of,
+        measured,
+        open,
+    })?;
     let names: Vec<&str> = sweep.configs.iter().filter(|c| hashes.contains(&c.hash)).map(|c| c.name.as_str()).collect();
     say(&format!("round {round}: {} open, measuring {}: {}", active::configs(open), chosen.len(), names.join(", ")));
     let o = Options { only: Some(hashes), force: true, include_risky: true, ..opts.clone() };

@@ -176,17 +176,7 @@ impl Env {
     /// When SLURM took each job, by name (the earliest of a name; UTC,
     /// `YYYY-MM-DDTHH:MM:SS`), from sacct and squeue.
     fn submit_times(&self) -> BTreeMap<String, String> {
-        let utc = |argv: &[&str]| {
-            let out = Command::new(argv[0])
-                .args(&argv[1..])
-                .env("SLURM_CONF", self.get("SLURM_CONF"))
-                .env("TZ", "UTC")
-                .output()
-                .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-            assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        let sacct = utc(&[
+        let sacct = self.slurm_in_utc(&[
             "sacct",
             "--noheader",
             "--parsable2",
@@ -194,7 +184,7 @@ impl Env {
             "--starttime=now-1days",
             "--format=JobName,Submit",
         ]);
-        let squeue = utc(&["squeue", "--noheader", "--states=all", "--format=%j|%V"]);
+        let squeue = self.slurm_in_utc(&["squeue", "--noheader", "--states=all", "--format=%j|%V"]);
         let mut out: BTreeMap<String, String> = BTreeMap::new();
         for line in sacct.lines().chain(squeue.lines()) {
             if let Some((name, at)) = line.trim().split_once('|') {
@@ -209,9 +199,19 @@ impl Env {
 
     /// A SLURM command on the cluster machine: the test's own view, not the orchestrator's.
     pub fn slurm(&self, argv: &[&str]) -> String {
+        self.slurm_with(argv, &[])
+    }
+
+    /// [`Env::slurm`] printing times in UTC.
+    fn slurm_in_utc(&self, argv: &[&str]) -> String {
+        self.slurm_with(argv, &[("TZ", "UTC")])
+    }
+
+    fn slurm_with(&self, argv: &[&str], env: &[(&str, &str)]) -> String {
         let out = Command::new(argv[0])
             .args(&argv[1..])
             .env("SLURM_CONF", self.get("SLURM_CONF"))
+            .envs(env.iter().copied())
             .output()
             .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
         assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));

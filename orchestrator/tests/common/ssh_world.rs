@@ -25,11 +25,12 @@ pub struct World {
 /// The record template ([`super::RECORD_TEMPLATE`]: copies task i's manifest
 /// line to a file) that also writes the description, then sleeps `sleep` seconds.
 pub fn template(sleep: f64) -> String {
-    let tail = "sleep \"${SWEEP_TEST_SLEEP:-0}\"\n";
-    assert!(super::RECORD_TEMPLATE.ends_with(tail), "RECORD_TEMPLATE ends with its sleep");
+    let head = super::RECORD_TEMPLATE
+        .strip_suffix("sleep \"${SWEEP_TEST_SLEEP:-0}\"\n")
+        .expect("RECORD_TEMPLATE ends with its sleep");
     format!(
         "{}printf '%s' {{{{sh description}}}} > {{{{sh submission_dir}}}}/description-$SLURM_ARRAY_TASK_ID.txt\nsleep {sleep}\n",
-        super::RECORD_TEMPLATE.strip_suffix(tail).unwrap_or_default()
+        head
     )
 }
 
