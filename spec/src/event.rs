@@ -249,6 +249,12 @@ pub enum Event {
         /// NVML's per-process used memory, peak over the run (GPU backends with NVML).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nvml_peak_bytes: Option<u64>,
+        /// CPU backends: the same allocations as PyTorch's CUDA caching
+        /// allocator would count them (`max_memory_allocated`: blocks, not
+        /// bytes asked for; see the worker's `caching` module). Absent on a GPU
+        /// and where the run was not traced.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        as_pytorch_counts: Option<PhasePeaks>,
     },
 }
 
@@ -271,12 +277,36 @@ pub struct RunResult {
     pub wall_s: f64,
     /// NVML's per-process used memory, peak over the run (GPU backends with NVML).
     pub nvml_peak_bytes: Option<u64>,
+    /// The run's peaks as PyTorch's CUDA caching allocator would count them (CPU backends).
+    pub as_pytorch_counts: Option<PhasePeaks>,
 }
 
 impl From<RunResult> for Event {
     fn from(r: RunResult) -> Event {
-        let RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes } = r;
-        Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes }
+        let RunResult {
+            t,
+            status,
+            params,
+            peaks,
+            peak_bytes,
+            phase,
+            message,
+            wall_s,
+            nvml_peak_bytes,
+            as_pytorch_counts,
+        } = r;
+        Event::Result {
+            t,
+            status,
+            params,
+            peaks,
+            peak_bytes,
+            phase,
+            message,
+            wall_s,
+            nvml_peak_bytes,
+            as_pytorch_counts,
+        }
     }
 }
 
@@ -289,9 +319,29 @@ impl TryFrom<Event> for RunResult {
     type Error = NotAResult;
     fn try_from(e: Event) -> Result<RunResult, NotAResult> {
         match e {
-            Event::Result { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes } => {
-                Ok(RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s, nvml_peak_bytes })
-            }
+            Event::Result {
+                t,
+                status,
+                params,
+                peaks,
+                peak_bytes,
+                phase,
+                message,
+                wall_s,
+                nvml_peak_bytes,
+                as_pytorch_counts,
+            } => Ok(RunResult {
+                t,
+                status,
+                params,
+                peaks,
+                peak_bytes,
+                phase,
+                message,
+                wall_s,
+                nvml_peak_bytes,
+                as_pytorch_counts,
+            }),
             _ => Err(NotAResult),
         }
     }

@@ -14,9 +14,16 @@
 //! hook also runs when the system allocator itself fails without a limit (the
 //! node is out of memory), so that is recorded as `oom` too, not an abort. If
 //! no hook is set the allocator returns null and Rust aborts as usual.
+//!
+//! A *trace* ([`trace_start`], [`trace_stop`]) records every allocation and
+//! free in order, with phase marks, for replaying through a model of another
+//! allocator ([`crate::caching`]: what PyTorch's CUDA allocator would count).
+//! It lives in memory mapped outside this allocator, so it is never counted.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+use spec::event::Phase;
 
 /// Live bytes now.
 static CURRENT: AtomicU64 = AtomicU64::new(0);
@@ -82,6 +89,7 @@ unsafe impl GlobalAlloc for TrackingAllocator {
         if p.is_null() {
             system_failed(layout.size() as u64);
         }
+        record(ALLOC, p as u64, layout.size() as u64);
         p
     }
 
@@ -93,10 +101,13 @@ unsafe impl GlobalAlloc for TrackingAllocator {
         if p.is_null() {
             system_failed(layout.size() as u64);
         }
+        record(ALLOC, p as u64, layout.size() as u64);
         p
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // Recorded before the block is returned, so its next owner's record comes after.
+        record(FREE, ptr as u64, layout.size() as u64);
         unsafe { System.dealloc(ptr, layout) };
         CURRENT.fetch_sub(layout.size() as u64, Ordering::Relaxed);
     }
@@ -107,7 +118,9 @@ unsafe impl GlobalAlloc for TrackingAllocator {
         if new > old && !Self::reserve(new - old) {
             return std::ptr::null_mut();
         }
+        record(FREE, ptr as u64, old);
         let p = unsafe { System.realloc(ptr, layout, new_size) };
+        record(ALLOC, if p.is_null() { ptr } else { p } as u64, if p.is_null() { old } else { new });
         if p.is_null() {
             if new > old {
                 system_failed(new - old);
@@ -151,6 +164,129 @@ pub fn limit() -> Option<u64> {
 /// Register the hook run when the limit is hit (see the module docs).
 pub fn set_oom_hook(hook: Option<OomHook>) {
     OOM_HOOK.store(hook.map(|h| h as usize).unwrap_or(0), Ordering::Release);
+}
+
+/// One step of a [`Trace`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceEvent {
+    Alloc {
+        addr: u64,
+        size: u64,
+    },
+    Free {
+        addr: u64,
+        size: u64,
+    },
+    /// A phase's peak window opens (the runner's `reset_peak`)...
+    Open(Phase),
+    /// ...and closes (its peak is taken).
+    Close,
+}
+
+/// The allocations of a stretch of the process, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// Live bytes when the trace started.
+    pub live_before: u64,
+    pub events: Vec<TraceEvent>,
+}
+
+/// Events a trace holds at most (16 bytes each, mapped lazily: a run's
+/// trace touches only what it writes). A run with more has no trace.
+const TRACE_CAPACITY: usize = 1 << 25;
+const ALLOC: u64 = 1 << 62;
+const FREE: u64 = 2 << 62;
+const MARK: u64 = 3 << 62;
+const TAG: u64 = 3 << 62;
+
+static TRACING: AtomicBool = AtomicBool::new(false);
+/// Two words an event: the address (a mark: 0 = close, phase + 1 = open),
+/// then the tag and size.
+static TRACE_BUF: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+static TRACE_LEN: AtomicUsize = AtomicUsize::new(0);
+static TRACE_BEFORE: AtomicU64 = AtomicU64::new(0);
+
+#[inline]
+fn record(tag: u64, addr: u64, size: u64) {
+    if !TRACING.load(Ordering::Relaxed) {
+        return;
+    }
+    let i = TRACE_LEN.fetch_add(1, Ordering::Relaxed);
+    let buf = TRACE_BUF.load(Ordering::Relaxed);
+    if i < TRACE_CAPACITY && !buf.is_null() {
+        // SAFETY: the buffer holds 2 * TRACE_CAPACITY words and is never unmapped.
+        unsafe {
+            (*buf.add(2 * i)).store(addr, Ordering::Relaxed);
+            (*buf.add(2 * i + 1)).store(tag | size, Ordering::Release);
+        }
+    }
+}
+
+/// Start recording every allocation and free (a new trace; false if the
+/// trace's memory could not be mapped).
+pub fn trace_start() -> bool {
+    if TRACE_BUF.load(Ordering::Acquire).is_null() {
+        let bytes = TRACE_CAPACITY * 16;
+        // SAFETY: an anonymous private mapping, no file; checked for failure.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        TRACE_BUF.store(p.cast(), Ordering::Release);
+    }
+    TRACE_LEN.store(0, Ordering::SeqCst);
+    TRACE_BEFORE.store(current(), Ordering::SeqCst);
+    TRACING.store(true, Ordering::SeqCst);
+    true
+}
+
+/// Mark where a phase's peak window opens (`Some`) or closes (`None`).
+pub fn trace_mark(open: Option<Phase>) {
+    let code = open.map_or(0, |p| Phase::ALL.iter().position(|&q| q == p).map_or(0, |i| i as u64 + 1));
+    record(MARK, code, 0);
+}
+
+/// Stop recording and take the trace (`None`: none was started, or it ran past
+/// its capacity).
+pub fn trace_stop() -> Option<Trace> {
+    if !TRACING.swap(false, Ordering::SeqCst) {
+        return None;
+    }
+    let len = TRACE_LEN.load(Ordering::SeqCst);
+    let buf = TRACE_BUF.load(Ordering::Acquire);
+    if len > TRACE_CAPACITY || buf.is_null() {
+        return None;
+    }
+    let events = (0..len)
+        .filter_map(|i| {
+            // SAFETY: as in `record`; a slot still being written reads as empty.
+            let (addr, word) =
+                unsafe { ((*buf.add(2 * i)).load(Ordering::Relaxed), (*buf.add(2 * i + 1)).load(Ordering::Acquire)) };
+            let size = word & !TAG;
+            match word & TAG {
+                ALLOC => Some(TraceEvent::Alloc { addr, size }),
+                FREE => Some(TraceEvent::Free { addr, size }),
+                MARK if addr == 0 => Some(TraceEvent::Close),
+                MARK => Phase::ALL.get(addr as usize - 1).map(|&p| TraceEvent::Open(p)),
+                _ => None,
+            }
+        })
+        .collect();
+    // Clear what was read, so a slot a later trace has not written reads as empty.
+    for i in 0..len {
+        // SAFETY: as in `record`.
+        unsafe { (*buf.add(2 * i + 1)).store(0, Ordering::Relaxed) };
+    }
+    Some(Trace { live_before: TRACE_BEFORE.load(Ordering::SeqCst), events })
 }
 
 #[cfg(test)]

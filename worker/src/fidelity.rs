@@ -57,12 +57,21 @@ pub struct Row {
     pub phases_gib: [Option<f64>; 4],
     /// Seconds the run took.
     pub wall_s: f64,
+    /// The worker's peak as PyTorch's CUDA caching allocator counts the same
+    /// allocations (CPU runs; absent in rows written before it was counted).
+    #[serde(default)]
+    pub counted_gib: Option<f64>,
 }
 
 impl Row {
     /// Signed relative error of the worker's peak against the measured one.
     pub fn error(&self) -> Option<f64> {
         self.worker_gib.filter(|_| self.status == RunStatus::Ok).map(|w| w / self.measured_gib - 1.0)
+    }
+
+    /// Signed relative error of the peak as PyTorch's allocator counts it.
+    pub fn counted_error(&self) -> Option<f64> {
+        self.counted_gib.filter(|_| self.status == RunStatus::Ok).map(|w| w / self.measured_gib - 1.0)
     }
 }
 
@@ -166,6 +175,7 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
             params: 0,
             phases_gib: [None; 4],
             wall_s: 0.0,
+            counted_gib: None,
         });
     };
     let gib = |b: Option<u64>| b.map(|b| b as f64 / GIB);
@@ -180,6 +190,11 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
         params: res.params,
         phases_gib: [gib(p.model), gib(p.fwd), gib(p.bwd), gib(p.step)],
         wall_s: res.wall_s,
+        counted_gib: res
+            .as_pytorch_counts
+            .filter(|_| res.status == RunStatus::Ok)
+            .and_then(|c| [c.model, c.fwd, c.bwd, c.step].into_iter().flatten().max())
+            .map(|b| b as f64 / GIB),
     })
 }
 
@@ -235,9 +250,9 @@ fn peak_phase(r: &Row) -> (&'static str, Option<f64>) {
     (best.map_or("-", |i| Phase::ALL[i].name()), per_param)
 }
 
-/// One summary line: runs, median and p90 of |error|, median signed error.
-fn summary(name: &str, rows: &[&Row]) -> Option<String> {
-    let mut signed: Vec<f64> = rows.iter().filter_map(|r| r.error()).collect();
+/// One summary line of `error`: runs, median and p90 of |error|, median signed error.
+fn summary(name: &str, rows: &[&Row], error: fn(&Row) -> Option<f64>) -> Option<String> {
+    let mut signed: Vec<f64> = rows.iter().filter_map(|r| error(r)).collect();
     if signed.is_empty() {
         return None;
     }
@@ -253,19 +268,21 @@ fn summary(name: &str, rows: &[&Row]) -> Option<String> {
     ))
 }
 
-/// The comparison as markdown: one row per config (the worker's per-phase
-/// peaks, the phase that set its peak, the step's bytes per parameter, and
-/// the precheck's prediction where given), then per family and overall the
-/// median and p90 of the absolute error and the median signed error.
+/// The comparison as markdown: one row per config (the worker's peak and,
+/// where counted, the same allocations as PyTorch's allocator counts them,
+/// the worker's per-phase peaks, the phase that set its peak, the step's
+/// bytes per parameter, and the precheck's prediction where given), then per
+/// family and overall the median and p90 of the absolute error and the median
+/// signed error, of both figures.
 /// `before`: the rows of an earlier run of the command (its `--json`), whose
 /// error stands beside each config's as "before", and per family.
 pub fn markdown(rows: &[Row], device: &str, predictions: &HashMap<String, Predicted>, before: &[Row]) -> String {
     let before: HashMap<&str, &Row> = before.iter().map(|r| (r.id.as_str(), r)).collect();
     let mut out = format!(
         "Worker ({device}) against the group's PyTorch peaks, {} configs (GiB; phases are the worker's):\n\n\
-         | config | family | measured | worker | error | before | model | fwd | bwd | step | peak in | step B/param \
-         | precheck | precheck fwd+bwd | precheck step | precheck terms at its peak |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | config | family | measured | worker | error | as PyTorch counts | its error | before | model | fwd | bwd | step \
+         | peak in | step B/param | precheck | precheck fwd+bwd | precheck step | precheck terms at its peak |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         rows.len()
     );
     for r in rows {
@@ -277,10 +294,12 @@ pub fn markdown(rows: &[Row], device: &str, predictions: &HashMap<String, Predic
         let (phase, bpp) = peak_phase(r);
         let pred = predictions.get(&r.id);
         out += &format!(
-            "| {} | {} | {:.2} | {worker} | {err} | {} | {m} | {f} | {b} | {st} | {phase} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.2} | {worker} | {err} | {} | {} | {} | {m} | {f} | {b} | {st} | {phase} | {} | {} | {} | {} | {} |\n",
             r.id,
             r.family.name(),
             r.measured_gib,
+            cell(r.counted_gib.filter(|_| r.status == RunStatus::Ok)),
+            r.counted_error().map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
             before.get(r.id.as_str()).and_then(|b| b.error()).map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
             bpp.map_or("-".into(), |x| format!("{x:.1}")),
             cell(pred.and_then(|p| p.peak_gb)),
@@ -289,27 +308,31 @@ pub fn markdown(rows: &[Row], device: &str, predictions: &HashMap<String, Predic
             pred.map(Predicted::terms_text).unwrap_or_default(),
         );
     }
-    out += "\n| family | runs | median abs. error | p90 abs. error | median signed error |\n|---|---|---|---|---|\n";
     let mut families: Vec<Family> = rows.iter().map(|r| r.family).collect();
     families.sort_by_key(|f| f.name());
     families.dedup();
-    for f in &families {
-        let of: Vec<&Row> = rows.iter().filter(|r| r.family == *f).collect();
-        out += &summary(f.name(), &of).unwrap_or_default();
-    }
     let all: Vec<&Row> = rows.iter().collect();
-    out += &summary("all", &all).unwrap_or_default();
+    out += &summaries("The worker's peak", &families, &all, Row::error);
+    if rows.iter().any(|r| r.counted_error().is_some()) {
+        out += &summaries("As PyTorch's allocator counts it", &families, &all, Row::counted_error);
+    }
     if !before.is_empty() {
-        out += "\nBefore (the earlier run's rows, on the configs it ran):\n\n\
-                | family | runs | median abs. error | p90 abs. error | median signed error |\n|---|---|---|---|---|\n";
-        for f in &families {
-            let of: Vec<&Row> = before.values().copied().filter(|r| r.family == *f).collect();
-            out += &summary(f.name(), &of).unwrap_or_default();
-        }
-        let all: Vec<&Row> = before.values().copied().collect();
-        out += &summary("all", &all).unwrap_or_default();
+        let earlier: Vec<&Row> = before.values().copied().collect();
+        out += &summaries("Before (the earlier run's rows, on the configs it ran)", &families, &earlier, Row::error);
     }
     out
+}
+
+/// A titled table of `error`'s summary lines: per family, then all.
+fn summaries(title: &str, families: &[Family], rows: &[&Row], error: fn(&Row) -> Option<f64>) -> String {
+    let mut out = format!(
+        "\n{title}:\n\n| family | runs | median abs. error | p90 abs. error | median signed error |\n|---|---|---|---|---|\n"
+    );
+    for f in families {
+        let of: Vec<&Row> = rows.iter().copied().filter(|r| r.family == *f).collect();
+        out += &summary(f.name(), &of, error).unwrap_or_default();
+    }
+    out + &summary("all", rows, error).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -344,6 +367,7 @@ mod tests {
             params: 1 << 26,
             phases_gib: [Some(0.25), Some(worker / 2.0), Some(worker / 2.0), Some(worker)],
             wall_s: 1.0,
+            counted_gib: Some(worker * 1.05),
         };
         let rows = [row("a", 1.0, 1.1), row("b", 2.0, 1.8)];
         let predictions = read_predictions(
@@ -355,14 +379,19 @@ mod tests {
         // a: its step (1.1 GiB for 2^26 parameters: 17.6 B each) beside the precheck's 0.95 GiB step.
         assert!(
             md.contains(
-                "| a | dit | 1.00 | 1.100 | +10.0% | -30.0% | 0.250 | 0.550 | 0.550 | 1.100 | step | 17.6 | 0.950 | 0.500 | 0.950 \
-                 | optimizer 0.55, grads 0.20, weights 0.20 |"
+                "| a | dit | 1.00 | 1.100 | +10.0% | 1.155 | +15.5% | -30.0% | 0.250 | 0.550 | 0.550 | 1.100 | step | 17.6 \
+                 | 0.950 | 0.500 | 0.950 | optimizer 0.55, grads 0.20, weights 0.20 |"
             ),
             "{md}"
         );
-        assert!(md.contains("| b | dit | 2.00 | 1.800 | -10.0% |"), "{md}");
-        assert!(md.contains("| dit | 2 | 10.0% | 10.0% |"), "{md}");
-        assert!(md.contains("| all | 2 | 10.0% | 10.0% |"), "{md}");
-        assert!(md.contains("| all | 1 | 30.0% | 30.0% | -30.0% |"), "{md}");
+        assert!(md.contains("| b | dit | 2.00 | 1.800 | -10.0% | 1.890 | -5.5% |"), "{md}");
+        let section = |title: &str| md.split(title).nth(1).unwrap_or_else(|| panic!("{title}: {md}")).to_string();
+        let worker = section("The worker's peak:");
+        assert!(worker.contains("| dit | 2 | 10.0% | 10.0% |"), "{md}");
+        assert!(worker.contains("| all | 2 | 10.0% | 10.0% |"), "{md}");
+        // Counted: +15.5% and -5.5%; the median of two is the upper one here (index 0.5 rounds to 1).
+        let counted = section("As PyTorch's allocator counts it:");
+        assert!(counted.contains("| dit | 2 | 15.5% | 15.5% | +15.5% |"), "{md}");
+        assert!(section("Before (the earlier").contains("| all | 1 | 30.0% | 30.0% | -30.0% |"), "{md}");
     }
 }

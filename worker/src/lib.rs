@@ -11,6 +11,7 @@
 pub mod alloc;
 pub mod backend;
 pub mod cache;
+pub mod caching;
 pub mod events;
 pub mod fidelity;
 pub mod meter;

@@ -402,6 +402,7 @@ mod tests {
             message: None,
             wall_s: 0.0,
             nvml_peak_bytes: None,
+            as_pytorch_counts: None,
         }))
     }
 

@@ -278,6 +278,7 @@ fn recorded(r: &MeasurementRecord, t: f64, message: String) -> Vec<Event> {
         message: Some(message),
         wall_s: 0.0,
         nvml_peak_bytes: None,
+        as_pytorch_counts: None,
     });
     out
 }
@@ -308,6 +309,7 @@ fn failed(t: f64, message: String) -> Event {
         message: Some(message),
         wall_s: 0.0,
         nvml_peak_bytes: None,
+        as_pytorch_counts: None,
     }
 }
 

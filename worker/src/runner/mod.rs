@@ -41,8 +41,11 @@ use crate::models::checkpoint::Tape;
 use crate::models::Model;
 use crate::optim::ForeachAdamW;
 
+mod failure;
 mod progress;
 mod readback;
+
+use failure::{classify, panic_message};
 
 use progress::{current_phase, oom_hook, peaks_so_far, phase_index, NONE, PROGRESS, SETUP};
 
@@ -134,79 +137,6 @@ impl ModuleVisitor for Materialise {
     }
 }
 
-/// Memory text of an error that means the device ran out of memory: the host
-/// allocator's, and CubeCL's (`IoError::OutOfMemory` "out of device memory
-/// allocating N bytes", `LaunchError::OutOfMemory` "An out-of-memory error
-/// happened during launch", `IoError::BufferTooBig` "can't allocate buffer of
-/// size": one tensor larger than the device can ever hold).
-fn is_oom_message(msg: &str) -> bool {
-    let m = msg.to_ascii_lowercase();
-    [
-        "out of memory",
-        "outofmemory",
-        "out-of-memory",
-        "out of device memory",
-        "can't allocate buffer of size",
-        "memory allocation of",
-        "allocation failed",
-    ]
-    .iter()
-    .any(|needle| m.contains(needle))
-}
-
-/// An error or panic text fit for an event: its first line and, for a chain
-/// of causes (CubeCL's execution errors), the root cause and the kernels that
-/// were skipped for it; the captured backtraces belong in the job's log, not
-/// the result.
-fn short_message(msg: &str) -> String {
-    let lines: Vec<&str> = msg
-        .lines()
-        .map(str::trim)
-        .take_while(|l| !l.starts_with("Backtrace") && !l.starts_with("Asked at:"))
-        .filter(|l| !l.is_empty() && *l != "No backtrace available")
-        .collect();
-    let text = match lines.iter().rposition(|l| *l == "Caused by:") {
-        Some(i) => {
-            let mut skipped: Vec<&str> = Vec::new();
-            for l in &lines {
-                if let Some(kernel) = l.strip_prefix("skipped `").and_then(|r| r.split('`').next()) {
-                    if !skipped.contains(&kernel) {
-                        skipped.push(kernel);
-                    }
-                }
-            }
-            let skipped = if skipped.is_empty() {
-                String::new()
-            } else {
-                format!(" (kernels skipped for it: {})", skipped.join(", "))
-            };
-            format!("{}: {}{skipped}", lines[0], lines[i + 1..].join(" "))
-        }
-        None => lines.iter().take(4).copied().collect::<Vec<_>>().join(" "),
-    };
-    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match text.char_indices().nth(400) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text,
-    }
-}
-
-/// A phase's error or panic as a result: `oom` when it is a memory failure.
-fn classify(msg: &str) -> (RunStatus, String) {
-    let status = if is_oom_message(msg) { RunStatus::Oom } else { RunStatus::Failed };
-    (status, short_message(msg))
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-text payload".into()
-    }
-}
-
 /// Run `cfg` to its end and record it. Returns the outcome unless the event file
 /// itself cannot be written (nothing could be recorded then). An OOM under the
 /// CPU limit and SIGTERM end the process from inside (after writing the result).
@@ -263,7 +193,7 @@ fn run_with_setup(
     let (device, autocast) = match prepared {
         Ok(p) => (p.device, p.autocast),
         Err(msg) => {
-            let out = finish(&log, &path, params, start, 0, Err((RunStatus::Failed, msg)));
+            let out = finish(&log, &path, params, start, (0, None), Err((RunStatus::Failed, msg)));
             set_current(None);
             return out;
         }
@@ -273,6 +203,9 @@ fn run_with_setup(
     // The hook also catches a failed host allocation without a limit (a node
     // out of RAM), which Rust would otherwise turn into an abort with no result.
     alloc::set_oom_hook(Some(oom_hook));
+    // On the CPU every allocation is also traced, to count it as PyTorch's
+    // CUDA allocator would (`crate::caching`).
+    let traced = !opts.backend.is_gpu() && alloc::trace_start();
     if !opts.backend.is_gpu() {
         alloc::set_limit(opts.memory_limit);
     }
@@ -287,6 +220,7 @@ fn run_with_setup(
     };
     let result = catch_unwind(AssertUnwindSafe(|| phases(cfg, kernels, &device, &meter, &log)));
     alloc::set_limit(None);
+    let as_pytorch_counts = alloc::trace_stop().filter(|_| traced).map(|t| crate::caching::replay(&t));
     beating.store(false, Ordering::Relaxed);
     if let Some(h) = heartbeat {
         let _ = h.join();
@@ -302,7 +236,7 @@ fn run_with_setup(
     if let Some(b) = meter.nvml_peak() {
         PROGRESS.nvml_peak.fetch_max(b, Ordering::Relaxed);
     }
-    let out = finish(&log, &path, params, start, live_peak, ended);
+    let out = finish(&log, &path, params, start, (live_peak, as_pytorch_counts), ended);
     set_current(None);
     drop(meter);
     // Empty the pool for whatever runs next in this process (the next config
@@ -374,7 +308,7 @@ fn finish(
     path: &Path,
     params: u64,
     start: f64,
-    live_peak: u64,
+    (live_peak, as_pytorch_counts): (u64, Option<spec::event::PhasePeaks>),
     ended: Result<(), (RunStatus, String)>,
 ) -> Result<Outcome, RunError> {
     let (status, message) = match ended {
@@ -386,7 +320,20 @@ fn finish(
     let nvml_peak_bytes = Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0);
     let phase = (status != RunStatus::Ok).then(current_phase).flatten();
     let t = now();
-    let result = RunResult { t, status, params, peaks, peak_bytes, phase, message, wall_s: t - start, nvml_peak_bytes };
+    // Counted as PyTorch would only where every phase's window closed.
+    let as_pytorch_counts = as_pytorch_counts.filter(|_| status == RunStatus::Ok);
+    let result = RunResult {
+        t,
+        status,
+        params,
+        peaks,
+        peak_bytes,
+        phase,
+        message,
+        wall_s: t - start,
+        nvml_peak_bytes,
+        as_pytorch_counts,
+    };
     if !PROGRESS.finished.swap(true, Ordering::SeqCst) {
         log.emit(&Event::from(result.clone()))
             .map_err(|source| RunError::Events { path: path.to_path_buf(), source })?;
@@ -410,11 +357,13 @@ fn phase<T>(
 ) -> Result<T, String> {
     PROGRESS.phase.store(phase_index(p) as u8, Ordering::Relaxed);
     meter.reset_peak();
+    alloc::trace_mark(Some(p));
     let t0 = Instant::now();
     let out = f()?;
     device.sync().map_err(|e| format!("{} phase: device error: {e}", p.name()))?;
     meter.sample();
     let peak = meter.peak();
+    alloc::trace_mark(None);
     let nvml_bytes = meter.nvml_peak();
     if let Some(b) = nvml_bytes {
         PROGRESS.nvml_peak.fetch_max(b, Ordering::Relaxed);
@@ -591,6 +540,7 @@ fn record_cancelled(log: &EventLog, meter: Option<&Meter>, sig: i32) {
         }),
         wall_s: t - start,
         nvml_peak_bytes: Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0),
+        as_pytorch_counts: None,
     }));
 }
 

@@ -1,3 +1,4 @@
+use super::failure::is_oom_message;
 use super::*;
 use std::sync::Mutex;
 
@@ -182,9 +183,15 @@ fn gpu_oom_result_carries_phase_and_peak_reached() {
     }
     PROGRESS.peaks[0].store(10 << 30, Ordering::Relaxed);
     PROGRESS.phase.store(phase_index(Phase::Fwd) as u8, Ordering::Relaxed);
-    let out =
-        finish(&log, log.path(), 7, now(), 79 << 30, Err(classify("out of device memory allocating 4294967296 bytes")))
-            .unwrap();
+    let out = finish(
+        &log,
+        log.path(),
+        7,
+        now(),
+        (79 << 30, None),
+        Err(classify("out of device memory allocating 4294967296 bytes")),
+    )
+    .unwrap();
     let r = &out.result;
     assert_eq!(r.status, RunStatus::Oom);
     assert_eq!(r.phase, Some(Phase::Fwd));
