@@ -370,3 +370,15 @@ fn explain_fit_and_status_judge_where_plan_does() {
     let head = text(&out.stdout).lines().next().unwrap_or_default().to_string();
     assert!(head.contains("limit 60.0 GiB (budget 60.0 GiB, capacity 79.2 GiB)"), "{head}");
 }
+
+/// The precheck's columns of docs/gpu.md's fidelity table come from
+/// `docs/fidelity/predictions.jsonl`, which must be what `predict` says of
+/// the group's records today (a changed calibration regenerates it:
+/// `orchestrator predict --records data/vram-measurements.jsonl`).
+#[test]
+fn the_fidelity_tables_predictions_are_what_predict_says_now() {
+    let out = run(&["predict", "--records", "data/vram-measurements.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let kept = std::fs::read_to_string(root().join("docs/fidelity/predictions.jsonl")).unwrap();
+    assert_eq!(text(&out.stdout), kept, "regenerate docs/fidelity/predictions.jsonl and the table of docs/gpu.md");
+}

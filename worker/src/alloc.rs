@@ -281,8 +281,9 @@ pub fn trace_stop() -> Option<Trace> {
             }
         })
         .collect();
-    // Clear what was read, so a slot a later trace has not written reads as empty.
-    for i in 0..len {
+    // Clear what was written, also by an allocation still in flight when the
+    // trace stopped, so a slot a later trace has not written reads as empty.
+    for i in 0..TRACE_LEN.load(Ordering::SeqCst).min(TRACE_CAPACITY) {
         // SAFETY: as in `record`.
         unsafe { (*buf.add(2 * i + 1)).store(0, Ordering::Relaxed) };
     }

@@ -73,7 +73,22 @@ impl Row {
     pub fn counted_error(&self) -> Option<f64> {
         self.counted_gib.filter(|_| self.status == RunStatus::Ok).map(|w| w / self.measured_gib - 1.0)
     }
+
+    /// [`Row::counted_error`] beyond the group's rounding: their reports give
+    /// peaks to 0.1 GiB, so a peak within 0.05 GiB of the figure is one the
+    /// figure cannot tell from the truth (0), and one outside is off by its
+    /// distance to that interval, relative to the figure.
+    pub fn error_beyond_rounding(&self) -> Option<f64> {
+        let (m, half) = (self.measured_gib, REPORT_ROUNDING_GIB / 2.0);
+        self.counted_gib.filter(|_| self.status == RunStatus::Ok).map(|w| {
+            let off = if w < m - half { w - (m - half) } else { (w - (m + half)).max(0.0) };
+            off / m
+        })
+    }
 }
+
+/// The step of the group's reported peaks (`62.1 GB`).
+const REPORT_ROUNDING_GIB: f64 = 0.1;
 
 /// The records this comparison can run: PyTorch runs that fitted (`ok`),
 /// measured peak within `max_peak_gib`, with or without gradient checkpointing
@@ -315,6 +330,12 @@ pub fn markdown(rows: &[Row], device: &str, predictions: &HashMap<String, Predic
     out += &summaries("The worker's peak", &families, &all, Row::error);
     if rows.iter().any(|r| r.counted_error().is_some()) {
         out += &summaries("As PyTorch's allocator counts it", &families, &all, Row::counted_error);
+        out += &summaries(
+            "As PyTorch's allocator counts it, beyond the reports' rounding to 0.1 GiB (0 within 0.05 GiB of the figure)",
+            &families,
+            &all,
+            Row::error_beyond_rounding,
+        );
     }
     if !before.is_empty() {
         let earlier: Vec<&Row> = before.values().copied().collect();
@@ -356,6 +377,28 @@ mod tests {
     }
 
     #[test]
+    fn an_error_within_the_reports_rounding_is_none() {
+        let row = |counted: f64| Row {
+            id: "a".into(),
+            family: Family::Dit,
+            measured_gib: 0.7,
+            worker_gib: Some(counted - 0.01),
+            status: RunStatus::Ok,
+            message: None,
+            params: 1,
+            phases_gib: [None; 4],
+            wall_s: 1.0,
+            counted_gib: Some(counted),
+        };
+        let beyond = |counted: f64| row(counted).error_beyond_rounding().unwrap();
+        assert_eq!(beyond(0.66), 0.0);
+        assert_eq!(beyond(0.749), 0.0);
+        assert!((beyond(0.634) - (0.634 - 0.65) / 0.7).abs() < 1e-12);
+        assert!((beyond(0.80) - 0.05 / 0.7).abs() < 1e-12);
+        assert_eq!(Row { status: RunStatus::Oom, ..row(0.9) }.error_beyond_rounding(), None);
+    }
+
+    #[test]
     fn table_gives_signed_errors_and_family_summaries() {
         let row = |id: &str, measured: f64, worker: f64| Row {
             id: id.into(),
@@ -392,6 +435,10 @@ mod tests {
         // Counted: +15.5% and -5.5%; the median of two is the upper one here (index 0.5 rounds to 1).
         let counted = section("As PyTorch's allocator counts it:");
         assert!(counted.contains("| dit | 2 | 15.5% | 15.5% | +15.5% |"), "{md}");
+        // a: 1.155 is 0.105 above 1.05, the top of what rounds to 1.0: +10.5%;
+        // b: 1.89 is 0.06 under 1.95: -3.0%.
+        let beyond = section("beyond the reports' rounding to 0.1 GiB (0 within 0.05 GiB of the figure):");
+        assert!(beyond.contains("| dit | 2 | 10.5% | 10.5% | +10.5% |"), "{md}");
         assert!(section("Before (the earlier").contains("| all | 1 | 30.0% | 30.0% | -30.0% |"), "{md}");
     }
 }

@@ -381,3 +381,22 @@ fn every_phase_reads_a_value_back() {
     // A gradient norm is positive.
     assert!(readbacks[2].1 > 0.0);
 }
+
+/// docs/gpu.md's fidelity table is what `worker fidelity --from-json` makes
+/// of the rows, predictions and earlier rows kept in docs/fidelity/.
+#[test]
+fn the_fidelity_table_in_the_docs_comes_from_its_rows() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = worker()
+        .current_dir(&root)
+        .args(["fidelity", "--backend", "flex", "--records", "data/vram-measurements.jsonl"])
+        .args(["--from-json", "docs/fidelity/cpu-rows.jsonl", "--predictions", "docs/fidelity/predictions.jsonl"])
+        .args(["--before", "docs/fidelity/before.jsonl"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).unwrap();
+    let doc = std::fs::read_to_string(root.join("docs/gpu.md")).unwrap();
+    assert!(table.lines().count() > 20, "{table}");
+    assert!(doc.contains(table.trim()), "docs/gpu.md lacks the table the rows make:\n{table}");
+}
