@@ -356,6 +356,87 @@ fn summaries(title: &str, families: &[Family], rows: &[&Row], error: fn(&Row) ->
     out + &summary("all", rows, error).unwrap_or_default()
 }
 
+/// PyTorch's own run of some of the same configs (a GPU check's
+/// `pytorch.jsonl`: the project's reference models, `max_memory_allocated`):
+/// its peak by the group's record id, matched by config hash.
+#[derive(Debug, Clone, Default)]
+pub struct Reference {
+    /// The GPU it ran on.
+    pub device: String,
+    pub peaks_gib: HashMap<String, f64>,
+}
+
+impl Reference {
+    /// The reference records' peaks, keyed by the id of the group's record
+    /// of the same config (hash: everything but names).
+    pub fn matching(group: &[MeasurementRecord], reference: &[MeasurementRecord]) -> Result<Reference> {
+        let mut by_hash: HashMap<ConfigHash, &MeasurementRecord> = HashMap::new();
+        for r in reference.iter().filter(|r| r.status == spec::record::MeasuredStatus::Ok && r.peak_gb.is_some()) {
+            by_hash.insert(r.run_config().with_context(|| format!("reference record {}", r.id))?.hash(), r);
+        }
+        let mut out = Reference::default();
+        for g in group {
+            let Ok(cfg) = g.run_config() else { continue };
+            if let Some(r) = by_hash.get(&cfg.hash()) {
+                out.device.clone_from(&r.gpu);
+                out.peaks_gib.insert(g.id.clone(), r.peak_gb.unwrap_or_default());
+            }
+        }
+        Ok(out)
+    }
+
+    /// The rows PyTorch also ran: the group's figure, PyTorch's, the worker's
+    /// as PyTorch counts, the worker against PyTorch and PyTorch against the
+    /// group; then per family the median and p90 of both absolute errors.
+    pub fn markdown(&self, rows: &[Row]) -> String {
+        let both: Vec<(&Row, f64, f64)> = rows
+            .iter()
+            .filter_map(|r| {
+                Some((r, *self.peaks_gib.get(&r.id)?, r.counted_gib.filter(|_| r.status == RunStatus::Ok)?))
+            })
+            .collect();
+        if both.is_empty() {
+            return String::new();
+        }
+        let pct = |x: f64| format!("{:+.1}%", 100.0 * x);
+        let mut out = format!(
+            "\nAgainst PyTorch's own run of the same configs ({}, the project's reference models), {} configs (GiB):\n\n\
+             | config | family | group | PyTorch | worker as PyTorch counts | worker vs PyTorch | PyTorch vs group |\n\
+             |---|---|---|---|---|---|---|\n",
+            self.device,
+            both.len()
+        );
+        for (r, torch, counted) in &both {
+            out += &format!(
+                "| {} | {} | {:.2} | {torch:.3} | {counted:.3} | {} | {} |\n",
+                r.id,
+                r.family.name(),
+                r.measured_gib,
+                pct(counted / torch - 1.0),
+                pct(torch / r.measured_gib - 1.0)
+            );
+        }
+        out += "\n| family | runs | worker vs PyTorch: median, p90 abs. | PyTorch vs group: median, p90 abs. |\n|---|---|---|---|\n";
+        let mut families: Vec<Family> = both.iter().map(|(r, ..)| r.family).collect();
+        families.sort_by_key(|f| f.name());
+        families.dedup();
+        let line = |name: &str, of: Vec<&(&Row, f64, f64)>| {
+            let stats = |f: &dyn Fn(&(&Row, f64, f64)) -> f64| {
+                let mut v: Vec<f64> = of.iter().map(|x| f(x).abs()).collect();
+                v.sort_by(f64::total_cmp);
+                format!("{:.1}%, {:.1}%", 100.0 * percentile(&v, 0.5), 100.0 * percentile(&v, 0.9))
+            };
+            let worker = stats(&|(_, t, c)| c / t - 1.0);
+            let torch = stats(&|(r, t, _)| t / r.measured_gib - 1.0);
+            format!("| {name} | {} | {worker} | {torch} |\n", of.len())
+        };
+        for f in &families {
+            out += &line(f.name(), both.iter().filter(|(r, ..)| r.family == *f).collect());
+        }
+        out + &line("all", both.iter().collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

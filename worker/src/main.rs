@@ -82,6 +82,11 @@ struct FidelityArgs {
     /// Rows of an earlier run (its `--json`): their errors stand beside these as "before".
     #[arg(long)]
     before: Option<PathBuf>,
+    /// PyTorch's own run of some of the same configs (a GPU check's
+    /// `pytorch.jsonl`): a table of the worker against PyTorch, and PyTorch
+    /// against the group, on the configs both ran.
+    #[arg(long)]
+    pytorch: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -226,7 +231,7 @@ fn main() -> Result<()> {
 fn fidelity(args: FidelityArgs) -> Result<()> {
     let backend = backend_of(args.backend.as_deref())?;
     let opts = worker::fidelity::Options {
-        records: args.records,
+        records: args.records.clone(),
         max_peak_gib: args.max_peak_gib,
         families: args.family,
         backend: backend.name().to_string(),
@@ -255,6 +260,14 @@ fn fidelity(args: FidelityArgs) -> Result<()> {
     };
     let device = if backend.is_gpu() { backend.name().to_string() } else { "CPU, flex backend".into() };
     print!("{}", worker::fidelity::markdown(&rows, &device, &predictions, &before));
+    if let Some(path) = &args.pytorch {
+        let read = |p: &Path| -> Result<Vec<spec::record::MeasurementRecord>> {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            spec::record::read_jsonl(&text).map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", p.display()))
+        };
+        let reference = worker::fidelity::Reference::matching(&read(&args.records)?, &read(path)?)?;
+        print!("{}", reference.markdown(&rows));
+    }
     Ok(())
 }
 

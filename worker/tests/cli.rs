@@ -383,7 +383,8 @@ fn every_phase_reads_a_value_back() {
 }
 
 /// docs/gpu.md's fidelity table is what `worker fidelity --from-json` makes
-/// of the rows, predictions and earlier rows kept in docs/fidelity/.
+/// of the rows, predictions and earlier rows kept in docs/fidelity/, and of
+/// PyTorch's own run of the same configs on the H200 (data/gpu-check/).
 #[test]
 fn the_fidelity_table_in_the_docs_comes_from_its_rows() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -391,12 +392,12 @@ fn the_fidelity_table_in_the_docs_comes_from_its_rows() {
         .current_dir(&root)
         .args(["fidelity", "--backend", "flex", "--records", "data/vram-measurements.jsonl"])
         .args(["--from-json", "docs/fidelity/cpu-rows.jsonl", "--predictions", "docs/fidelity/predictions.jsonl"])
-        .args(["--before", "docs/fidelity/before.jsonl"])
+        .args(["--before", "docs/fidelity/before.jsonl", "--pytorch", "data/gpu-check/2026-11-26-h200/pytorch.jsonl"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let table = String::from_utf8(out.stdout).unwrap();
     let doc = std::fs::read_to_string(root.join("docs/gpu.md")).unwrap();
-    assert!(table.lines().count() > 20, "{table}");
+    assert!(table.lines().count() > 20 && table.contains("Against PyTorch's own run"), "{table}");
     assert!(doc.contains(table.trim()), "docs/gpu.md lacks the table the rows make:\n{table}");
 }
