@@ -280,6 +280,16 @@ pub async fn status(
     let target = open_target(opts, &opts.cluster.clone().unwrap_or(stored.cluster.clone()))?;
     let mut interval = watch.map(|w| w.min).unwrap_or_default();
     let mut polls = 0u32;
+    // Ctrl-C while watching, listened for once, before the first poll: a
+    // signal that comes during a poll is kept for the next wait. (A listener
+    // made anew at each wait missed it, while tokio's handler had already
+    // replaced the default action: the watch went on as if nothing was pressed.)
+    let mut interrupt = match watch {
+        Some(_) => tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| tracing::warn!("Ctrl-C cannot be caught ({e}): it ends the watch at once"))
+            .ok(),
+        None => None,
+    };
     loop {
         polls += 1;
         // The lock only while touching the state: cancel/resume may run between polls.
@@ -323,7 +333,9 @@ pub async fn status(
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
-            _ = tokio::signal::ctrl_c() => return result.map(|r| StatusReport { interrupted: true, ..r }),
+            Some(()) = async { interrupt.as_mut()?.recv().await } => {
+                return result.map(|r| StatusReport { interrupted: true, ..r });
+            }
         }
     }
 }
