@@ -149,7 +149,17 @@ impl Env {
             subs.into_iter().map(|s| (s.job_name.clone(), s)).collect();
         let ours = format!("sw-{}-{}-", orchestrator::slurm::slug(exp, 24), orchestrator::submit::experiment_hash(exp));
         let tasks = self.slurm_tasks();
-        let submitted = self.submit_times(); // after the tasks: it knows each of them
+        // After the tasks, so it should know each of them; but a job can pass
+        // from squeue's view to sacct's (slurmdbd a step behind) in between:
+        // asked again until it does, for up to 10 s.
+        let mut submitted = self.submit_times();
+        for _ in 0..10 {
+            if tasks.iter().all(|(_, _, name)| submitted.contains_key(name)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            submitted = self.submit_times();
+        }
         let mut count: BTreeMap<String, usize> = BTreeMap::new();
         // Whole seconds in UTC on both sides; one second of slack for the rounding.
         let since_text = orchestrator::fsio::utc_timestamp(since - 1.0);
