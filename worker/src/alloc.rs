@@ -222,9 +222,9 @@ fn record(tag: u64, addr: u64, size: u64) {
     }
 }
 
-/// Start recording every allocation and free (a new trace; false if the
-/// trace's memory could not be mapped).
-pub fn trace_start() -> bool {
+/// Start recording every allocation and free: a new trace (none if its
+/// memory cannot be mapped; [`trace_stop`] then gives `None`).
+pub fn trace_start() {
     if TRACE_BUF.load(Ordering::Acquire).is_null() {
         let bytes = TRACE_CAPACITY * 16;
         // SAFETY: an anonymous private mapping, no file; checked for failure.
@@ -239,14 +239,13 @@ pub fn trace_start() -> bool {
             )
         };
         if p == libc::MAP_FAILED {
-            return false;
+            return;
         }
         TRACE_BUF.store(p.cast(), Ordering::Release);
     }
     TRACE_LEN.store(0, Ordering::SeqCst);
     TRACE_BEFORE.store(current(), Ordering::SeqCst);
     TRACING.store(true, Ordering::SeqCst);
-    true
 }
 
 /// Mark where a phase's peak window opens (`Some`) or closes (`None`).

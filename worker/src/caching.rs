@@ -26,7 +26,7 @@
 //! Allocations under 512 bytes are the host's bookkeeping (shapes, names,
 //! events), which a GPU run keeps in host memory, and are counted as they are.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use spec::event::{Phase, PhasePeaks};
 
@@ -152,7 +152,7 @@ impl CachingAllocator {
 /// [`TraceEvent::Close`]; a phase run twice keeps its higher peak.
 pub fn replay(trace: &Trace) -> PhasePeaks {
     let mut model = CachingAllocator::default();
-    let mut live: std::collections::HashMap<u64, Option<BlockId>> = std::collections::HashMap::new();
+    let mut live: HashMap<u64, Option<BlockId>> = HashMap::new();
     let mut plain = trace.live_before;
     let mut window: Option<(Phase, u64)> = None;
     let mut peaks = PhasePeaks::default();

@@ -458,7 +458,7 @@ mod tests {
     }
 
     #[test]
-    fn an_error_within_the_reports_rounding_is_none() {
+    fn an_error_within_the_reports_rounding_counts_as_none() {
         let row = |counted: f64| Row {
             id: "a".into(),
             family: Family::Dit,

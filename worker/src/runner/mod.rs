@@ -203,10 +203,10 @@ fn run_with_setup(
     // The hook also catches a failed host allocation without a limit (a node
     // out of RAM), which Rust would otherwise turn into an abort with no result.
     alloc::set_oom_hook(Some(oom_hook));
-    // On the CPU every allocation is also traced, to count it as PyTorch's
-    // CUDA allocator would (`crate::caching`).
-    let traced = !opts.backend.is_gpu() && alloc::trace_start();
     if !opts.backend.is_gpu() {
+        // Every allocation is also traced, to count it as PyTorch's CUDA
+        // allocator would (`crate::caching`); no trace (mapping refused), no count.
+        alloc::trace_start();
         alloc::set_limit(opts.memory_limit);
     }
     set_current(Some((log.clone(), Some(meter.clone()))));
@@ -220,7 +220,7 @@ fn run_with_setup(
     };
     let result = catch_unwind(AssertUnwindSafe(|| phases(cfg, kernels, &device, &meter, &log)));
     alloc::set_limit(None);
-    let as_pytorch_counts = alloc::trace_stop().filter(|_| traced).map(|t| crate::caching::replay(&t));
+    let as_pytorch_counts = alloc::trace_stop().map(|t| crate::caching::replay(&t));
     beating.store(false, Ordering::Relaxed);
     if let Some(h) = heartbeat {
         let _ = h.join();
