@@ -458,6 +458,39 @@ mod tests {
     }
 
     #[test]
+    fn pytorchs_run_is_matched_by_config_and_set_beside_the_worker() {
+        let group = spec::record::read_jsonl(RECORDS).unwrap();
+        // PyTorch's run of record a's config under another id and GPU: it
+        // answers every record of that config (c, d, e differ from a only in
+        // figures and framework); b (checkpointing) and f (a UNet) are other configs.
+        let torch = RECORDS.lines().next().unwrap().replace(r#""id":"a""#, r#""id":"ref/a""#);
+        let torch = torch.replace("A100-SXM4-80GB", "NVIDIA H200").replace(r#""peak_gb":0.7"#, r#""peak_gb":0.69"#);
+        let reference = Reference::matching(&group, &spec::record::read_jsonl(&torch).unwrap()).unwrap();
+        assert_eq!(reference.device, "NVIDIA H200");
+        let matched: std::collections::BTreeSet<&str> = reference.peaks_gib.keys().map(String::as_str).collect();
+        assert_eq!(matched, ["a", "c", "d", "e"].into());
+        assert!(reference.peaks_gib.values().all(|&g| g == 0.69), "{:?}", reference.peaks_gib);
+        let row = |id: &str| Row {
+            id: id.into(),
+            family: Family::Dit,
+            measured_gib: 0.7,
+            worker_gib: Some(0.5),
+            status: RunStatus::Ok,
+            message: None,
+            params: 1,
+            phases_gib: [None; 4],
+            wall_s: 1.0,
+            counted_gib: Some(0.6),
+        };
+        let md = reference.markdown(&[row("a"), row("b")]);
+        assert!(md.contains("(NVIDIA H200, the project's reference models), 1 configs"), "{md}");
+        // 0.6 against 0.69: -13.0%; 0.69 against 0.7: -1.4%.
+        assert!(md.contains("| a | dit | 0.70 | 0.690 | 0.600 | -13.0% | -1.4% |"), "{md}");
+        assert!(md.contains("| all | 1 | 13.0%, 13.0% | 1.4%, 1.4% |"), "{md}");
+        assert_eq!(Reference::default().markdown(&[row("a")]), "", "nothing in common, no table");
+    }
+
+    #[test]
     fn an_error_within_the_reports_rounding_counts_as_none() {
         let row = |counted: f64| Row {
             id: "a".into(),
