@@ -106,3 +106,21 @@ fn memory_efficient_working_set_is_bounded_by_its_chunk() {
         assert!(bwd <= bound, "backward at {n} tokens peaked {bwd} B above its start; bound {bound} B");
     }
 }
+
+/// MONAI's attention under bf16 autocast keeps for backward what PyTorch's
+/// autograd keeps of its scores: the f32 softmax output (`_softmax` saves
+/// only its output) and the bf16 copy the second matmul takes, 6 bytes a
+/// score. Burn's composed softmax kept the exponent's input and output as
+/// well: 10 bytes.
+#[test]
+fn materialised_attention_under_autocast_keeps_six_bytes_a_score() {
+    let _one = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let _amp = worker::models::amp::Autocast::enter(Some(burn::tensor::FloatDType::BF16));
+    let n = 1024;
+    held_after_forward(AttentionKernel::Materialised, n);
+    let held = held_after_forward(AttentionKernel::Materialised, n);
+    let per_score = held as f64 / (4 * n * n) as f64;
+    eprintln!("{n} tokens, 4 heads: {held} B held after forward, {per_score:.2} B a score");
+    // Above 6: q, k, v, their half copies and the output, 0.1 B a score here.
+    assert!((6.0..6.5).contains(&per_score), "{per_score:.2} B a score held for backward");
+}

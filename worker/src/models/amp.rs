@@ -12,9 +12,9 @@
 //! - an element-wise op between a half and an f32 tensor runs in f32
 //!   (PyTorch's type promotion), through [`add`] and [`mul`].
 //!
-//! - norms and SiLU keep for backward what PyTorch's autograd keeps (the
-//!   input and the row statistics, [`super::ops`]), not what Burn's composed
-//!   ops would.
+//! - norms, SiLU and softmax keep for backward what PyTorch's autograd keeps
+//!   (the input and the row statistics; softmax its output: [`super::ops`]),
+//!   not what Burn's composed ops would.
 //!
 //! Outside a context every helper is the plain operation. [`Autocast::torch_f32`]
 //! enters a context without a half type that still saves as PyTorch does: the
@@ -72,7 +72,7 @@ impl Drop for Autocast {
     }
 }
 
-/// Whether norms and SiLU run as PyTorch's ([`super::ops`]).
+/// Whether norms, SiLU and softmax run as PyTorch's ([`super::ops`]).
 pub fn torch_saved() -> bool {
     TORCH_SAVED.with(Cell::get)
 }
@@ -83,6 +83,15 @@ pub fn silu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
         super::ops::silu(x)
     } else {
         burn::tensor::activation::silu(x)
+    }
+}
+
+/// Softmax along `dim`: PyTorch's (keeps its output) inside a context, else Burn's.
+pub fn softmax<const D: usize>(x: Tensor<D>, dim: usize) -> Tensor<D> {
+    if torch_saved() {
+        super::ops::softmax(x, dim)
+    } else {
+        burn::tensor::activation::softmax(x, dim)
     }
 }
 

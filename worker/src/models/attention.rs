@@ -66,7 +66,7 @@ pub fn scaled_dot_product(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, kernel: Atte
             Some(_) => {
                 let scale = 1.0 / (q.dims()[3] as f64).sqrt();
                 let scores = amp::matmul(q, k.swap_dims(2, 3)).mul_scalar(scale);
-                let probs = burn::tensor::activation::softmax(amp::to_f32(scores), 3);
+                let probs = amp::softmax(amp::to_f32(scores), 3);
                 amp::matmul(probs, v)
             }
         },

@@ -1,4 +1,4 @@
-//! Norms and SiLU that keep for backward what PyTorch's autograd keeps.
+//! Norms, SiLU and softmax that keep for backward what PyTorch's autograd keeps.
 //!
 //! Burn's `GroupNorm`, `LayerNorm` and `silu` are compositions of elementwise
 //! ops, and its autodiff saves what each op needs: a group norm keeps the
@@ -6,7 +6,9 @@
 //! latter again), `silu = x * sigmoid(x)` keeps `x` and `sigmoid(x)`.
 //! PyTorch's `native_group_norm` / `native_layer_norm` save the input, the
 //! weight and the per-row mean and reciprocal standard deviation; `silu`
-//! saves its input. Under autocast ([`super::amp`]) the worker runs these
+//! saves its input; `softmax` its output (Burn's composition keeps the
+//! exponent's input and output: two f32 copies of MONAI's attention scores
+//! where PyTorch keeps one). Under autocast ([`super::amp`]) the worker runs these
 //! custom autodiff ops instead, so what its forward holds is PyTorch's,
 //! tensor for tensor: one f32 tensor per norm (the upcast input) and one per
 //! SiLU (its input), plus `[rows]` statistics.
@@ -98,6 +100,10 @@ pub trait TorchSaved: Backend {
     fn silu_saving_input(x: FloatTensor<Self>) -> FloatTensor<Self> {
         silu_forward::<Self>(x)
     }
+    /// Softmax of `x` along `dim`.
+    fn softmax_saving_output(x: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        softmax_forward::<Self>(x, dim)
+    }
 }
 
 #[cfg(feature = "flex")]
@@ -166,6 +172,22 @@ fn silu_backward<B: Backend>(x: FloatTensor<B>, dy: FloatTensor<B>) -> FloatTens
     B::float_mul(dy, B::float_mul(s, inner))
 }
 
+/// `exp(x - max) / sum`, each step on the tensor the one before handed over
+/// (no copy of `x` outlives the op).
+fn softmax_forward<B: Backend>(x: FloatTensor<B>, dim: usize) -> FloatTensor<B> {
+    let max = B::float_max_dim(x.clone(), dim);
+    let e = B::float_exp(B::float_sub(x, max));
+    let sum = B::float_sum_dim(e.clone(), dim);
+    B::float_div(e, sum)
+}
+
+/// `y * (dy - sum(dy * y))` along `dim`: PyTorch's `_softmax_backward_data`,
+/// from the output alone.
+fn softmax_backward<B: Backend>(y: FloatTensor<B>, dy: FloatTensor<B>, dim: usize) -> FloatTensor<B> {
+    let dot = B::float_sum_dim(B::float_mul(dy.clone(), y.clone()), dim);
+    B::float_mul(y, B::float_sub(dy, dot))
+}
+
 /// What a norm's backward keeps: PyTorch's input, weight, mean and rstd.
 #[derive(Debug, Clone)]
 struct NormState<B: Backend> {
@@ -204,6 +226,23 @@ impl<B: Backend> Backward<B, 1> for SiluBackward {
         let [parent] = ops.parents;
         if let Some(node) = parent {
             grads.register::<B>(node.id, silu_backward::<B>(ops.state, dy));
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SoftmaxBackward;
+
+impl<B: Backend> Backward<B, 1> for SoftmaxBackward {
+    /// The output and the dim.
+    type State = (FloatTensor<B>, usize);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<B>(&ops.node);
+        let [parent] = ops.parents;
+        if let Some(node) = parent {
+            let (y, dim) = ops.state;
+            grads.register::<B>(node.id, softmax_backward::<B>(y, dy, dim));
         }
     }
 }
@@ -255,6 +294,15 @@ impl<B: Backend + TorchSaved, C: CheckpointStrategy> TorchSaved for Autodiff<B, 
             OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
+
+    fn softmax_saving_output(x: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        let prep = SoftmaxBackward.prepare::<C>([x.node()]).compute_bound().stateful();
+        let y = softmax_forward::<B>(x.into_primitive(), dim);
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish((y.clone(), dim), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
 }
 
 /// `GroupNorm(groups, eps)` of `x` `[B, C, ...]` (f32), affine `gamma`, `beta` `[C]`.
@@ -289,6 +337,12 @@ pub fn silu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     Tensor::from_dispatch(<Dispatch as TorchSaved>::silu_saving_input(x.into_dispatch()))
 }
 
+/// Softmax along `dim` keeping only its output for backward (PyTorch's
+/// `_softmax`); Burn's composition keeps the exponent's input and output.
+pub fn softmax<const D: usize>(x: Tensor<D>, dim: usize) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as TorchSaved>::softmax_saving_output(x.into_dispatch(), dim))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,7 +368,7 @@ mod tests {
         type F<'a> = Box<dyn Fn(Tensor<3>) -> Tensor<3> + 'a>;
         let (gamma, beta) = (gn.gamma.as_ref().unwrap().val(), gn.beta.as_ref().unwrap().val());
         let (lg, lb) = (ln.gamma.val(), ln.beta.as_ref().unwrap().val());
-        let cases: [(&str, F<'_>, F<'_>, Vec<Tensor<1>>); 3] = [
+        let cases: [(&str, F<'_>, F<'_>, Vec<Tensor<1>>); 4] = [
             (
                 "group norm",
                 Box::new(|x| gn.forward(x)),
@@ -328,6 +382,7 @@ mod tests {
                 vec![lg.clone(), lb.clone()],
             ),
             ("silu", Box::new(burn::tensor::activation::silu::<3>), Box::new(silu::<3>), vec![]),
+            ("softmax", Box::new(|x| burn::tensor::activation::softmax(x, 2)), Box::new(|x| softmax(x, 2)), vec![]),
         ];
         for (what, reference, ours, params) in cases {
             let run = |f: &F<'_>| {
