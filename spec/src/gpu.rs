@@ -37,6 +37,16 @@ impl Gpu {
         }
     }
 
+    /// The CUDA compute capability's major version (8: Ampere, 9: Hopper,
+    /// 10: Blackwell).
+    pub fn compute_major(self) -> u32 {
+        match self {
+            Gpu::A100_40 | Gpu::A100Sxm80 | Gpu::A100Pcie80 => 8,
+            Gpu::H100_80 | Gpu::H200_141 => 9,
+            Gpu::B200_180 => 10,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Gpu::A100_40 => "A100-40GB",

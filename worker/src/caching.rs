@@ -29,6 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use spec::event::{Phase, PhasePeaks};
+use spec::gpu::Gpu;
 
 use crate::alloc::{Trace, TraceEvent};
 
@@ -185,6 +186,32 @@ pub fn replay(trace: &Trace) -> PhasePeaks {
     peaks
 }
 
+/// Bytes of one cuBLAS workspace as PyTorch allocates it on `gpu`
+/// (`aten/src/ATen/cuda/CublasHandlePool.cpp`, no `CUBLAS_WORKSPACE_CONFIG`):
+/// 32 MiB from Hopper on, `:4096:2:16:8` (8.125 MiB) before. It comes from
+/// the caching allocator, so `max_memory_allocated` counts it.
+pub fn cublas_workspace(gpu: Gpu) -> u64 {
+    if gpu.compute_major() >= 9 {
+        4096 * 8 * 1024
+    } else {
+        (4096 * 2 + 16 * 8) * 1024
+    }
+}
+
+/// The cuBLAS workspaces a CUDA run of PyTorch holds in `phase`: one per
+/// (handle, stream), a handle per thread, allocated at the thread's first
+/// matmul and cached to the end: none while the model is built, the forward
+/// thread's from the forward on, autograd's device thread's as well from the
+/// backward on (the optimizer's foreach step runs no matmul).
+pub fn cuda_workspaces(gpu: Gpu, phase: Phase) -> u64 {
+    let handles = match phase {
+        Phase::Model => 0,
+        Phase::Fwd => 1,
+        Phase::Bwd | Phase::Step => 2,
+    };
+    handles * cublas_workspace(gpu)
+}
+
 fn phase_slot(peaks: &mut PhasePeaks, phase: Phase) -> &mut Option<u64> {
     match phase {
         Phase::Model => &mut peaks.model,
@@ -199,6 +226,17 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    /// PyTorch's defaults: 32 MiB a workspace on Hopper and later, 8.125 MiB
+    /// on an A100; the forward holds one, backward and step two.
+    #[test]
+    fn cublas_workspaces_follow_the_card_and_the_phase() {
+        assert_eq!(cublas_workspace(Gpu::H200_141), 32 * MIB);
+        assert_eq!(cublas_workspace(Gpu::H100_80), 32 * MIB);
+        assert_eq!(cublas_workspace(Gpu::A100Sxm80), 8 * MIB + MIB / 8);
+        let per_phase = Phase::ALL.map(|p| cuda_workspaces(Gpu::A100Pcie80, p));
+        assert_eq!(per_phase, [0, 1, 2, 2].map(|n| n * cublas_workspace(Gpu::A100Pcie80)));
+    }
 
     #[test]
     fn requests_round_to_512_bytes() {
