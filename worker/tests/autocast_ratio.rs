@@ -74,15 +74,17 @@ fn dit_model_ratio() -> f64 {
 
 /// The precheck's UNet walk (`precheck::unet`) in wide and mm elements per
 /// voxel of level 0, for channels `ch` with one ResBlock a level and no
-/// attention but the middle block's (whose scores, at 1/512 of the voxels,
-/// are left out): GroupNorm input and output wide and the conv's cast mm per
-/// norm/SiLU/conv (`nac`), skips mm, the up path's concatenated input mm.
-/// Returns the precheck's ratio and the ratio tensor for tensor: in fp32 a
+/// attention but the middle block's (whose scores, quadratic in the voxels,
+/// the test counts beside it): GroupNorm input and output wide and the
+/// conv's cast mm per norm/SiLU/conv (`nac`), skips mm, the up path's
+/// concatenated input mm. Returns bytes per voxel of level 0: under
+/// bf16-amp, in fp32 as the precheck's walk counts, and in fp32 tensor for
+/// tensor: in fp32 a
 /// ResBlock's first GroupNorm saves the block's input itself, which is also a
 /// skip (down path, first middle block) or the concatenation the 1x1 conv
 /// keeps (up path), so PyTorch's fp32 run holds it once where the walk counts
 /// it twice; under autocast it is a new f32 copy, as the walk counts.
-fn unet_model_ratio(ch: &[f64]) -> (f64, f64) {
+fn unet_walk(ch: &[f64]) -> (f64, f64, f64) {
     let vox = |l: usize| 1.0 / 8f64.powi(l as i32);
     let (mut wide, mut mm) = (0.0, 1.0 + ch[0]); // stem: input cast, conv_in output (skip)
     let nac = |c: f64, v: f64, wide: &mut f64, mm: &mut f64| {
@@ -127,8 +129,21 @@ fn unet_model_ratio(ch: &[f64]) -> (f64, f64) {
     }
     nac(ch[0], 1.0, &mut wide, &mut mm); // head: norm, SiLU, conv
     mm += 1.0; // the output
-    let amp = 4.0 * wide + 2.0 * mm;
-    (amp / (4.0 * wide + 4.0 * mm), amp / (4.0 * wide + 4.0 * mm - 4.0 * aliased))
+    (4.0 * wide + 2.0 * mm, 4.0 * wide + 4.0 * mm, 4.0 * wide + 4.0 * mm - 4.0 * aliased)
+}
+
+/// The UNet's activation ratio tensor for tensor between input sides `small`
+/// and `large`: the walk's bytes per voxel, and the middle attention's
+/// scores (one head, `N²` at level 2, a quarter of the side): 6 bytes a
+/// score kept under bf16 autocast (the f32 softmax output and its half copy
+/// for the second matmul), 4 in fp32 (the softmax output, which the second
+/// matmul keeps too).
+fn unet_tensor_ratio(ch: &[f64], small: u32, large: u32) -> f64 {
+    let (amp, _, f32) = unet_walk(ch);
+    let cube = |side: u32| f64::from(side).powi(3);
+    let voxels = cube(large) - cube(small);
+    let scores = cube(large / 4).powi(2) - cube(small / 4).powi(2);
+    (amp * voxels + 6.0 * scores) / (f32 * voxels + 4.0 * scores)
 }
 
 #[test]
@@ -143,10 +158,12 @@ fn bf16_amp_activations_fall_as_the_precheck_dtype_model_says() {
         norm_num_groups: 8,
     });
     let chf: Vec<f64> = ch.iter().map(|&c| c as f64).collect();
-    let (unet_precheck, unet_tensors) = unet_model_ratio(&chf);
+    let (amp, f32_walk, _) = unet_walk(&chf);
+    let (unet_precheck, unet_tensors) = (amp / f32_walk, unet_tensor_ratio(&chf, 16, 32));
     // The DiT's walk has no aliased tensor: its ratio is the precheck's. The
-    // UNet's is the precheck's classes counted tensor for tensor (see
-    // `unet_model_ratio`; the precheck's own figure is printed beside it).
+    // UNet's is the precheck's classes counted tensor for tensor, with the
+    // middle attention's scores (see `unet_walk`; the precheck's own figure
+    // is printed beside it).
     for (family, spec, small, large, model, precheck) in [
         ("dit", &dit, 8, 16, dit_model_ratio(), dit_model_ratio()),
         ("unet", &unet, 16, 32, unet_tensors, unet_precheck),

@@ -12,6 +12,11 @@
 //! peak, not only by its total. With `--predictions` (the JSON lines of
 //! `orchestrator predict --records` on the same file) the precheck's
 //! `pytorch` prediction and its peak phase stand beside them.
+//!
+//! A CPU run's allocations are also counted as PyTorch's CUDA caching
+//! allocator counts them, per phase ([`crate::caching`]); with the cuBLAS
+//! workspaces of the record's card added, that is the figure a CUDA run of
+//! PyTorch would print ([`Row::on_card`]), the one set against the group's.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

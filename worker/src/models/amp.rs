@@ -52,8 +52,9 @@ impl Autocast {
     pub fn enter(half: Option<FloatDType>) -> Autocast {
         Self::with(half, half.is_some())
     }
-    /// No half type, but norms and SiLU saving as PyTorch's (the fp32 run
-    /// an autocast run's saving is measured against).
+    /// No half type, but norms, SiLU, softmax and MONAI's attention saving
+    /// as PyTorch's (the fp32 run an autocast run's saving is measured
+    /// against).
     pub fn torch_f32() -> Autocast {
         Self::with(None, true)
     }

@@ -60,16 +60,19 @@ pub fn scaled_dot_product(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, kernel: Atte
                 v.into_dispatch(),
             ))
         }
-        AttentionKernel::Materialised | AttentionKernel::Fused => match amp::half() {
-            None => attention(q, k, v, None, None, AttentionModuleOptions::default()),
-            // MONAI under autocast: half scores from the matmul, softmax in f32, half probabilities into the second matmul.
-            Some(_) => {
-                let scale = 1.0 / (q.dims()[3] as f64).sqrt();
-                let scores = amp::matmul(q, k.swap_dims(2, 3)).mul_scalar(scale);
-                let probs = amp::softmax(amp::to_f32(scores), 3);
-                amp::matmul(probs, v)
-            }
-        },
+        AttentionKernel::Materialised | AttentionKernel::Fused if amp::torch_saved() => {
+            // MONAI's as PyTorch runs it: scores from a matmul, softmax in f32
+            // keeping its output, the probabilities into the second matmul
+            // (under autocast: half scores, half probabilities; 6 bytes a
+            // score kept for backward, 4 in f32 where both keep one tensor).
+            let scale = 1.0 / (q.dims()[3] as f64).sqrt();
+            let scores = amp::matmul(q, k.swap_dims(2, 3)).mul_scalar(scale);
+            let probs = amp::softmax(amp::to_f32(scores), 3);
+            amp::matmul(probs, v)
+        }
+        AttentionKernel::Materialised | AttentionKernel::Fused => {
+            attention(q, k, v, None, None, AttentionModuleOptions::default())
+        }
     }
 }
 
