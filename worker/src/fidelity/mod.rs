@@ -71,11 +71,9 @@ pub struct Row {
     pub phases_gib: [Option<f64>; 4],
     /// Seconds the run took.
     pub wall_s: f64,
-    /// The worker's peak as PyTorch's CUDA caching allocator counts the same
-    /// allocations (CPU runs; absent in rows written before it was counted).
-    #[serde(default)]
-    pub counted_gib: Option<f64>,
-    /// The same per phase (model, fwd, bwd, step).
+    /// The worker's peak per phase (model, fwd, bwd, step) as PyTorch's CUDA
+    /// caching allocator counts the same allocations (CPU runs; absent in
+    /// rows written before it was counted).
     #[serde(default)]
     pub counted_phases_gib: [Option<f64>; 4],
     /// The card the group's record ran on.
@@ -89,9 +87,14 @@ impl Row {
         self.worker_gib.filter(|_| self.status == RunStatus::Ok).map(|w| w / self.measured_gib - 1.0)
     }
 
+    /// The peak as PyTorch's allocator counts it: the largest phase's.
+    pub fn counted_gib(&self) -> Option<f64> {
+        self.counted_phases_gib.into_iter().flatten().max_by(f64::total_cmp).filter(|_| self.status == RunStatus::Ok)
+    }
+
     /// Signed relative error of the peak as PyTorch's allocator counts it.
     pub fn counted_error(&self) -> Option<f64> {
-        self.counted_gib.filter(|_| self.status == RunStatus::Ok).map(|w| w / self.measured_gib - 1.0)
+        self.counted_gib().map(|w| w / self.measured_gib - 1.0)
     }
 
     /// The peak a CUDA run of PyTorch on `gpu` would count: per phase, the
@@ -233,7 +236,6 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
             params: 0,
             phases_gib: [None; 4],
             wall_s: 0.0,
-            counted_gib: None,
             counted_phases_gib: [None; 4],
             gpu: r.gpu(),
         });
@@ -251,7 +253,6 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
         params: res.params,
         phases_gib: [gib(p.model), gib(p.fwd), gib(p.bwd), gib(p.step)],
         wall_s: res.wall_s,
-        counted_gib: gib([counted.model, counted.fwd, counted.bwd, counted.step].into_iter().flatten().max()),
         counted_phases_gib: [gib(counted.model), gib(counted.fwd), gib(counted.bwd), gib(counted.step)],
         gpu: r.gpu(),
     })

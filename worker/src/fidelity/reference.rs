@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 
 use anyhow::{Context, Result};
-use spec::event::RunStatus;
 use spec::gpu::Gpu;
 use spec::model::Family;
 use spec::record::MeasurementRecord;
@@ -71,7 +70,7 @@ impl Reference {
         let card: Option<Gpu> = self.device.parse().ok();
         let figure = |r: &Row| match card {
             Some(gpu) => r.on_card(gpu),
-            None => r.counted_gib.filter(|_| r.status == RunStatus::Ok),
+            None => r.counted_gib(),
         };
         let both: Vec<(&Row, f64, f64)> =
             rows.iter().filter_map(|r| Some((r, *self.peaks_gib.get(&r.id)?, figure(r)?))).collect();

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use anyhow::{Context, Result};
-use spec::event::{Phase, RunStatus};
+use spec::event::Phase;
 use spec::model::Family;
 
 use super::{Row, GIB};
@@ -116,7 +116,7 @@ pub fn markdown(rows: &[Row], device: &str, predictions: &HashMap<String, Predic
             r.id,
             r.family.name(),
             r.measured_gib,
-            cell(r.counted_gib.filter(|_| r.status == RunStatus::Ok)),
+            cell(r.counted_gib()),
             pct(r.counted_error()),
             cell(r.on_record_card()),
             pct(r.on_card_error()),

@@ -43,7 +43,6 @@ fn pytorchs_run_is_matched_by_config_and_set_beside_the_worker() {
         params: 1,
         phases_gib: [None; 4],
         wall_s: 1.0,
-        counted_gib: Some(0.6 - H200_WORKSPACES),
         // On the H200, the step's 0.5375 GiB and its two 32 MiB cuBLAS workspaces set the peak.
         counted_phases_gib: [Some(0.1), Some(0.3), Some(0.4), Some(0.6 - H200_WORKSPACES)],
         gpu: Some(Gpu::A100Sxm80),
@@ -73,7 +72,6 @@ fn an_error_within_the_reports_rounding_counts_as_none() {
         params: 1,
         phases_gib: [None; 4],
         wall_s: 1.0,
-        counted_gib: Some(on_card - A100_WORKSPACES),
         counted_phases_gib: [None, None, None, Some(on_card - A100_WORKSPACES)],
         gpu: Some(Gpu::A100Sxm80),
     };
@@ -97,7 +95,6 @@ fn table_gives_signed_errors_and_family_summaries() {
         params: 1 << 26,
         phases_gib: [Some(0.25), Some(worker / 2.0), Some(worker / 2.0), Some(worker)],
         wall_s: 1.0,
-        counted_gib: Some(worker * 1.05),
         counted_phases_gib: [Some(0.25), Some(worker / 2.0), Some(worker / 2.0), Some(worker)]
             .map(|g| g.map(|g| g * 1.05)),
         gpu: Some(Gpu::A100Sxm80),
