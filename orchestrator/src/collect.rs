@@ -233,6 +233,7 @@ pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementR
         attention_levels: None,
         num_res_blocks: None,
         num_head_channels: None,
+        norm_num_groups: None,
         variant: None,
         hidden: None,
         heads: None,
@@ -279,6 +280,7 @@ fn model_fields(r: &mut MeasurementRecord, cfg: &RunConfig) {
             r.attention_levels = Some(u.attention_levels.clone());
             r.num_res_blocks = Some(u.num_res_blocks.clone());
             r.num_head_channels = Some(u.num_head_channels.clone());
+            r.norm_num_groups = Some(u.norm_num_groups);
         }
         ModelSpec::Dit(_) | ModelSpec::Uvit(_) | ModelSpec::Hdit(_) => {
             let dims = cfg.model.transformer_dims().and_then(|d| d.ok());

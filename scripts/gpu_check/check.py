@@ -2,8 +2,9 @@
 
 Parts, each with a time budget (seconds; unused time passes to the next):
 
-  e  PyTorch on the same device: the configs of a, c and b as the group ran
-     them (torch_half.py), torch.cuda.max_memory_allocated per phase
+  e  PyTorch on the same device: every config the group measured, with the
+     group's models, each as the script behind its record measured it
+     (torch_half.py, protocols.py), then the config of b
   a  fidelity: the group's configs from small to near the card through
      `worker run --config`, one process each, as `worker fidelity` runs them,
      sharing one kernel cache
@@ -129,6 +130,24 @@ def timing(half, clock, items, scratch, per_config):
     return skipped
 
 
+def torch_half(plan_path, a, clock):
+    """Part e: the configs without the expandable-segments allocator, then
+    those with it (40% of the time left to the first, all that is left then to the second)."""
+    script = os.path.join(os.path.dirname(__file__), "torch_half.py")
+    for expandable in (False, True):
+        share = clock.left() * (1.0 if expandable else 0.4)
+        cmd = [sys.executable, script, plan_path, a.out, str(time.time() + share)]
+        cmd += (["--cpu"] if a.cpu else []) + (["--expandable"] if expandable else [])
+        env = dict(os.environ)
+        env.pop("PYTORCH_ALLOC_CONF", None)
+        if expandable:
+            env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
+        try:
+            subprocess.run(cmd, timeout=max(share + 20, 1), env=env)
+        except subprocess.TimeoutExpired:
+            print("pytorch: killed at its budget", flush=True)
+
+
 def main():
     a = args()
     budgets = dict(BUDGETS)
@@ -141,6 +160,7 @@ def main():
     backend = a.backend or ("flex" if a.cpu else "vulkan")
     card = card_gib(a.card_gib)
     plan = planner.cpu_plan() if a.cpu else planner.gpu_plan(a.records, card)
+    plan["group"] = planner.cpu_group_plan() if a.cpu else planner.group_plan(a.records)
     if a.fidelity_ids:
         by_id = {item["id"]: item for item in plan["fidelity"]}
         wanted = a.fidelity_ids.split(",")
@@ -167,11 +187,7 @@ def main():
     for p in parts:
         deadline = clock.part(p)
         if p == "e":
-            cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "torch_half.py"), plan_path, a.out, str(deadline)]
-            try:
-                subprocess.run(cmd + (["--cpu"] if a.cpu else []), timeout=max(clock.left() + 10, 1))
-            except subprocess.TimeoutExpired:
-                print("pytorch: killed at its budget", flush=True)
+            torch_half(plan_path, a, clock)
         elif p == "a":
             _, skipped["a"] = run_items(half, clock, "a", plan["fidelity"], per_config, cache_dir=cache)
         elif p == "c":

@@ -15,6 +15,8 @@ divides every width).
 import json
 import math
 
+from records import protocol_of
+
 FIDELITY_COUNT = 34  # (a): at least 30, every family
 DIT_L_P2 = "dit_pixel_L_64x64x80_p2"  # (c): the group measured 62.1 GB
 # (t): one per family, group-sized: DiT-B patch 4 on the latent, a latent
@@ -35,7 +37,7 @@ def model_of(r):
             "attention_levels": r["attention_levels"],
             "num_res_blocks": r.get("num_res_blocks", 2),
             "num_head_channels": r.get("num_head_channels", 64),
-            "norm_num_groups": norm_groups(r["channels"]),
+            "norm_num_groups": r.get("norm_num_groups") or norm_groups(r["channels"]),
         }
     m = {"family": fam, "patch": r["patch"]}
     for k in ("variant", "hidden", "heads"):
@@ -143,7 +145,7 @@ def gpu_plan(records_path, card_gib):
     by_id = {r["id"]: r for r in records}
     return {
         "fidelity": run_order(fidelity),
-        "oom": [dict(item(xl), expect="oom")],
+        "oom": [dict(item(xl), expect="oom", protocol="transformer")],
         "dit_l": [dict(item(dit_l), group_peak_gb=dit_l["peak_gb"])],
         # (m): the same with Burn's decomposed attention: 107 GB of f32 scores per head group.
         "materialised": [dict(item(dit_l), expect="oom")],
@@ -165,7 +167,7 @@ def tiny(family, name, spatial=(8, 8, 8), ckpt=False, **model):
         "uvit": {"hidden": 32, "heads": 2, "depth": 3, "patch": 2},
     }[family]
     r = dict(base, **model)
-    r.update(family=family, in_channels=1, out_channels=1, spatial=list(spatial), batch=1, grad_ckpt=ckpt)
+    r.update(family=family, in_channels=r.pop("in_channels", 1), out_channels=1, spatial=list(spatial), batch=1, grad_ckpt=ckpt)
     r["id"] = name
     return r
 
@@ -184,9 +186,77 @@ def cpu_plan():
     big = tiny("dit", "tiny_dit_32_p1", spatial=(32, 32, 32), patch=1)
     return {
         "fidelity": [item(r) for r in fams],
-        "oom": [dict(item(big), expect="oom", memory_limit=64 << 20)],
+        "oom": [dict(item(big), expect="oom", memory_limit=64 << 20, protocol="transformer")],
         # 4,096 tokens: 128 MiB of f32 scores a layer for the decomposed attention, over a 64 MiB limit.
         "dit_l": [item(tiny("dit", "tiny_dit_p1_16", spatial=(16, 16, 16), patch=1))],
         "materialised": [dict(item(tiny("dit", "tiny_dit_p1_16", spatial=(16, 16, 16), patch=1)), expect="oom", memory_limit=64 << 20)],
         "timing": [item(r) for r in fams[:4]],
     }
+
+
+def _group_entry(r):
+    figure = r.get("peak_gb") if r["status"] != "oom" else r.get("oom_reported_gb")
+    e = {"id": r["id"], "status": r["status"], "figure": figure}
+    for k in ("model_gb", "fwd_gb", "bwd_gb", "params_m"):
+        if r.get(k) is not None:
+            e[k] = r[k]
+    return e
+
+
+def group_plan(records_path):
+    """Part g: every config the group measured (one run per distinct config,
+    beside every record of it), each under the protocol of the script behind
+    its record. Order: the families in turn, each from its smallest peak up;
+    the group's OOMs and the 1.3M-token HDiT configs (a minute each) last."""
+    by_key, order = {}, []
+    for r in read_records(records_path):
+        if r.get("framework") != "pytorch" or r.get("superseded"):
+            continue
+        proto = protocol_of(r)
+        cfg = config_of(r, r["id"])
+        k = _key(cfg) + proto
+        if k not in by_key:
+            # The S2D and HDiT/U-ViT launchers export expandable segments
+            # (IDUN/profiling/profile_s2d_3d.slurm, profile_hdit_uvit.slurm).
+            expandable = proto == "s2d-unet" or r["family"] in ("hdit", "uvit")
+            by_key[k] = {"id": r["id"], "config": cfg, "protocol": proto, "expandable": expandable, "group": []}
+            order.append(k)
+        by_key[k]["group"].append(_group_entry(r))
+    items = [by_key[k] for k in order]
+
+    def slow(it):
+        m = it["config"]["model"]
+        return any(g["status"] == "oom" for g in it["group"]) or (m["family"] == "hdit" and m["patch"] <= 2)
+
+    def size(it):
+        return max((g["figure"] or 0) for g in it["group"])
+
+    lanes = {}
+    for it in sorted((i for i in items if not slow(i)), key=lambda i: (size(i), i["id"])):
+        lanes.setdefault((it["protocol"], it["config"]["model"]["family"]), []).append(it)
+    out, lanes = [], [lanes[k] for k in sorted(lanes)]
+    while any(lanes):
+        for lane in lanes:
+            if lane:
+                out.append(lane.pop(0))
+    # The OOMs without a figure last: they may run long before they fail.
+    unknown = lambda i: any(g["figure"] is None for g in i["group"])  # noqa: E731
+    out += sorted((i for i in items if slow(i)), key=lambda i: (unknown(i), size(i), i["id"]))
+    return out
+
+
+def cpu_group_plan():
+    """Part g on a CPU: tiny stand-ins, one per protocol and family."""
+    fams = [
+        ("latent-unet", tiny("unet", "tiny_unet_latent", norm_num_groups=8)),
+        ("s2d-unet", dict(tiny("unet", "tiny_unet_s2d", norm_num_groups=8), in_channels=2)),
+        ("latent-unet", tiny("unet", "tiny_unet_ckpt", ckpt=True, norm_num_groups=8)),
+        ("transformer", tiny("dit", "tiny_dit")),
+        ("transformer", tiny("hdit", "tiny_hdit_ckpt", ckpt=True, in_channels=2)),
+        ("transformer", tiny("uvit", "tiny_uvit_ckpt", ckpt=True)),
+    ]
+    return [
+        {"id": r["id"], "config": config_of(r, r["id"]), "protocol": p, "group": [],
+         "expandable": p == "s2d-unet" or r["family"] in ("hdit", "uvit")}
+        for p, r in fams
+    ]

@@ -6,6 +6,8 @@ budget."""
 import json
 import os
 
+import against_group
+
 GIB = float(1 << 30)
 
 
@@ -48,6 +50,9 @@ def markdown(out, plan, spent, skipped, total, estimate, cpu):
                 f"| {part} | {it['id']} | {it['config']['model']['family']} | {group if group is not None else it.get('expect', '-')} "
                 f"| {_gib(t)} | {_gib(w)} | {_err(w, t)} |"
             )
+    if plan.get("group"):
+        lines += ["", "The group's configs, with the group's models, each as its script measured it:", ""]
+        lines += against_group.table(out).rstrip("\n").split("\n")
     details = [d for d in _read(os.path.join(out, "phases.jsonl")) if d["half"] == "worker"]
     lines += _materialised(details, plan) + _timing(details, plan)
     return "\n".join(lines) + "\n"

@@ -44,6 +44,10 @@ pub struct MeasurementRecord {
     pub num_res_blocks: Option<crate::PerLevel>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_head_channels: Option<crate::PerLevel>,
+    /// GroupNorm groups: 32 for MONAI's default (the latent scripts), 16 for
+    /// the S2D script (`profile_s2d_3d_memory.py@7dc81f3:63-64`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm_num_groups: Option<u32>,
     // transformers
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<Variant>,
@@ -164,7 +168,10 @@ impl MeasurementRecord {
         if self.family != Family::Unet {
             return vec![];
         }
-        let mut out = vec![Unstated::NormGroups];
+        let mut out = vec![];
+        if self.norm_num_groups.is_none() {
+            out.push(Unstated::NormGroups);
+        }
         if self.num_res_blocks.is_none() {
             out.push(Unstated::ResBlocks);
         }
@@ -225,6 +232,9 @@ impl MeasurementRecord {
     /// default is 32, and a run that went through with a 16-wide level must have
     /// used fewer, so take the largest count up to 32 that divides every width.
     fn norm_groups(&self) -> u32 {
+        if let Some(g) = self.norm_num_groups {
+            return g;
+        }
         let widths = self.channels.as_deref().unwrap_or_default();
         (1..=32).rev().find(|g| widths.iter().all(|w| w % g == 0)).unwrap_or(1)
     }
