@@ -6,8 +6,11 @@ tenth (|ours - f| <= 0.05 GiB, with 1e-9 of slack for the float). An OOM
 matches an OOM; where the group printed the running maximum at its OOM (the
 S2D report's starred values), that figure is compared too.
 
-Usage: python3 against_group.py DIR   (a GPU check's directory: plan.json,
-pytorch.jsonl; prints the markdown table and the counts)
+Usage: python3 against_group.py DIR [--mode MODE]
+  DIR: a GPU check's directory (plan.json, pytorch.jsonl); prints the
+  markdown table and the counts. With --mode, a config that a probe of DIR
+  (probe-*.jsonl: the marks of configs run again under a named setting, such
+  as `no-cudnn`) ran under MODE is taken from the probe instead.
 """
 
 import json
@@ -45,10 +48,31 @@ def compare(group, ours):
     return all(abs(x) <= HALF_TENTH for x in gaps), f"{o:.3f}", gaps[0]
 
 
-def rows(out):
+def probe_records(out, mode):
+    """The probes' runs under `mode`, as the fields `compare` reads."""
+    recs = {}
+    for name in sorted(os.listdir(out)):
+        if not (name.startswith("probe-") and name.endswith(".jsonl")):
+            continue
+        for row in _read(os.path.join(out, name)):
+            if row["mode"] != mode:
+                continue
+            m = row["marks"]
+            r = {f"{k}_gb": m[k] / GIB for k in ("model", "fwd", "bwd") if k in m}
+            if row.get("failure"):
+                r.update(status="oom", oom_reported_gb=m["at_failure"] / GIB)
+            else:
+                r.update(status="ok", peak_gb=m["step"] / GIB)
+            recs[row["id"]] = r
+    return recs
+
+
+def rows(out, mode=None):
     with open(os.path.join(out, "plan.json")) as f:
         plan = json.load(f)
     ours = {r["config_name"]: r for r in _read(os.path.join(out, "pytorch.jsonl"))}
+    if mode:
+        ours.update(probe_records(out, mode))
     for it in plan.get("group", []):
         r = ours.get(it["config"]["name"])
         if r is None:
@@ -58,13 +82,13 @@ def rows(out):
             yield it, g, r, matched, said, gap
 
 
-def table(out):
+def table(out, mode=None):
     lines = [
         "| record | family | protocol | group GiB | reference GiB | gap GiB | group's columns (model / fwd / bwd) | ours | within 0.1 GiB rounding |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     counts = {}
-    for it, g, r, matched, said, gap in rows(out):
+    for it, g, r, matched, said, gap in rows(out, mode):
         fam = it["config"]["model"]["family"]
         c = counts.setdefault(fam, [0, 0])
         c[0] += matched
@@ -88,6 +112,7 @@ def table(out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    if len(args) not in (1, 3) or (len(args) == 3 and args[1] != "--mode"):
         sys.exit(__doc__)
-    print(table(sys.argv[1]), end="")
+    print(table(args[0], args[2] if len(args) == 3 else None), end="")
