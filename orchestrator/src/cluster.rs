@@ -27,6 +27,10 @@ use std::path::{Path, PathBuf};
 
 use crate::experiment::SlurmResources;
 
+pub mod setup;
+
+pub use setup::JobSetup;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TransportKind {
@@ -94,6 +98,10 @@ pub struct ClusterConfig {
     /// SLURM resources used where the experiment does not set them.
     #[serde(default)]
     pub defaults: SlurmResources,
+    /// What the job scripts do before the worker starts (`module load`,
+    /// exported variables): see [`setup`].
+    #[serde(default, skip_serializing_if = "JobSetup::is_empty")]
+    pub setup: JobSetup,
     /// REST: slurmrestd's base URL (`http://host:port` or `https://…`).
     #[serde(default)]
     pub url: Option<String>,
@@ -133,6 +141,7 @@ impl ClusterConfig {
             max_parallel: None,
             env: BTreeMap::new(),
             defaults: SlurmResources::default(),
+            setup: JobSetup::default(),
             url: None,
             token_file: None,
             token_env: None,
@@ -289,7 +298,7 @@ impl ClusterConfig {
                 return bad("`env` keys must be shell variable names");
             }
         }
-        Ok(())
+        self.setup.check()
     }
 
     fn check_rest(&self) -> Result<(), String> {
@@ -426,6 +435,17 @@ mod tests {
         let e = ClustersFile::parse(Path::new("c.yaml"), "clusters:\n  a:\n    transport: rest\n    files: ftp\n")
             .expect_err("unknown data plane");
         assert!(e.to_string().contains("c.yaml") && e.to_string().contains("line 4"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_setup_names_file_line_and_field() {
+        let text = "clusters:\n  idun:\n    transport: ssh\n    host: idun\n    work_dir: /w\n    setup:\n      env: {9LIVES: x}\n";
+        let e = ClustersFile::parse(Path::new("c.yaml"), text).expect_err("not a variable name").to_string();
+        assert!(e.starts_with("c.yaml:2: cluster `idun`: `setup.env`: \"9LIVES\" is not a shell variable name"), "{e}");
+        let e = ClustersFile::parse(Path::new("c.yaml"), &text.replace("env: {9LIVES: x}", "modules: [\"a b\"]"))
+            .expect_err("two names in one item")
+            .to_string();
+        assert!(e.starts_with("c.yaml:2: cluster `idun`: `setup.modules`: \"a b\" is not one module name"), "{e}");
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //!   backquotes, quotes and newlines arrive as data, never as code;
 //! - `{{sbatch x}}` emits `x` into an `#SBATCH` line, refusing control
 //!   characters and quotes (sbatch reads one directive per line, strips quotes
-//!   itself, and a newline would start a shell line).
+//!   itself, and a newline would start a shell line);
+//! - `{{envname x}}` emits an environment variable's name (`export
+//!   {{envname name}}=…`), refusing anything but a shell identifier.
 //!
 //! The plain `{{x}}` escape is switched off (handlebars would HTML-escape); a
 //! template that prints a value without a helper prints it verbatim, so the
@@ -17,6 +19,8 @@ use handlebars::{Context, Handlebars, Helper, HelperResult, Output, RenderContex
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
+use crate::cluster::setup::env_name_ok;
+use crate::cluster::JobSetup;
 use crate::experiment::SlurmResources;
 use crate::util::shell::sh_quote;
 
@@ -67,6 +71,19 @@ fn sh_helper(h: &Helper, _: &Handlebars, _: &Context, _: &mut RenderContext, out
     Ok(())
 }
 
+fn envname_helper(
+    h: &Helper,
+    _: &Handlebars,
+    _: &Context,
+    _: &mut RenderContext,
+    out: &mut dyn Output,
+) -> HelperResult {
+    let s = value_text(h, "envname")?;
+    env_name_ok(&s).map_err(RenderErrorReason::Other)?;
+    out.write(&s)?;
+    Ok(())
+}
+
 fn sbatch_helper(h: &Helper, _: &Handlebars, _: &Context, _: &mut RenderContext, out: &mut dyn Output) -> HelperResult {
     let s = value_text(h, "sbatch")?;
     sbatch_safe(&s).map_err(RenderErrorReason::Other)?;
@@ -105,6 +122,8 @@ pub struct JobVars {
     /// Extra `worker run` arguments from the experiment's `worker:` block
     /// (`--memory-limit`, `--backend`), one word each: `{{#each worker_args}} {{sh this}}{{/each}}`.
     pub worker_args: Vec<String>,
+    /// The cluster's `setup:`, run before the worker.
+    pub setup: SetupVars,
 }
 
 /// What the warm-up job's template (`warm`, `orchestrator install --warm`) may use.
@@ -120,6 +139,42 @@ pub struct WarmVars {
     pub worker: String,
     /// `worker warm --backend` (`null`: the worker picks its first GPU backend).
     pub backend: Option<String>,
+    /// The cluster's `setup:`, run before the worker.
+    pub setup: SetupVars,
+}
+
+/// A cluster's `setup:` for templates: `module purge`, then `{{#each
+/// setup.modules}}module load {{sh this}}`, then `{{#each setup.env}}export
+/// {{envname this.name}}={{sh this.value}}`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SetupVars {
+    /// Whether there is anything to run.
+    pub any: bool,
+    /// Whether `module` runs (a purge or a load).
+    pub uses_modules: bool,
+    pub module_purge: bool,
+    pub modules: Vec<String>,
+    /// Sorted by name.
+    pub env: Vec<EnvVar>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+impl From<&JobSetup> for SetupVars {
+    fn from(s: &JobSetup) -> Self {
+        let uses_modules = s.module_purge || !s.modules.is_empty();
+        SetupVars {
+            any: uses_modules || !s.env.is_empty(),
+            uses_modules,
+            module_purge: s.module_purge,
+            modules: s.modules.clone(),
+            env: s.env.iter().map(|(name, value)| EnvVar { name: name.clone(), value: value.clone() }).collect(),
+        }
+    }
 }
 
 /// The job's SLURM resources with every key present (`null` when unset), so
@@ -167,6 +222,7 @@ impl Renderer {
         hb.register_escape_fn(handlebars::no_escape);
         hb.register_helper("sh", Box::new(sh_helper));
         hb.register_helper("sbatch", Box::new(sbatch_helper));
+        hb.register_helper("envname", Box::new(envname_helper));
         Renderer { hb, dirs }
     }
 
@@ -248,6 +304,7 @@ mod tests {
             manifest_jsonl: "/w/state/exp9/submissions/s001-abcd/manifest.jsonl".into(),
             worker: "/w/bin/worker".into(),
             worker_args: vec![],
+            setup: SetupVars::default(),
         }
     }
 
@@ -297,6 +354,40 @@ mod tests {
     }
 
     #[test]
+    fn setup_lines_come_before_the_worker_each_name_checked_and_value_quoted() {
+        let setup = JobSetup {
+            module_purge: true,
+            modules: vec!["CUDA/12.4.0".into(), "x;id".into()],
+            env: [("VK_DRIVER_FILES".to_string(), "/a b/$(id)".to_string())].into(),
+        };
+        let mut v = vars();
+        let s = Renderer::new(vec![]).render("profile", &v).expect("renders");
+        assert!(s.contains("\nset -euo pipefail\n\n# The kernel cache"), "no setup, no lines: {s}");
+        v.setup = (&setup).into();
+        let s = Renderer::new(vec![]).render("profile", &v).expect("renders");
+        let want = "\nset -euo pipefail\n\n\
+                    # Site setup: the cluster's `setup:` (clusters.yaml), each name and value one quoted word.\n\
+                    # Lmod's `module` may read unset variables (TACC/Lmod#835): `set -u` is off while it runs.\n\
+                    set +u\nmodule purge\nmodule load CUDA/12.4.0\nmodule load 'x;id'\nset -u\n\
+                    export VK_DRIVER_FILES='/a b/$(id)'\n\n# The kernel cache";
+        assert!(s.contains(want), "{s}");
+        // Variables alone: no `module`, `set -u` left on.
+        v.setup = (&JobSetup { env: setup.env.clone(), ..Default::default() }).into();
+        let s = Renderer::new(vec![]).render("profile", &v).expect("renders");
+        assert!(!s.contains("module ") && !s.contains("set +u") && s.contains("\nexport VK_DRIVER_FILES="), "{s}");
+        // A name that is no shell identifier is refused, whoever built the variables.
+        v.setup.env[0].name = "A=1; id #".into();
+        let e = Renderer::new(vec![]).render("profile", &v).expect_err("refused");
+        assert!(e.to_string().contains("is not a shell variable name"), "{e}");
+        // The warm-up job runs the same setup before its worker.
+        let mut w = warm_vars();
+        w.setup = (&setup).into();
+        let s = Renderer::new(vec![]).render_warm(&w).expect("renders");
+        let (load, exec) = (s.find("\nmodule load CUDA/12.4.0\n"), s.find("\nexec "));
+        assert!(load.is_some() && load < exec && s.contains("\nexport VK_DRIVER_FILES='/a b/$(id)'\n"), "{s}");
+    }
+
+    #[test]
     fn strict_mode_rejects_unknown_variables() {
         let d = tempfile::tempdir().expect("tempdir");
         std::fs::write(d.path().join("typo.sbatch.hbs"), "#!/bin/bash\necho {{sh wroker}}\n").expect("write");
@@ -325,6 +416,7 @@ mod tests {
             log: "/w/warm/1700000000-ab12/warm.out".into(),
             worker: "/w/bin/worker".into(),
             backend: None,
+            setup: SetupVars::default(),
         }
     }
 

@@ -28,8 +28,7 @@ fn group_records() -> Vec<MeasurementRecord> {
 /// Whether record `r` measured config `c`, compared field by field: the run
 /// (GPU, precision, checkpointing, batch, channels, input), then the model:
 /// a UNet's widths, attention, res blocks per level and head channels where
-/// attention runs (GroupNorm groups: no record gives them); a transformer's
-/// sizes, patch and level depths.
+/// attention runs, GroupNorm groups; a transformer's sizes, patch and level depths.
 fn measured(r: &MeasurementRecord, c: &SweepConfig) -> bool {
     let cfg = &c.config;
     let run = r.gpu == cfg.gpu.name()
@@ -50,6 +49,7 @@ fn measured(r: &MeasurementRecord, c: &SweepConfig) -> bool {
             let attends = |l: usize| u.attention_levels[l] || l + 1 == levels;
             let (rh, ch) = (per_level(&r.num_head_channels, 64), u.head_channels());
             r.channels.as_ref() == Some(&u.channels)
+                && r.norm_num_groups == Some(u.norm_num_groups)
                 && r.attention_levels.as_ref() == Some(&u.attention_levels)
                 && per_level(&r.num_res_blocks, 2) == u.res_blocks()
                 && (0..levels).filter(|&l| attends(l)).all(|l| rh[l] == ch[l])
@@ -89,7 +89,8 @@ fn every_exp9_config_the_group_measured_is_answered_with_its_record() {
             Some(r) => {
                 with_record += 1;
                 assert!(message.contains(&format!("replayed: record `{}`", r.id)), "{}: {message}", c.name);
-                assert!(message.contains("assumed model.norm_num_groups"), "says what it assumed: {message}");
+                // The corrected records name every field (norm_num_groups too): nothing assumed.
+                assert!(!message.contains("assumed"), "assumed nothing: {message}");
             }
             None => assert!(message.contains("has no record of config"), "{}: {message}", c.name),
         }

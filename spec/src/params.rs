@@ -26,9 +26,11 @@ pub fn unet_res_block(cin: u64, cout: u64, temb: u64) -> u64 {
 pub fn unet_attention(c: u64) -> u64 {
     group_norm(c) + 4 * linear(c, c)
 }
-/// DiT block with adaLN-Zero: 18h² + 15h.
-pub fn dit_block(h: u64) -> u64 {
-    18 * h * h + 15 * h
+/// The group's DiT block (DiT and HDiT) with adaLN-Zero: 18h² + 15h, plus
+/// qk-norm's affine `LayerNorm(head_dim)` on q and on k, 4·head_dim
+/// (`src/medgen/models/dit_blocks.py@3140d97:135-137` in `ModeS7/AIS4900_master`).
+pub fn dit_block(h: u64, heads: u64) -> u64 {
+    18 * h * h + 15 * h + 4 * (h / heads.max(1))
 }
 /// Timestep MLP: sinusoidal(256) → h → h.
 fn time_mlp(h: u64) -> u64 {
@@ -128,8 +130,10 @@ fn tokens(sp: Spatial, patch: u32) -> u64 {
 fn dit(m: &DitSpec, input: &Input, cin: u64, cout: u64) -> Result<u64, Invalid> {
     let d = m.dims()?;
     let (h, p) = (d.hidden as u64, m.patch as u64);
-    let pos = tokens(input.spatial, m.patch) * h; // fixed sin-cos table, stored as a parameter
-    Ok(conv(cin, h, p) + time_mlp(h) + pos + d.depth as u64 * dit_block(h) + dit_final(h, p, cout))
+    // Sin-cos initialised and trained (`src/medgen/models/dit.py@3140d97:109`).
+    let pos = tokens(input.spatial, m.patch) * h;
+    let blocks = d.depth as u64 * dit_block(h, d.heads as u64);
+    Ok(conv(cin, h, p) + time_mlp(h) + pos + blocks + dit_final(h, p, cout))
 }
 
 fn hdit(m: &HditSpec, input: &Input, cin: u64, cout: u64) -> Result<u64, Invalid> {
@@ -143,7 +147,7 @@ fn hdit(m: &HditSpec, input: &Input, cin: u64, cout: u64) -> Result<u64, Invalid
     Ok(conv(cin, h, p)
         + time_mlp(h)
         + pos
-        + d.depth as u64 * dit_block(h)
+        + d.depth as u64 * dit_block(h, d.heads as u64)
         + transitions * per_transition
         + dit_final(h, p, cout))
 }
@@ -188,7 +192,8 @@ mod tests {
     fn dit_s_block_formula() {
         let m = ModelSpec::Dit(DitSpec { variant: Some(Variant::S), hidden: None, heads: None, depth: None, patch: 2 });
         let input = Input { channels: 1, spatial: Spatial::new(10, 16, 16) };
-        assert_eq!(count(&m, &input, 1).unwrap(), 32_591_240);
+        // 12 blocks of 18h² + 15h + 4·64 (qk-norm), h = 384.
+        assert_eq!(count(&m, &input, 1).unwrap(), 32_591_240 + 12 * 4 * 64);
     }
 
     #[test]

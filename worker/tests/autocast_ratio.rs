@@ -65,11 +65,12 @@ fn measured_ratio(spec: &ModelSpec, small: u32, large: u32) -> f64 {
     amp / f32
 }
 
-/// The precheck's DiT block, per token and hidden channel: 4 wide + 17 mm
-/// (`precheck::dit::block_bytes_per_token`); the blocks dominate at depth 8.
+/// The precheck's DiT block (the group's, with qk-norm), per token and hidden
+/// channel (`precheck::dit::block_bytes_per_token`): under autocast 6 wide +
+/// 19 mm (the norms' f32 copies of q and k among the wide), in fp32 4 wide +
+/// 19 mm (the norms keep views of qkv); the blocks dominate at depth 8.
 fn dit_model_ratio() -> f64 {
-    let bytes = |mm: f64, wide: f64| 4.0 * wide + 17.0 * mm;
-    bytes(2.0, 4.0) / bytes(4.0, 4.0)
+    (6.0 * 4.0 + 19.0 * 2.0) / (4.0 * 4.0 + 19.0 * 4.0)
 }
 
 /// The precheck's UNet walk (`precheck::unet`) in wide and mm elements per

@@ -214,14 +214,16 @@ fn a_measured_answer_is_the_exact_bytes_old_records_their_gib() {
 }
 
 /// A calibration that missed the sweep's regime says so in its intervals
-/// (issue 32, item 6): `s2d_128_wdm`'s runs lie 11-15% above the prior,
-/// whose band there is about 10%; the loop measures two (too few for the
-/// overlay to refit), and the prior's intervals held one of the other three.
+/// (issue 32, item 6): `hdit_256`'s runs lie 11-14% below the prior (the
+/// checkpointed HDiTs' recompute, which the walk reads high: issue 44), at
+/// the edge of its band there: the prior's intervals miss one of the eleven
+/// configs the loop does not measure; widened by the one run it measures,
+/// they hold all eleven.
 #[test]
 fn the_sweep_s_own_runs_widen_the_band_of_its_unmeasured_configs() {
-    let recs = table("s2d_128_wdm");
-    assert_eq!(recs.len(), 5);
-    let (ans, rounds, _) = run(&recs, &settings(0.2, None));
+    let recs: Vec<MeasurementRecord> = table("hdit_256").into_iter().filter(|r| r.peak_gb.is_some()).collect();
+    assert_eq!(recs.len(), 12);
+    let (ans, rounds, _) = run(&recs, &settings(0.2, Some(2)));
     let bare = Refit::new(&Calibration::builtin(), "pytorch", &[]);
     let (mut predicted, mut inside_before, mut inside) = (0, 0, 0);
     for r in &recs {
@@ -235,13 +237,12 @@ fn the_sweep_s_own_runs_widen_the_band_of_its_unmeasured_configs() {
         inside_before += usize::from((lo..=hi).contains(&measured));
         inside += usize::from((*low_gib..=*high_gib).contains(&measured));
         let why = distance.as_deref().unwrap_or_default();
-        assert!(why.starts_with("this sweep's run measured 11.5% off this calibration"), "{}: {why}", r.id);
+        assert!(why.starts_with("this sweep's run measured 11.4% off this calibration"), "{}: {why}", r.id);
     }
-    assert_eq!(rounds.iter().map(Vec::len).sum::<usize>(), 2, "{rounds:?}");
-    // The shipped prior's intervals held one of the three; widened, all three.
+    assert_eq!(rounds.iter().map(Vec::len).sum::<usize>(), 1, "{rounds:?}");
     assert_eq!(
         (predicted, inside_before, inside),
-        (3, 1, 3),
+        (11, 10, 11),
         "recorded peaks inside their intervals, before and after"
     );
 }

@@ -1,38 +1,76 @@
 //! DiT (adaLN-Zero blocks over patch tokens) and the transformer block walk the
 //! other transformer families share.
 //!
-//! Per DiT block and token, under bf16 autocast (h = hidden): the fp32 residual
-//! input and the fp32 LayerNorm output (saved by the modulation multiply), the
-//! bf16 cast for qkv, qkv itself (3h, kept by the attention kernel), the
-//! attention output and its re-laid-out copy for the projection, the projection
-//! output (kept by the gate multiply); the same residual/norm/cast pattern for
-//! the MLP, then fc1 output and GELU output (4h each) and fc2 output.
-//! That is 4 wide + 17 bf16 elements of h per token: 50 bytes x h x tokens.
-//! Memory-efficient attention (PyTorch SDPA) keeps only a per-head logsumexp;
-//! runtimes that materialise scores add heads x N x N per block.
+//! What one block keeps for backward per token, under bf16 autocast (h hidden,
+//! a heads; the appendix of the group-code notes, from
+//! `src/medgen/models/dit_blocks.py@3140d97` in `ModeS7/AIS4900_master`):
+//!
+//! - the group's DiT block (DiT, HDiT: adaLN-Zero, qk-norm): the fp32 norm
+//!   inputs and outputs (4 wide), the fp32 copies of q and k its qk-norm keeps
+//!   (2 wide), the bf16 cast for qkv, qkv (3), the normed q and k cast for
+//!   SDPA (2), its output and the output's re-layout copy before `proj` (the
+//!   output is laid out like the contiguous normed q), the projection output
+//!   (kept by the gate), the MLP's cast, fc1 and GELU outputs (4 each) and fc2
+//!   output (gate): 6 wide + 19 half elements of h, 62h bytes; the two
+//!   LayerNorms' and the qk-norms' row statistics (16 + 16a bytes) and SDPA's
+//!   log-sum-exp (4a);
+//! - without qk-norm (rows 5, 6 and 8 gone) 4 wide + 16 half: 48h + 4a + 16;
+//! - a pre-LN block (U-ViT: no modulation, no gates, no qk-norm): the fp32 norm
+//!   inputs (2 wide), the casts, qkv (3), the output, fc1 and GELU (4 each):
+//!   2 wide + 14 half, 36h + 4a + 16.
+//!
+//! Memory-efficient attention (PyTorch SDPA) keeps only the per-head
+//! log-sum-exp; runtimes that materialise scores add heads x N x N per block.
 
 use super::{PrecheckError, Seg, Walk, WalkInfo};
 use spec::{DitSpec, Input};
 
-/// Saved bytes per token of one transformer block. `adaln`: DiT-style modulation
-/// (keeps the gated branch outputs); otherwise pre-LN (U-ViT).
-pub(super) fn block_bytes_per_token(w: &Walk, hidden: f64, adaln: bool) -> f64 {
+/// Saved bytes per token of one transformer block of `stage` (see above).
+pub(super) fn block_bytes_per_token(w: &Walk, stage: &Stage) -> f64 {
     let (mm, wide) = (w.dt.mm, w.dt.wide);
-    // x, LN1 out, x1, LN2 out: wide. cast, qkv (3), attn out, relayout, cast, fc1 (4), gelu (4).
-    let common = 4.0 * wide + 15.0 * mm;
-    // adaLN: proj output and fc2 output are kept by the gate multiplies.
-    let gates = if adaln { 2.0 * mm } else { 0.0 };
-    (common + gates) * hidden
+    let Stage { hidden, heads, adaln, qk_norm, .. } = *stage;
+    // Row statistics (mean and rstd, f32) of the two LayerNorms, and of q's and k's per head.
+    let stats = 16.0 + if qk_norm { 16.0 * heads } else { 0.0 };
+    let (wides, halves) = match (adaln, qk_norm) {
+        // norm in/out x2; cast, qkv 3, out, proj out, cast, fc1 4, gelu 4, fc2 out
+        (true, false) => (4.0, 16.0),
+        // + the normed q, k casts and the output's re-layout copy; under
+        // autocast + the f32 copies of q and k the norms take (in fp32 they
+        // keep views of qkv)
+        (true, true) => (if w.dt.autocast { 6.0 } else { 4.0 }, 19.0),
+        // A pre-LN block (U-ViT) is counted as before the group's code was
+        // read: norm inputs and outputs x2 (4 wide), cast, qkv 3, out, its
+        // re-layout, proj, cast, fc1 4, gelu 4, fc2 (15 half), 46h. What its
+        // PyTorch block keeps is 36h + 4a + 16 (2 wide + 14 half); the 10h
+        // more stand for what the walk does not see of a checkpointed U-ViT's
+        // backward (U-ViT-S p4 peaks there at 10.3 GiB), and the fit holds
+        // U-ViT and HDiT together only so (recompute 0.99 and 1.44 otherwise).
+        (false, false) => (4.0, 15.0),
+        (false, true) => (6.0, 18.0),
+    };
+    (wides * wide + halves * mm) * hidden + stats
 }
 
-/// The shape of a transformer stage: width, heads, tokens, and whether its
-/// norms are adaLN-modulated (DiT, HDiT) or plain (U-ViT).
+/// The shape of a transformer stage: width, heads, tokens, whether its norms
+/// are adaLN-modulated (DiT, HDiT) or plain (U-ViT), whether its attention
+/// normalises q and k (the group's DiT and HDiT), and whether its blocks
+/// receive their input in the half type (HDiT's decoder after the bf16 skip
+/// merge, U-ViT's out-blocks after the first): a checkpointed block keeps it.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Stage {
     pub hidden: f64,
     pub heads: f64,
     pub tokens: f64,
     pub adaln: bool,
+    pub qk_norm: bool,
+    pub half_input: bool,
+}
+
+impl Stage {
+    /// The group's DiT block (adaLN, qk-norm) at `tokens`, fp32 input.
+    pub fn dit(hidden: f64, heads: f64, tokens: f64) -> Stage {
+        Stage { hidden, heads, tokens, adaln: true, qk_norm: true, half_input: false }
+    }
 }
 
 /// One transformer block of `stage` at `level`: `extra_per_token` walk bytes
@@ -46,7 +84,7 @@ pub(super) fn block_seg(
     extra_per_token: f64,
     params: u64,
 ) -> Seg {
-    let Stage { hidden, heads, tokens, adaln } = stage;
+    let Stage { hidden, heads, tokens, half_input, .. } = stage;
     let c = w.c;
     let (saved_attn, score_elems, chunk_elems) = if c.transformer_scores_materialised {
         (0.0, heads * tokens * tokens, 0.0)
@@ -54,12 +92,13 @@ pub(super) fn block_seg(
         // logsumexp per head and query, fp32; a chunked kernel's f32 score tile while it runs.
         (4.0 * heads * tokens, 0.0, (heads * tokens * tokens).min(c.attention_chunk_bytes / 4.0))
     };
-    let raw = (block_bytes_per_token(w, hidden, adaln) + extra_per_token) * tokens + saved_attn;
+    let raw = (block_bytes_per_token(w, &stage) + extra_per_token) * tokens + saved_attn;
     let full = w.act(raw);
     let scores = w.batch * c.score_saved_bytes * w.dt.score_scale() * score_elems;
     let mut s = Seg::new(name, level);
     if w.ckpt {
-        s.kept = w.exact(w.dt.wide * hidden * tokens);
+        let input = if half_input { w.dt.mm } else { w.dt.wide };
+        s.kept = w.exact(input * hidden * tokens);
         s.recompute = c.recompute_scale * w.batch * raw + scores;
     } else {
         s.kept = full;
@@ -106,12 +145,67 @@ pub(super) fn walk(m: &DitSpec, input: &Input, out_channels: u32, w: &mut Walk) 
     let grid = input.spatial.div(m.patch.max(1));
     let t = grid.voxels() as f64;
     w.push(embed_seg(w, input, h, t, None));
-    let stage = Stage { hidden: h, heads, tokens: t, adaln: true };
-    let blk = block_seg(w, ("transformer blocks", None), stage, 0.0, spec::params::dit_block(d.hidden as u64));
+    let stage = Stage::dit(h, heads, t);
+    let blk = block_seg(
+        w,
+        ("transformer blocks", None),
+        stage,
+        0.0,
+        spec::params::dit_block(d.hidden as u64, d.heads as u64),
+    );
     for _ in 0..d.depth {
         w.push(blk);
     }
     w.push(head_seg(w, input, stage, (m.patch as f64, out_channels as f64), None));
-    // The sin-cos position table is a parameter without gradient.
-    Ok(WalkInfo { frozen_params: grid.voxels() * d.hidden as u64 })
+    // The position table is trained (`src/medgen/models/dit.py@3140d97:109`).
+    Ok(WalkInfo::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::precheck::{Calibration, Dtypes};
+    use spec::Precision;
+
+    fn with_walk<T>(ckpt: bool, f: impl FnOnce(&Walk) -> T) -> T {
+        let c = Calibration::builtin().coefficients("pytorch", Precision::Bf16Amp).expect("pytorch fit");
+        let mut segs = Vec::new();
+        let w = Walk { c: &c, dt: Dtypes::of(Precision::Bf16Amp), batch: 1.0, ckpt, segs: &mut segs };
+        f(&w)
+    }
+
+    /// Bytes a token one block keeps, SDPA's log-sum-exp (4a) included.
+    fn per_token(stage: Stage) -> f64 {
+        with_walk(false, |w| block_bytes_per_token(w, &stage) + 4.0 * stage.heads)
+    }
+
+    #[test]
+    fn the_groups_dit_block_keeps_62h_20a_16_bytes_a_token_with_qk_norm_and_the_output_copy() {
+        let (h, a) = (768.0, 12.0);
+        let group = Stage::dit(h, a, 1.0);
+        assert_eq!(per_token(group), 62.0 * h + 20.0 * a + 16.0);
+        // Rows 5, 6 (the qk-norms' f32 copies and statistics) and 8 (the output's copy) gone.
+        assert_eq!(per_token(Stage { qk_norm: false, ..group }), 48.0 * h + 4.0 * a + 16.0);
+        // A pre-LN block (U-ViT), as the walk counts it (46h: see block_bytes_per_token).
+        assert_eq!(per_token(Stage { adaln: false, qk_norm: false, ..group }), 46.0 * h + 4.0 * a + 16.0);
+    }
+
+    #[test]
+    fn a_checkpointed_block_keeps_its_input_in_the_type_it_receives() {
+        let (h, tokens) = (384.0, 1000.0);
+        let kept = |half_input| {
+            with_walk(true, |w| {
+                let stage = Stage { half_input, ..Stage::dit(h, 6.0, tokens) };
+                block_seg(w, ("b", None), stage, 0.0, 0).kept
+            })
+        };
+        assert_eq!(kept(false), 4.0 * h * tokens, "an encoder block's fp32 input");
+        assert_eq!(kept(true), 2.0 * h * tokens, "a decoder block's bf16 input (after the skip merge)");
+    }
+
+    #[test]
+    fn the_group_dit_block_counts_its_qk_norm_parameters() {
+        // 18h² + 15h and the affine LayerNorm(head_dim) on q and on k: 4 x 64.
+        assert_eq!(spec::params::dit_block(384, 6), 18 * 384 * 384 + 15 * 384 + 4 * 64);
+    }
 }

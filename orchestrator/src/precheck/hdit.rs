@@ -3,8 +3,9 @@
 //! on the way up, and a skip merge (Linear 2h → h on the concatenation).
 //!
 //! Blocks follow the DiT walk (see `dit.rs`) at each level's token count; with
-//! checkpointing (the group's runs) each block keeps only its fp32 input and is
-//! recomputed at its backward. The transitions are not checkpointed and keep
+//! checkpointing (the group's runs) each block keeps only its input (fp32 in
+//! the encoder and the middle, bf16 in the decoder, after the skip merge) and
+//! is recomputed at its backward. The transitions are not checkpointed and keep
 //! their bf16 input casts; each level's encoder output is held for the decoder.
 
 use super::dit::{block_seg, embed_seg, head_seg, Stage};
@@ -19,9 +20,11 @@ pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk)
     let levels = m.levels();
     let t0 = input.spatial.div(m.patch.max(1)).voxels() as f64;
     let tokens = |l: usize| t0 / 8f64.powi(l as i32);
-    let stage = |l: usize| Stage { hidden: h, heads, tokens: tokens(l), adaln: true };
+    let stage = |l: usize| Stage::dit(h, heads, tokens(l));
+    // The decoder's blocks receive the bf16 output of the skip merge Linear(2h, h).
+    let decoder = |l: usize| Stage { half_input: true, ..stage(l) };
     let (mm, wide) = (w.dt.mm, w.dt.wide);
-    let block_params = spec::params::dit_block(hu);
+    let block_params = spec::params::dit_block(hu, d.heads as u64);
     w.push(embed_seg(w, input, h, t0, Some(0)));
     let mut merges = Vec::with_capacity(levels);
     // Down: blocks, then merge to the next level (its input cast; the level output is a skip).
@@ -52,7 +55,7 @@ pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk)
             w.segs[producer].bwd_free += bytes;
         }
         w.push(s);
-        let blk = block_seg(w, ("transformer blocks", Some(l)), stage(l), 0.0, block_params);
+        let blk = block_seg(w, ("transformer blocks", Some(l)), decoder(l), 0.0, block_params);
         for _ in 0..m.level_depths.get(n - 1 - l).copied().unwrap_or(0) {
             w.push(blk);
         }

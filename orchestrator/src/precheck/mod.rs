@@ -99,7 +99,7 @@ impl Dtypes {
 /// What a family walk hands back besides its segments.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct WalkInfo {
-    /// Parameters without gradient (DiT's fixed sin-cos position table).
+    /// Parameters without gradient (none in the group's models: DiT's position table is trained).
     pub frozen_params: u64,
 }
 

@@ -10,6 +10,13 @@
 //! MONAI runs attention without flash, so scores are materialised.
 //! Encoder outputs are held for the decoder's concatenations (skip tensors)
 //! until the backward pass reaches the encoder block that made them.
+//!
+//! Every 3x3x3 convolution also unfolds its input into a column buffer while
+//! it runs, forward and backward: 27·cin elements a voxel. The group's runs
+//! convolved so (PyTorch's native 3D convolution, not cuDNN's kernels: with
+//! cuDNN off PyTorch reproduces their UNet records, with it 48 of 64 read low;
+//! data/gpu-check/2026-11-27-h100/RUN.md), so the walk holds the largest
+//! buffer of a block as one of its transients.
 
 use super::{Coefficients, Seg, Walk, WalkInfo};
 use spec::params::{unet_attention, unet_res_block};
@@ -90,6 +97,11 @@ impl<'a> Net<'a> {
         self.u.attention_levels.get(l).copied().unwrap_or(false)
     }
 
+    /// The column buffer of a 3x3x3 convolution over `cin` channels at `v` output voxels.
+    fn columns(&self, w: &Walk, cin: f64, v: f64) -> f64 {
+        w.exact(27.0 * self.mm * cin * v)
+    }
+
     fn heads(&self, l: usize, width: f64) -> f64 {
         let hc = per_level(&self.u.num_head_channels, l).max(1) as f64;
         (width / hc).max(1.0)
@@ -136,6 +148,7 @@ impl<'a> Net<'a> {
     fn stem(&self, w: &mut Walk, input: &Input, skips: &mut SkipStack) {
         let mut stem = Seg::new("stem (conv_in)", Some(0));
         stem.kept = w.act(self.mm * input.channels as f64 * self.vox(0));
+        stem.transient = self.columns(w, input.channels as f64, self.vox(0));
         stem.skip = w.exact(self.mm * self.ch(0) * self.vox(0));
         skips.push((w.segs.len(), stem.skip));
         w.push(stem);
@@ -154,6 +167,7 @@ impl<'a> Net<'a> {
                 let full = self.nac * (cin + width) as f64 * v;
                 let params = unet_res_block(cin, width, self.temb);
                 let mut s = self.block(w, ("resblocks (norms, convs)", l), full, mm * cin as f64 * v, 0.0, params);
+                s.transient += self.columns(w, cin.max(width) as f64, v);
                 if self.attn_at(l) {
                     w.push(s);
                     s = self.attention(w, l, cw, width);
@@ -165,6 +179,7 @@ impl<'a> Net<'a> {
             if l + 1 < levels {
                 let mut s = Seg::new("downsample convs", Some(l));
                 s.skip = w.exact(mm * cw * self.vox(l + 1));
+                s.transient = self.columns(w, cw, self.vox(l + 1));
                 s.params = (27 * width * width + width) as f64;
                 skips.push((w.segs.len(), s.skip));
                 w.push(s);
@@ -176,8 +191,9 @@ impl<'a> Net<'a> {
     fn middle(&self, w: &mut Walk, last: usize) {
         let (cl, vl, wl) = (self.ch(last), self.vox(last), self.chu(last));
         let params = unet_res_block(wl, wl, self.temb);
-        let rb =
+        let mut rb =
             self.block(w, ("resblocks (norms, convs)", last), self.nac * 2.0 * cl * vl, self.mm * cl * vl, 0.0, params);
+        rb.transient += self.columns(w, cl, vl);
         w.push(rb);
         let at = self.attention(w, last, cl, wl);
         w.push(at);
@@ -194,6 +210,7 @@ impl<'a> Net<'a> {
                 let full = self.nac * (cin + out) as f64 * v + mm * cin as f64 * v;
                 let params = unet_res_block(cin, out, self.temb);
                 let mut s = self.block(w, ("resblocks (norms, convs)", l), full, mm * cin as f64 * v, 0.0, params);
+                s.transient += self.columns(w, cin.max(out) as f64, v);
                 if let Some((producer, bytes)) = skips.pop() {
                     s.bwd_alloc = bytes;
                     w.segs[producer].bwd_free += bytes;
@@ -207,7 +224,8 @@ impl<'a> Net<'a> {
             if l > 0 {
                 // Nearest upsample output, saved by the following conv, at level l-1.
                 let up = mm * co * self.vox(l - 1);
-                let s = self.block(w, ("upsample convs", l - 1), up, up, 0.0, 27 * out * out + out);
+                let mut s = self.block(w, ("upsample convs", l - 1), up, up, 0.0, 27 * out * out + out);
+                s.transient += self.columns(w, co, self.vox(l - 1));
                 w.push(s);
             }
         }
@@ -218,7 +236,7 @@ impl<'a> Net<'a> {
         let head = self.nac * self.ch(0) * self.vox(0) + self.mm * out_channels as f64 * self.vox(0);
         let mut s = Seg::new("output head", Some(0));
         s.kept = w.act(head);
-        s.transient = self.c.bwd_transient * w.act(head);
+        s.transient = self.c.bwd_transient * w.act(head) + self.columns(w, self.ch(0), self.vox(0));
         w.push(s);
     }
 }

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::{experiment_hash, CommandError, Target};
 use crate::cluster::{merge_resources, ClusterConfig, TransportKind};
+use crate::experiment::{Experiment, WorkerBackend, WorkerOptions};
 use crate::fsio;
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
@@ -85,7 +86,8 @@ pub(crate) fn prepare_arrays(
             manifest: format!("{sub_dir}/manifest.json"),
             manifest_jsonl: format!("{sub_dir}/manifest.jsonl"),
             worker: place.worker.to_string(),
-            worker_args: exp.worker.args(),
+            worker_args: worker_args(exp),
+            setup: (&target.config.setup).into(),
         };
         let script = renderer.render(&template, &vars)?;
         let (manifest_json, jsonl) = manifests(&exp.name, chunk, k, exp.worker.memory_limit)?;
@@ -110,9 +112,26 @@ pub(crate) fn prepare_arrays(
     Ok(out)
 }
 
+/// The backend the experiment's worker runs: its `worker.backend`, else the
+/// one its `runtime:` predicts for (`burn-vulkan`: `vulkan`); `None` for a
+/// `pytorch` runtime without `worker.backend` (the worker picks its first
+/// GPU backend, else `flex`).
+pub(crate) fn experiment_backend(exp: &Experiment) -> Option<WorkerBackend> {
+    exp.worker.backend.or_else(|| {
+        let name = exp.runtime.as_str().strip_prefix("burn-")?;
+        serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+    })
+}
+
+/// `worker run`'s arguments from the experiment: `--backend` (its
+/// [`experiment_backend`]) and the rest of its `worker:` block.
+pub(crate) fn worker_args(exp: &Experiment) -> Vec<String> {
+    WorkerOptions { backend: experiment_backend(exp), ..exp.worker.clone() }.args()
+}
+
 /// The job array of submission `sid`: its unique name, its comment, and
 /// `--array` over the tasks that run `chunk`, `k` configs each.
-fn array_job(exp: &crate::experiment::Experiment, sid: &str, chunk: &[&SweepConfig], k: u32) -> ArrayJob {
+fn array_job(exp: &Experiment, sid: &str, chunk: &[&SweepConfig], k: u32) -> ArrayJob {
     let exph = experiment_hash(&exp.name);
     let configs: Vec<ConfigHash> = chunk.iter().map(|c| c.hash.clone()).collect();
     ArrayJob {

@@ -296,7 +296,8 @@ async fn check_worker_of(
     if !prepared.iter().any(|p| p.files.iter().any(|(_, bytes)| contains(bytes))) {
         return Ok(());
     }
-    let checked = super::probe::check_worker(target, worker, sweep.experiment.worker.backend).await;
+    let backend = super::arrays::experiment_backend(&sweep.experiment);
+    let checked = super::probe::check_worker(target, worker, backend).await;
     if checked.is_err() {
         for p in prepared {
             st.forget_unsent(&p.sub.id);

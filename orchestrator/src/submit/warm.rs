@@ -58,6 +58,7 @@ pub async fn submit(opts: &Options, target: &Target, backend: Option<WorkerBacke
         log: format!("{job_dir}/warm.out"),
         worker,
         backend: backend.map(|b| b.name().to_string()),
+        setup: (&target.config.setup).into(),
     };
     let script = Renderer::new(opts.template_dirs.clone()).render_warm(&vars)?;
     let script_path = format!("{job_dir}/job.sbatch");

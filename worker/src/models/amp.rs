@@ -112,6 +112,11 @@ pub fn to_half<const D: usize>(t: Tensor<D>) -> Tensor<D> {
     }
 }
 
+/// `t` in `dtype` (a cast only when it differs).
+pub fn to_dtype<const D: usize>(t: Tensor<D>, dtype: DType) -> Tensor<D> {
+    cast_to(t, FloatDType::from(dtype))
+}
+
 /// `t` in f32 inside autocast (the fp32 list's inputs); unchanged outside.
 pub fn to_f32<const D: usize>(t: Tensor<D>) -> Tensor<D> {
     match half() {

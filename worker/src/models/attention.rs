@@ -50,14 +50,28 @@ pub const CHUNK_SCORE_ELEMS: usize = 1 << 20;
 /// The bound in use: a variable only so that tests can force many chunks on small inputs.
 static CHUNK_ELEMS: AtomicUsize = AtomicUsize::new(CHUNK_SCORE_ELEMS);
 
-/// Attention of `q`, `k`, `v` `[B, heads, N, head_dim]` with the given kernel.
+/// Attention of `q`, `k`, `v` `[B, heads, N, head_dim]` with the given kernel;
+/// the memory-efficient kernel lays its output out `[B, N, heads, head_dim]`
+/// (as SDPA does for q that is a view of a packed qkv).
 pub fn scaled_dot_product(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, kernel: AttentionKernel) -> Tensor<4> {
+    attend(q, k, v, kernel, false)
+}
+
+/// [`scaled_dot_product`] of contiguous q and k (the group's qk-norm outputs):
+/// the output is laid out like q, `[B, heads, N, head_dim]`, as SDPA's kernels
+/// lay theirs out, so a `[B, N, heads·head_dim]` view of it needs a copy.
+pub fn scaled_dot_product_like_q(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, kernel: AttentionKernel) -> Tensor<4> {
+    attend(q, k, v, kernel, true)
+}
+
+fn attend(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, kernel: AttentionKernel, out_like_q: bool) -> Tensor<4> {
     match kernel {
         AttentionKernel::MemoryEfficient => {
             Tensor::from_dispatch(<Dispatch as MemoryEfficientAttention>::mem_efficient_attention(
                 q.into_dispatch(),
                 k.into_dispatch(),
                 v.into_dispatch(),
+                out_like_q,
             ))
         }
         AttentionKernel::Materialised | AttentionKernel::Fused if amp::torch_saved() => {
@@ -83,9 +97,15 @@ pub fn scaled_dot_product(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, kernel: Atte
     Autodiff
 )]
 pub trait MemoryEfficientAttention: Backend {
-    /// Softmax(q kᵀ / √d) v of `[B, heads, N, d]` tensors, computed chunk by chunk.
-    fn mem_efficient_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>) -> FloatTensor<Self> {
-        forward::<Self>(q, k, v).0
+    /// Softmax(q kᵀ / √d) v of `[B, heads, N, d]` tensors, computed chunk by
+    /// chunk; the output laid out like contiguous q when `out_like_q`, else `[B, N, heads, d]`.
+    fn mem_efficient_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        out_like_q: bool,
+    ) -> FloatTensor<Self> {
+        forward::<Self>(q, k, v, out_like_q).0
     }
 }
 
@@ -116,10 +136,15 @@ impl<B: Backend> Backward<B, 3> for FlashBackward {
 }
 
 impl<B: Backend + MemoryEfficientAttention, C: CheckpointStrategy> MemoryEfficientAttention for Autodiff<B, C> {
-    fn mem_efficient_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn mem_efficient_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        out_like_q: bool,
+    ) -> FloatTensor<Self> {
         let prep = FlashBackward.prepare::<C>([q.node(), k.node(), v.node()]).compute_bound().stateful();
         let (q, k, v) = (q.into_primitive(), k.into_primitive(), v.into_primitive());
-        let (out, lse) = forward::<B>(q.clone(), k.clone(), v.clone());
+        let (out, lse) = forward::<B>(q.clone(), k.clone(), v.clone(), out_like_q);
         match prep {
             OpsKind::Tracked(prep) => prep.finish([q, k, v, out.clone(), lse], out),
             OpsKind::UnTracked(prep) => prep.finish(out),
@@ -156,9 +181,14 @@ fn chunk_rows(batch_heads: usize, n: usize) -> usize {
     (CHUNK_ELEMS.load(Ordering::Relaxed) / (batch_heads * n).max(1)).clamp(1, n.max(1))
 }
 
-/// Chunked forward: (output `[B, h, N, d]`, a view of `[B, N, h, d]` storage;
-/// row log-sum-exp `[B, h, N, 1]` in f32).
-fn forward<B: Backend>(q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>) -> (FloatTensor<B>, FloatTensor<B>) {
+/// Chunked forward: (output `[B, h, N, d]`, a view of `[B, N, h, d]` storage,
+/// or contiguous when `out_like_q`; row log-sum-exp `[B, h, N, 1]` in f32).
+fn forward<B: Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    out_like_q: bool,
+) -> (FloatTensor<B>, FloatTensor<B>) {
     let [b, h, n, d] = dims4::<B>(&q);
     let dtype = float_dtype::<B>(&q);
     let scale = Scalar::Float(1.0 / (d as f64).sqrt());
@@ -173,8 +203,12 @@ fn forward<B: Backend>(q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>) 
         let l = B::float_sum_dim(p.clone(), 3); // [B, h, c, 1]
         let o = B::float_matmul(cast::<B>(p, dtype), v.clone()); // [B, h, c, d]
         let o = B::float_div(cast::<B>(o, FloatDType::F32), l.clone());
-        outs.push(cast::<B>(B::float_swap_dims(o, 1, 2), dtype)); // [B, c, h, d]
+        let o = cast::<B>(o, dtype);
+        outs.push(if out_like_q { o } else { B::float_swap_dims(o, 1, 2) }); // [B, h, c, d] or [B, c, h, d]
         lses.push(B::float_add(m, B::float_log(l)));
+    }
+    if out_like_q {
+        return (B::float_cat(outs, 2), B::float_cat(lses, 2));
     }
     // Laid out [B, N, h, d] and handed on as a [B, h, N, d] view, as SDPA's
     // kernels return theirs: the caller's `[B, N, h·d]` for the projection is

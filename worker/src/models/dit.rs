@@ -1,6 +1,8 @@
-//! DiT (Peebles & Xie) in 3D: Conv3d patch embed, fixed sin-cos position table
-//! stored as a (frozen) parameter, timestep MLP 256 → h → h, adaLN-Zero blocks,
-//! final adaLN layer. Matches `spec::params::count` exactly.
+//! The group's DiT in 3D: Conv3d patch embed, a sin-cos initialised position
+//! table that is trained (`src/medgen/models/dit.py@3140d97:109,143` in
+//! `ModeS7/AIS4900_master`: an `nn.Parameter` given to AdamW), timestep MLP
+//! 256 → h → h, adaLN-Zero blocks with qk-norm, final adaLN layer. Matches
+//! `spec::params::count` exactly.
 
 use burn::module::Param;
 use burn::nn::conv::{Conv3d, Conv3dConfig};
@@ -15,7 +17,7 @@ use super::{sincos_table, to_tokens, unpatchify, BuildError, DitBlock, FinalLaye
 #[derive(Module, Debug)]
 pub struct Dit {
     patch_embed: Conv3d,
-    /// Fixed (not trained, as in DiT) but a parameter, so it counts like upstream.
+    /// Trained, as the group's (its gradient and AdamW state count).
     pos: Param<Tensor<2>>,
     time: TimeMlp,
     blocks: Vec<DitBlock>,
@@ -43,7 +45,7 @@ impl Dit {
         let cin = input.channels as usize;
         Ok(Self {
             patch_embed: Conv3dConfig::new([cin, h], [p; 3]).with_stride([p; 3]).init(device),
-            pos: Param::from_tensor(sincos_table(grid, h, device)).set_require_grad(false),
+            pos: Param::from_tensor(sincos_table(grid, h, device)),
             time: TimeMlp::new(h, device),
             blocks: (0..d.depth).map(|_| DitBlock::new(h, Heads { count: heads, kernel: attention }, device)).collect(),
             final_layer: FinalLayer::new(h, p, out_channels as usize, device),

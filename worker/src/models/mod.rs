@@ -145,8 +145,65 @@ pub(crate) fn gated_residual(x: Tensor<3>, gate: Tensor<2>, y: Tensor<3>) -> Ten
     amp::add(x, amp::mul(gate.unsqueeze_dim::<3>(1), y))
 }
 
+/// An affine `LayerNorm(width, eps)` over the last dim, in f32 under autocast
+/// (as PyTorch's autocast runs `layer_norm`), keeping what PyTorch's keeps.
+#[derive(Module, Debug)]
+pub struct Norm {
+    gamma: Param<Tensor<1>>,
+    beta: Param<Tensor<1>>,
+    #[module(skip)]
+    eps: f64,
+}
+
+impl Norm {
+    pub fn new(width: usize, eps: f64, device: &Device) -> Self {
+        Self {
+            gamma: Param::from_tensor(Tensor::ones([width], device)),
+            beta: Param::from_tensor(Tensor::zeros([width], device)),
+            eps,
+        }
+    }
+
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        let x = amp::to_f32(x);
+        if amp::torch_saved() {
+            return ops::layer_norm(x, self.gamma.val(), self.beta.val(), self.eps);
+        }
+        let last = D - 1;
+        let (var, mean) = x.clone().var_mean_bias(last);
+        let y = (x - mean).div(var.add_scalar(self.eps).sqrt());
+        let shape = |t: Tensor<1>| {
+            let mut dims = [1usize; D];
+            dims[last] = t.dims()[0];
+            t.reshape(dims)
+        };
+        y.mul(shape(self.gamma.val())).add(shape(self.beta.val()))
+    }
+}
+
+/// The group's qk-norm: `LayerNorm(head_dim, eps=1e-6)` on q and on k
+/// (`src/medgen/models/dit_blocks.py@3140d97:135-137,152-154`).
+#[derive(Module, Debug)]
+pub struct QkNorm {
+    q: Norm,
+    k: Norm,
+}
+
+impl QkNorm {
+    pub fn new(head_dim: usize, device: &Device) -> Self {
+        Self { q: Norm::new(head_dim, 1e-6, device), k: Norm::new(head_dim, 1e-6, device) }
+    }
+}
+
 /// Multi-head self-attention of `[B, N, 3h]` packed q/k/v into `[B, N, h]`.
-pub(crate) fn self_attention(qkv: Tensor<3>, heads: Heads) -> Tensor<3> {
+///
+/// With `qk_norm`, q and k are normalised per head before attention (in f32:
+/// each norm keeps an f32 copy of its input and its row statistics) and cast
+/// back to the compute type, so they are contiguous `[B, heads, N, hd]`; the
+/// attention output is then laid out like them, as SDPA lays its output out
+/// like q, and the `[B, N, h]` the projection reads is a copy. Without it, q,
+/// k and v stay views of the packed qkv and the output's re-layout is a view.
+pub fn self_attention(qkv: Tensor<3>, heads: Heads, qk_norm: Option<&QkNorm>) -> Tensor<3> {
     let Heads { count: heads, kernel } = heads;
     let [b, n, h3] = qkv.dims();
     let h = h3 / 3;
@@ -158,7 +215,12 @@ pub(crate) fn self_attention(qkv: Tensor<3>, heads: Heads) -> Tensor<3> {
     let v = parts.pop().expect("three chunks");
     let k = parts.pop().expect("three chunks");
     let q = parts.pop().expect("three chunks");
-    let out = scaled_dot_product(q, k, v, kernel);
+    let Some(norm) = qk_norm else {
+        return scaled_dot_product(q, k, v, kernel).swap_dims(1, 2).reshape([b, n, h]);
+    };
+    let dtype = v.dtype();
+    let (q, k) = (amp::to_dtype(norm.q.forward(q), dtype), amp::to_dtype(norm.k.forward(k), dtype));
+    let out = attention::scaled_dot_product_like_q(q, k, v, kernel);
     out.swap_dims(1, 2).reshape([b, n, h])
 }
 
@@ -187,10 +249,12 @@ impl TimeMlp {
     }
 }
 
-/// DiT block with adaLN-Zero conditioning: 18h² + 15h parameters.
+/// The group's DiT block (DiT, HDiT): adaLN-Zero conditioning and qk-norm,
+/// 18h² + 15h + 4·head_dim parameters (`spec::params::dit_block`).
 #[derive(Module, Debug)]
 pub struct DitBlock {
     qkv: Linear,
+    qk_norm: QkNorm,
     proj: Linear,
     fc1: Linear,
     fc2: Linear,
@@ -203,6 +267,7 @@ impl DitBlock {
     pub fn new(h: usize, heads: Heads, device: &Device) -> Self {
         Self {
             qkv: linear(h, 3 * h, device),
+            qk_norm: QkNorm::new(h / heads.count.max(1), device),
             proj: linear(h, h, device),
             fc1: linear(h, 4 * h, device),
             fc2: linear(4 * h, h, device),
@@ -217,7 +282,7 @@ impl DitBlock {
         let [shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp]: [Tensor<2>; 6] =
             m.try_into().expect("six chunks");
         let h = modulate(layer_norm_plain(x.clone(), 1e-6), shift_msa, scale_msa);
-        let attn = self.proj.amp(self_attention(self.qkv.amp(h), self.heads));
+        let attn = self.proj.amp(self_attention(self.qkv.amp(h), self.heads, Some(&self.qk_norm)));
         let x = gated_residual(x, gate_msa, attn);
         let h = modulate(layer_norm_plain(x.clone(), 1e-6), shift_mlp, scale_mlp);
         let mlp = self.fc2.amp(gelu(self.fc1.amp(h)));

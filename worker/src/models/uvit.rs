@@ -7,7 +7,7 @@
 
 use burn::module::Param;
 use burn::nn::conv::{Conv3d, Conv3dConfig};
-use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig, PaddingConfig3d};
+use burn::nn::{Linear, LinearConfig, PaddingConfig3d};
 use burn::prelude::*;
 use burn::tensor::activation::gelu;
 use spec::{Input, UvitSpec};
@@ -15,15 +15,18 @@ use spec::{Input, UvitSpec};
 use super::amp::{self, AutocastForward};
 use super::attention::{AttentionKernel, Heads};
 use super::checkpoint::Tape;
-use super::{linear, self_attention, table, to_tokens, unpatchify, BuildError, Grid, TimeMlp};
+use super::{linear, self_attention, table, to_tokens, unpatchify, BuildError, Grid, Norm, TimeMlp};
 
-/// Pre-LN transformer block: attention (qkv without bias) and a 4h MLP.
+/// The group's U-ViT LayerNorms: `LayerNorm(h, eps=1e-6)` (`src/medgen/models/uvit.py@ff513e0`).
+const UVIT_EPS: f64 = 1e-6;
+
+/// Pre-LN transformer block: attention (qkv without bias, no qk-norm) and a 4h MLP.
 #[derive(Module, Debug)]
 pub struct UvitBlock {
-    norm1: LayerNorm,
+    norm1: Norm,
     qkv: Linear,
     proj: Linear,
-    norm2: LayerNorm,
+    norm2: Norm,
     fc1: Linear,
     fc2: Linear,
     #[module(skip)]
@@ -33,10 +36,10 @@ pub struct UvitBlock {
 impl UvitBlock {
     fn new(h: usize, heads: Heads, device: &Device) -> Self {
         Self {
-            norm1: LayerNormConfig::new(h).init(device),
+            norm1: Norm::new(h, UVIT_EPS, device),
             qkv: LinearConfig::new(h, 3 * h).with_bias(false).init(device),
             proj: linear(h, h, device),
-            norm2: LayerNormConfig::new(h).init(device),
+            norm2: Norm::new(h, UVIT_EPS, device),
             fc1: linear(h, 4 * h, device),
             fc2: linear(4 * h, h, device),
             heads,
@@ -44,9 +47,9 @@ impl UvitBlock {
     }
 
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let a = self.proj.amp(self_attention(self.qkv.amp(self.norm1.amp(x.clone())), self.heads));
+        let a = self.proj.amp(self_attention(self.qkv.amp(self.norm1.forward(x.clone())), self.heads, None));
         let x = amp::add(x, a);
-        let m = self.fc2.amp(gelu(self.fc1.amp(self.norm2.amp(x.clone()))));
+        let m = self.fc2.amp(gelu(self.fc1.amp(self.norm2.forward(x.clone()))));
         amp::add(x, m)
     }
 }
@@ -67,7 +70,7 @@ pub struct Uvit {
     /// One middle block for odd depths, none for even ones (depth blocks in all).
     mid: Vec<UvitBlock>,
     out_blocks: Vec<SkipBlock>,
-    norm: LayerNorm,
+    norm: Norm,
     pred: Linear,
     final_conv: Conv3d,
     patch: usize,
@@ -96,7 +99,7 @@ impl Uvit {
             out_blocks: (0..half)
                 .map(|_| SkipBlock { skip: linear(2 * h, h, device), block: UvitBlock::new(h, heads, device) })
                 .collect(),
-            norm: LayerNormConfig::new(h).init(device),
+            norm: Norm::new(h, UVIT_EPS, device),
             pred: linear(h, p.pow(3) * cin, device),
             final_conv: Conv3dConfig::new([cin, cin], [3, 3, 3])
                 .with_padding(PaddingConfig3d::Explicit(1, 1, 1))
@@ -132,7 +135,7 @@ impl Uvit {
             let skip = skips.pop().expect("one skip per in-block");
             x = tape.block(b, [x, skip], |b, [x, skip]| b.block.forward(b.skip.amp(amp::cat(vec![x, skip], 2))));
         }
-        let x = self.pred.amp(self.norm.amp(x.tensor()));
+        let x = self.pred.amp(self.norm.forward(x.tensor()));
         let n = x.dims()[1];
         let x = x.narrow(1, 1, n - 1); // drop the time token
         self.final_conv.amp(unpatchify(x, grid, self.patch, self.channels))
