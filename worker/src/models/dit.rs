@@ -107,6 +107,21 @@ mod tests {
         check(m, input, 1);
     }
 
+    /// The group's position table is an `nn.Parameter` given to AdamW
+    /// (`src/medgen/models/dit.py@3140d97:109`): it gets a gradient, as large
+    /// as itself, which AdamW then keeps two moments of.
+    #[test]
+    fn the_position_table_is_trained() {
+        let device = Device::flex().autodiff();
+        let input = Input { channels: 1, spatial: Spatial::new(8, 8, 8) };
+        let m = DitSpec { variant: None, hidden: Some(32), heads: Some(4), depth: Some(1), patch: 2 };
+        let model = Dit::new(&m, &input, 1, AttentionKernel::MemoryEfficient, &device).unwrap();
+        let x = Tensor::<5>::random([1, 1, 8, 8, 8], burn::tensor::Distribution::Default, &device);
+        let grads = model.forward(x, &[3.0], &mut Tape::new(false)).sum().backward();
+        let grad = model.pos.val().grad(&grads).expect("the position table has a gradient");
+        assert_eq!(grad.dims(), [64, 32], "one row a token (4x4x4), one column a channel");
+    }
+
     #[test]
     fn forward_shape() {
         let device = device();
