@@ -63,13 +63,13 @@ fn collapsed_configs_are_one_plain_warning_and_rows_keep_true_names() {
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "{err}");
     assert!(
-        lines[0].starts_with(" WARN with model.num_res_blocks=3 model.channels=[64, 128, 256, 512] the sweep produces 24 identical configs: kept 6 of 30 (4L_small_lat4x → lat4x,"),
+        lines[0].starts_with(" WARN with model.num_res_blocks=3 model.channels=[64, 128, 256, 512] the sweep produces 21 identical configs: kept 6 of 27 (4L_small_lat4x → lat4x,"),
         "{err}"
     );
     let table = text(&out.stdout);
     // 4L_tiny is neither tiny nor r=1 now: its row is named by what still holds.
     assert!(!table.contains("4L_tiny"), "{table}");
-    assert!(table.contains("\nlat4x ") && table.contains("num_head_channels-0-0-32-32_lat4x"), "{table}");
+    assert!(table.contains("\nlat4x ") && table.contains("\nnum_head_channels64_lat4x "), "{table}");
     assert!(table.contains("exp9: 6 configs"), "{table}");
 }
 

@@ -355,9 +355,8 @@ fn config_hashes_are_the_canonical_json_of_what_a_config_computes() {
         }
     }
     assert!(n > 100, "{n} configs");
-    // The experiment files write the one notation but for MAISI's head
-    // channels (`[0, 0, 32, 32]`, read only where attention runs: `32`).
-    assert_eq!(moved, ["4L_maisi_lat4x".to_string(), "4L_maisi_lat8x".to_string()].into(), "{moved:?}");
+    // The experiment files write the one notation.
+    assert!(moved.is_empty(), "{moved:?}");
 }
 
 #[test]
