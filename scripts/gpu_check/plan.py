@@ -1,5 +1,6 @@
-"""What the GPU check runs: the group's configs chosen from small to near the
-card, the config that must not fit, DiT-L patch 2 at 80x64x64 (with the
+"""What the GPU check runs: every config of the group's records under the
+protocol of the script behind it (`group_plan`, part e); the group's configs
+chosen from small to near the card for the worker, the config that must not fit, DiT-L patch 2 at 80x64x64 (with the
 memory-efficient attention, then with the decomposed one, which must end
 `oom`), and four group-sized configs, one per family, timed cold, warm and as
 one task of four; in `--cpu` mode tiny stand-ins of each, so the same code
@@ -7,9 +8,9 @@ path runs on a CPU in a minute or two.
 
 A config is a worker `spec::RunConfig` as JSON (what `worker run --config`
 reads), built from a measurement record as `MeasurementRecord::run_config`
-does (spec/src/record.rs): the UNet defaults of the group's reports (2
-ResBlocks, 64 channels per head, the largest GroupNorm count up to 32 that
-divides every width).
+does (spec/src/record.rs): the record's UNet fields, and where a record
+lacks one the defaults that reader assumes (2 ResBlocks, 64 channels per
+head, the largest GroupNorm count up to 32 that divides every width).
 """
 
 import json

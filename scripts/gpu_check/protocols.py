@@ -28,9 +28,6 @@ import gc
 import torch
 
 import models
-from records import protocol_of  # noqa: F401 - the protocols' names live beside the record fields
-
-PROTOCOLS = ("latent-unet", "s2d-unet", "transformer")
 
 
 def is_oom(e):

@@ -15,14 +15,15 @@
 //!   LayerNorms' and the qk-norms' row statistics (16 + 16a bytes) and SDPA's
 //!   log-sum-exp (4a);
 //! - without qk-norm (rows 5, 6 and 8 gone) 4 wide + 16 half: 48h + 4a + 16;
-//! - a pre-LN block (U-ViT: no modulation, no gates, no qk-norm): the fp32 norm
-//!   inputs (2 wide), the casts, qkv (3), the output, fc1 and GELU (4 each):
-//!   2 wide + 14 half, 36h + 4a + 16.
+//! - a pre-LN block (U-ViT: no modulation, no gates, no qk-norm) keeps the fp32
+//!   norm inputs (2 wide), the casts, qkv (3), the output, fc1 and GELU (4
+//!   each): 2 wide + 14 half, 36h + 4a + 16; the walk counts it 46h (see
+//!   `block_bytes_per_token`).
 //!
 //! Memory-efficient attention (PyTorch SDPA) keeps only the per-head
 //! log-sum-exp; runtimes that materialise scores add heads x N x N per block.
 
-use super::{PrecheckError, Seg, Walk, WalkInfo};
+use super::{PrecheckError, Seg, Walk};
 use spec::{DitSpec, Input};
 
 /// Saved bytes per token of one transformer block of `stage` (see above).
@@ -31,13 +32,10 @@ pub(super) fn block_bytes_per_token(w: &Walk, stage: &Stage) -> f64 {
     let Stage { hidden, heads, adaln, qk_norm, .. } = *stage;
     // Row statistics (mean and rstd, f32) of the two LayerNorms, and of q's and k's per head.
     let stats = 16.0 + if qk_norm { 16.0 * heads } else { 0.0 };
-    let (wides, halves) = match (adaln, qk_norm) {
+    let (mut wides, mut halves) = if adaln {
         // norm in/out x2; cast, qkv 3, out, proj out, cast, fc1 4, gelu 4, fc2 out
-        (true, false) => (4.0, 16.0),
-        // + the normed q, k casts and the output's re-layout copy; under
-        // autocast + the f32 copies of q and k the norms take (in fp32 they
-        // keep views of qkv)
-        (true, true) => (if w.dt.autocast { 6.0 } else { 4.0 }, 19.0),
+        (4.0, 16.0)
+    } else {
         // A pre-LN block (U-ViT) is counted as before the group's code was
         // read: norm inputs and outputs x2 (4 wide), cast, qkv 3, out, its
         // re-layout, proj, cast, fc1 4, gelu 4, fc2 (15 half), 46h. What its
@@ -45,9 +43,17 @@ pub(super) fn block_bytes_per_token(w: &Walk, stage: &Stage) -> f64 {
         // more stand for what the walk does not see of a checkpointed U-ViT's
         // backward (U-ViT-S p4 peaks there at 10.3 GiB), and the fit holds
         // U-ViT and HDiT together only so (recompute 0.99 and 1.44 otherwise).
-        (false, false) => (4.0, 15.0),
-        (false, true) => (6.0, 18.0),
+        (4.0, 15.0)
     };
+    if qk_norm {
+        // The normed q, k casts and the output's re-layout copy; under
+        // autocast the f32 copies of q and k the norms take (in fp32 they keep
+        // views of qkv).
+        halves += 3.0;
+        if w.dt.autocast {
+            wides += 2.0;
+        }
+    }
     (wides * wide + halves * mm) * hidden + stats
 }
 
@@ -139,7 +145,7 @@ pub(super) fn head_seg(
     s
 }
 
-pub(super) fn walk(m: &DitSpec, input: &Input, out_channels: u32, w: &mut Walk) -> Result<WalkInfo, PrecheckError> {
+pub(super) fn walk(m: &DitSpec, input: &Input, out_channels: u32, w: &mut Walk) -> Result<(), PrecheckError> {
     let d = m.dims()?;
     let (h, heads) = (d.hidden as f64, d.heads as f64);
     let grid = input.spatial.div(m.patch.max(1));
@@ -157,8 +163,7 @@ pub(super) fn walk(m: &DitSpec, input: &Input, out_channels: u32, w: &mut Walk) 
         w.push(blk);
     }
     w.push(head_seg(w, input, stage, (m.patch as f64, out_channels as f64), None));
-    // The position table is trained (`src/medgen/models/dit.py@3140d97:109`).
-    Ok(WalkInfo::default())
+    Ok(())
 }
 
 #[cfg(test)]

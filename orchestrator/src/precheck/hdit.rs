@@ -9,10 +9,10 @@
 //! their bf16 input casts; each level's encoder output is held for the decoder.
 
 use super::dit::{block_seg, embed_seg, head_seg, Stage};
-use super::{PrecheckError, Seg, Walk, WalkInfo};
+use super::{PrecheckError, Seg, Walk};
 use spec::{HditSpec, Input};
 
-pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk) -> Result<WalkInfo, PrecheckError> {
+pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk) -> Result<(), PrecheckError> {
     let d = m.dims()?;
     let (h, heads) = (d.hidden as f64, d.heads as f64);
     let hu = d.hidden as u64;
@@ -61,5 +61,5 @@ pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk)
         }
     }
     w.push(head_seg(w, input, stage(0), (m.patch as f64, out_channels as f64), Some(0)));
-    Ok(WalkInfo::default())
+    Ok(())
 }

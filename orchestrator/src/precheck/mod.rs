@@ -96,13 +96,6 @@ impl Dtypes {
     }
 }
 
-/// What a family walk hands back besides its segments.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct WalkInfo {
-    /// Parameters without gradient (none in the group's models: DiT's position table is trained).
-    pub frozen_params: u64,
-}
-
 /// One unit of the forward pass (a ResBlock, an attention block, a transformer
 /// block, a transition), in forward order. Bytes already carry the coefficients.
 #[derive(Debug, Clone, Copy)]
@@ -343,13 +336,14 @@ impl Predictor {
             ckpt: cfg.grad_ckpt,
             segs: &mut segs,
         };
-        let info = match &cfg.model {
+        match &cfg.model {
             ModelSpec::Unet(u) => unet::walk(u, &cfg.input, cfg.out_channels, &mut w),
             ModelSpec::Dit(m) => dit::walk(m, &cfg.input, cfg.out_channels, &mut w)?,
             ModelSpec::Hdit(m) => hdit::walk(m, &cfg.input, cfg.out_channels, &mut w)?,
             ModelSpec::Uvit(m) => uvit::walk(m, &cfg.input, &mut w)?,
-        };
-        let trainable = params.saturating_sub(info.frozen_params) as f64;
+        }
+        // Every parameter trains (DiT's position table too: `dit.py@3140d97:109`).
+        let trainable = params as f64;
         // Parameters the walk did not place (embeddings, time MLP, heads) belong
         // to the first segment: used first in forward, differentiated last.
         let placed: f64 = segs.iter().map(|s| s.params).sum();

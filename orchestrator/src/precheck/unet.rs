@@ -18,14 +18,14 @@
 //! data/gpu-check/2026-11-27-h100/RUN.md), so the walk holds the largest
 //! buffer of a block as one of its transients.
 
-use super::{Coefficients, Seg, Walk, WalkInfo};
+use super::{Coefficients, Seg, Walk};
 use spec::params::{unet_attention, unet_res_block};
 use spec::{Input, UnetSpec};
 
-pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk) -> WalkInfo {
+pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk) {
     let levels = u.levels().min(16);
     if levels == 0 {
-        return WalkInfo::default();
+        return;
     }
     let net = Net::new(u, input, w);
     // Skips are consumed last-in first-out by the decoder; the gradient of each
@@ -36,7 +36,6 @@ pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk)
     net.middle(w, levels - 1);
     net.up(w, &mut skips);
     net.head(w, out_channels);
-    WalkInfo::default()
 }
 
 /// What every segment of one UNet's walk is computed from.

@@ -2,19 +2,19 @@
 //! long skips from the first half to the second (out-blocks concatenate the skip
 //! and project 2h → h), learned positions, a 3x3x3 conv after unpatchify.
 //!
-//! Without checkpointing every block keeps its walk (see `dit.rs`; pre-LN keeps
-//! 2 wide + 14 bf16 elements of h per token) and out-blocks also keep the bf16
+//! Without checkpointing every block keeps its walk (see `dit.rs`; a pre-LN
+//! block is counted as 4 wide + 15 bf16 elements of h per token) and out-blocks also keep the bf16
 //! cast of the concatenation (2h). With checkpointing (the group's runs) only
 //! the block inputs stay (the fp32 residual stream up to the first out-block,
 //! the out-blocks' bf16 outputs after it; the in-block outputs double as the
 //! skips) and one block is recomputed at a time during backward.
 
 use super::dit::{block_seg, embed_seg, head_seg, Stage};
-use super::{PrecheckError, Walk, WalkInfo};
+use super::{PrecheckError, Walk};
 use spec::params::uvit_block;
 use spec::{Input, UvitSpec};
 
-pub(super) fn walk(m: &UvitSpec, input: &Input, w: &mut Walk) -> Result<WalkInfo, PrecheckError> {
+pub(super) fn walk(m: &UvitSpec, input: &Input, w: &mut Walk) -> Result<(), PrecheckError> {
     let d = m.dims()?;
     let (h, heads) = (d.hidden as f64, d.heads as f64);
     let hu = d.hidden as u64;
@@ -53,5 +53,5 @@ pub(super) fn walk(m: &UvitSpec, input: &Input, w: &mut Walk) -> Result<WalkInfo
     // as the group's runs convolved: see the UNet walk), 27·C a voxel.
     head.transient += w.exact(27.0 * w.dt.mm * c * v);
     w.push(head);
-    Ok(WalkInfo::default())
+    Ok(())
 }
