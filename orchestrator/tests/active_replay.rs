@@ -10,19 +10,33 @@ use std::path::{Path, PathBuf};
 use common::orchestrator;
 use orchestrator::state::StateFile;
 
+/// The names of an experiment file's configs, as the sweep plans them.
+fn config_names(file: &str) -> BTreeSet<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let sweep = orchestrator::sweep::load(&root.join(file), &[]).expect("experiment file");
+    sweep.configs.into_iter().map(|c| c.name).collect()
+}
+
+/// Whether a markdown table row is one of `names`' (its first cell a config name).
+fn is_config_row(row: &str, names: &BTreeSet<String>) -> bool {
+    row.strip_prefix("| ").and_then(|r| r.split(" | ").next()).is_some_and(|name| names.contains(name))
+}
+
 #[test]
 fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() {
     let d = tempfile::tempdir().expect("tempdir");
     let state = d.path().join("state");
     let args = ["submit", "experiments/exp13.yaml", "--cluster", "replay", "--active", "--poll-interval", "0.2"];
     let text = orchestrator(&state, &args);
+    let names = config_names("experiments/exp13.yaml");
+    let n = names.len();
     assert!(text.contains("round 1:"), "{text}");
     let (measured, predicted) = text.split_once("predicted (not run):").expect("measured and predicted apart");
     let n_measured = measured.lines().filter(|l| l.starts_with("  ")).count();
     let n_predicted = predicted.lines().filter(|l| l.starts_with("  ") && l.contains(", predicted ")).count();
-    assert!(n_measured >= 1 && n_measured + n_predicted == 12, "{text}");
+    assert!(n_measured >= 1 && n_measured + n_predicted == n, "{text}");
     assert!(n_predicted > n_measured, "most of the sweep is predicted:\n{text}");
-    assert!(text.contains(&format!("12 configs: {n_measured} measured, {n_predicted} predicted")), "{text}");
+    assert!(text.contains(&format!("{n} configs: {n_measured} measured, {n_predicted} predicted")), "{text}");
     // Run again: everything is settled, nothing is submitted.
     let again = orchestrator(&state, &args);
     assert!(!again.contains("round "), "{again}");
@@ -38,7 +52,7 @@ fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() 
     }
     assert!(status.contains("replayed from recorded measurements: no SLURM, no GPU run"), "{status}");
     // The progress line counts the predictions as the table does, not as configs never submitted.
-    let both = format!("12 configs: {n_measured} COMPLETED, {n_predicted} predicted by the active sweep");
+    let both = format!("{n} configs: {n_measured} COMPLETED, {n_predicted} predicted by the active sweep");
     assert_eq!(status.matches(&both).count(), 2, "the table's and the progress line's counts:\n{status}");
     assert!(!status.contains("not submitted"), "{status}");
     // status and the report show both kinds of answer and the savings.
@@ -49,10 +63,10 @@ fn an_active_sweep_on_the_replay_cluster_measures_a_few_and_predicts_the_rest() 
     orchestrator(&state, &["report", "exp13"]);
     let md = std::fs::read_to_string(state.join("exp13/report/report.md")).expect("report.md");
     assert!(md.contains("## Active sweep"), "{md}");
-    assert!(md.contains(&format!("12 configs: {n_measured} measured, {n_predicted} predicted without a run")), "{md}");
+    assert!(md.contains(&format!("{n} configs: {n_measured} measured, {n_predicted} predicted without a run")), "{md}");
     // The section lists each predicted config with its interval and calibration.
     let section = md.split("## Active sweep").nth(1).and_then(|s| s.split("\n## ").next()).expect("section");
-    let predicted_rows = section.lines().filter(|l| l.starts_with("| DiT")).count();
+    let predicted_rows = section.lines().filter(|l| is_config_row(l, &names)).count();
     assert_eq!(predicted_rows, n_predicted, "each predicted config's row says so:\n{md}");
     let json: serde_json::Value = serde_json::from_str(
         &orchestrator(&state, &["report", "exp13", "--json"])
@@ -152,6 +166,7 @@ fn resume_after_an_active_sweep_submits_only_what_it_left_open() {
     let state = d.path().join("state");
     let args = ["submit", "experiments/exp13.yaml", "--cluster", "replay", "--active", "--poll-interval", "0.2"];
     let text = orchestrator(&state, &args);
+    let names = config_names("experiments/exp13.yaml");
     let runs = || std::fs::read_dir(state.join("exp13/runs")).map(|d| d.count()).unwrap_or(0);
     let measured = runs();
     let answers: serde_json::Value =
@@ -176,7 +191,11 @@ fn resume_after_an_active_sweep_submits_only_what_it_left_open() {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    assert_eq!(rows.iter().filter(|r| r["answer"]["source"] == "predicted").count(), 12 - measured, "{rows:?}");
+    assert_eq!(
+        rows.iter().filter(|r| r["answer"]["source"] == "predicted").count(),
+        names.len() - measured,
+        "{rows:?}"
+    );
     orchestrator(&state, &["report", "exp13"]);
     let md = std::fs::read_to_string(state.join("exp13/report/report.md")).expect("report.md");
     let best = md.split("### Best viable config per variant").nth(1).expect("best section");
@@ -186,22 +205,32 @@ fn resume_after_an_active_sweep_submits_only_what_it_left_open() {
     assert!(!never.contains("not submitted"), "predictions are not 'never run':\n{md}");
     // An interval narrower than its digits is said as a band, never `2.5G–2.5G`.
     let section = md.split("## Active sweep").nth(1).and_then(|s| s.split("\n## ").next()).expect("section");
-    for row in section.lines().filter(|l| l.starts_with("| DiT")) {
+    for row in section.lines().filter(|l| is_config_row(l, &names)) {
         let interval = row.split(" | ").nth(2).expect("interval cell");
         let ends: Vec<&str> = interval.trim_end_matches('G').split('–').collect();
         assert!(ends.len() == 1 || ends[0] != ends[1], "{row}");
     }
-    // Running the predicted rest is asked for: it says how many GPU jobs first.
+    // Running the predicted rest is asked for: it says how many GPU jobs first,
+    // and counts only what it sends (a predicted OOM still waits for `--force`).
     let all = orchestrator(&state, &["resume", "exp13", "--all"]);
+    let held = all.lines().filter(|l| l.starts_with("skip ") && l.ends_with("predicted oom (use --force)")).count();
+    let sent = settled - held;
     let first = all.lines().next().unwrap_or_default();
     assert_eq!(
         first,
-        format!("resume --all: also submitting the {settled} configs the active sweep answered by a prediction: {settled} GPU jobs"),
+        format!("resume --all: also submitting the {sent} configs the active sweep answered by a prediction: {sent} GPU jobs"),
         "{all}"
     );
-    assert!(all.contains(&format!("submitted {settled} configs")), "{all}");
+    assert!(all.contains(&format!("submitted {sent} configs")), "{all}");
     let status = orchestrator(&state, &["status", "exp13"]);
-    assert!(status.contains("(0 runs saved)"), "nothing saved once run:\n{status}");
+    let saved = match held {
+        1 => "1 run saved".to_string(),
+        n => format!("{n} runs saved"),
+    };
+    assert!(
+        status.contains(&format!(", {sent} of them run since ({saved})")),
+        "only what was not run is saved:\n{status}"
+    );
 }
 
 /// exp15 (U-ViT): the group's records hold 5 of its 12 configs. On the replay

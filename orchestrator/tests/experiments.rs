@@ -4,6 +4,14 @@
 use orchestrator::sweep;
 use std::path::{Path, PathBuf};
 
+// Each experiment file against the config list of the group's script behind it.
+#[path = "experiments/dit.rs"]
+mod dit;
+#[path = "experiments/hdit_uvit.rs"]
+mod hdit_uvit;
+#[path = "experiments/s2d.rs"]
+mod s2d;
+
 fn experiments_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments")
 }

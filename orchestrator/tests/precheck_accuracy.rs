@@ -1,6 +1,6 @@
 //! Accuracy of the memory precheck on the group's published measurements:
 //! median / p90 absolute relative error of the predicted peak and no OOM record
-//! predicted to fit, computed from `predict` output exactly as the CLI emits it.
+//! called `fits`, computed from `predict` output exactly as the CLI emits it.
 
 use std::path::PathBuf;
 
@@ -37,7 +37,9 @@ fn published_records_within_targets() {
             );
         }
         match (r.status, r.peak_gb) {
-            (MeasuredStatus::Oom, _) if line.fits => oom_fits.push(format!("{} predicted {peak:.1} GiB", r.id)),
+            (MeasuredStatus::Oom, _) if line.verdict == "fits" => {
+                oom_fits.push(format!("{} predicted {peak:.1} GiB", r.id))
+            }
             (MeasuredStatus::Oom, _) => {}
             (_, Some(m)) => {
                 let e = (peak - m).abs() / m;
@@ -53,15 +55,11 @@ fn published_records_within_targets() {
     }
     let (median, p90, max) = summarise(errs);
     eprintln!("all    median {:.1}%  p90 {:.1}%  max {:.1}%", 100.0 * median, 100.0 * p90, 100.0 * max);
-    assert!(oom_fits.is_empty(), "OOM records predicted to fit: {oom_fits:?}");
-    assert!(median <= 0.03, "median abs rel error {:.1}% > 3%", 100.0 * median);
-    // 8% held until the records were corrected from the group's scripts
-    // (data/README.md): the walk then explained what the fit had absorbed.
-    // On the corrected records the fit keeps PyTorch's 6 bytes a MONAI score,
-    // but the attention-heavy 3- and 4-level S2D UNets read up to 26% high
-    // and the HDiTs ~13% (their checkpointed recompute): the open part of the
-    // precheck's refit, held here at what it does now so that it gets no worse.
-    assert!(p90 <= 0.15, "p90 abs rel error {:.1}% > 15%", 100.0 * p90);
+    // Called `risky` at most (the group's 3L_medium at 68 GiB: the allocator's
+    // fragmentation margin), never `fits`.
+    assert!(oom_fits.is_empty(), "OOM records called `fits`: {oom_fits:?}");
+    assert!(median <= 0.015, "median abs rel error {:.1}% > 1.5%", 100.0 * median);
+    assert!(p90 <= 0.06, "p90 abs rel error {:.1}% > 6%", 100.0 * p90);
 }
 
 /// Extrapolation check: refit without each table and predict it. Looser bounds
@@ -100,8 +98,9 @@ fn leave_one_table_out_stays_usable() {
             100.0 * s.p90
         );
     }
-    // p90 10% before the records were corrected; see published_records_within_targets.
-    assert!(cv["all"].median <= 0.02 && cv["all"].p90 <= 0.15, "{:?}", cv["all"]);
+    // p90 10% before the records were corrected, 13% before the walk counted
+    // what the group's models keep (issue 44); the issue's target since.
+    assert!(cv["all"].median <= 0.015 && cv["all"].p90 <= 0.06, "{:?}", cv["all"]);
     // With those bands, the runs that ran are not held back.
     let (held_back, ran) = report.held_back["pytorch/bf16-amp"];
     assert_eq!(ran, 140);

@@ -1,5 +1,5 @@
 //! The replay cluster answers the group's own sweeps: every config of
-//! `experiments/exp9.yaml` that the group's records measured (same model,
+//! exp9, exp11, exp12 and exp13 that the group's records measured (same model,
 //! however either writes it; same input, GPU and precision) is answered with
 //! that record, and `submit --active --cluster replay` measures some of them.
 //! Which configs have a record is decided here field by field, not by the
@@ -74,29 +74,59 @@ fn result_message(state: &Path, c: &SweepConfig) -> Option<String> {
     Some(v["message"].as_str().unwrap_or_default().to_string())
 }
 
-#[test]
-fn every_exp9_config_the_group_measured_is_answered_with_its_record() {
-    let sweep = orchestrator::sweep::load(&root().join("experiments/exp9.yaml"), &[]).expect("exp9");
-    let records = group_records();
+/// Submits every valid config of `file` to the replay (`--force`: the
+/// predicted OOMs too) and checks each answer: a config with a record gets
+/// that record, the rest are named as having none. Returns how many had one.
+fn every_config_with_a_record_is_answered(file: &str, records: &[MeasurementRecord]) -> usize {
+    let sweep = orchestrator::sweep::load(&root().join(file), &[]).expect("experiment file");
     let d = tempfile::tempdir().expect("tempdir");
     let state = d.path().join("state");
-    // Every valid config asked (a plain submit, `--force`: the predicted OOMs too).
-    orchestrator(&state, &["submit", "experiments/exp9.yaml", "--cluster", "replay", "--force"]);
+    orchestrator(&state, &["submit", file, "--cluster", "replay", "--force"]);
     let mut with_record = 0;
     for c in sweep.configs.iter().filter(|c| c.is_valid()) {
-        let message = result_message(&state, c).unwrap_or_else(|| panic!("{}: not run", c.name));
+        let message = result_message(&state, c).unwrap_or_else(|| panic!("{file} {}: not run", c.name));
         match records.iter().find(|r| measured(r, c)) {
             Some(r) => {
                 with_record += 1;
-                assert!(message.contains(&format!("replayed: record `{}`", r.id)), "{}: {message}", c.name);
+                assert!(message.contains(&format!("replayed: record `{}`", r.id)), "{file} {}: {message}", c.name);
                 // The corrected records name every field (norm_num_groups too): nothing assumed.
                 assert!(!message.contains("assumed"), "assumed nothing: {message}");
             }
-            None => assert!(message.contains("has no record of config"), "{}: {message}", c.name),
+            None => assert!(message.contains("has no record of config"), "{file} {}: {message}", c.name),
         }
     }
-    // exp9 writes `num_res_blocks: 2`, the records `[2, 2, 2, 2]`: one model.
-    assert!(with_record >= 10, "{with_record} configs of exp9 have a record");
+    with_record
+}
+
+/// The group's sweeps whose every record the replay answers (issue 43): the
+/// configs of its latent, S2D and DiT latent scripts with a record in `data/`,
+/// all of them, and the records each file's tables hold, each one answered.
+#[test]
+fn every_config_the_group_measured_is_answered_with_its_record() {
+    let records = group_records();
+    for (file, tables, configs) in [
+        ("experiments/exp9.yaml", &["unet_latent_4x", "unet_latent_8x"][..], 16),
+        ("experiments/exp11.yaml", &["s2d_128_"][..], 48),
+        ("experiments/exp12.yaml", &["s2d_128_"][..], 48),
+        ("experiments/exp13.yaml", &["dit_latent"][..], 51),
+    ] {
+        let with_record = every_config_with_a_record_is_answered(file, &records);
+        assert_eq!(with_record, configs, "{file}");
+        // Every record of the file's tables names one of its configs.
+        let sweep = orchestrator::sweep::load(&root().join(file), &[]).expect("experiment file");
+        let of_the_file =
+            |r: &&MeasurementRecord| r.table.as_deref().is_some_and(|t| tables.iter().any(|p| t.starts_with(p)));
+        for r in records.iter().filter(of_the_file) {
+            assert!(sweep.configs.iter().any(|c| measured(r, c)), "{file}: record {} answers no config", r.id);
+        }
+    }
+}
+
+#[test]
+fn the_active_loop_on_exp9_measures_from_the_records_and_answers_the_rest() {
+    let sweep = orchestrator::sweep::load(&root().join("experiments/exp9.yaml"), &[]).expect("exp9");
+    let records = group_records();
+    let d = tempfile::tempdir().expect("tempdir");
 
     // The active loop measures from those records and answers the rest.
     let state = d.path().join("active");

@@ -67,20 +67,10 @@ impl Answer {
             return None;
         };
         let verdict = match reason {
-            Some(r) => format!("{verdict} ({})", risk_words(*r)),
+            Some(r) => format!("{verdict} ({})", r.words()),
             None => verdict.to_string(),
         };
         Some(format!("{verdict}, predicted {}", peak_interval(*peak_gib, *low_gib, *high_gib, *band)))
-    }
-}
-
-/// Why a prediction is risky, in words.
-pub fn risk_words(r: RiskReason) -> &'static str {
-    match r {
-        RiskReason::AboveCapacity => "above capacity",
-        RiskReason::NearCapacity => "near capacity",
-        RiskReason::NearBudget => "near budget",
-        RiskReason::OverBudget => "over budget",
     }
 }
 

@@ -37,13 +37,19 @@ impl ActiveReport {
     /// submitted (`submitted`: names of the configs submitted since).
     pub fn status_line(&self, submitted: &BTreeSet<String>) -> String {
         let s = &self.savings;
-        let saved = self.settled_predictions().iter().filter(|n| !submitted.contains(**n)).count();
+        let settled = self.settled_predictions();
+        let saved = settled.iter().filter(|n| !submitted.contains(**n)).count();
         let failed = match s.failed {
             0 => String::new(),
             n => format!(", {n} could not be measured"),
         };
+        // Predictions run since (`resume --all`) are no longer without a run.
+        let since = match settled.len() - saved {
+            0 => String::new(),
+            n => format!(", {n} of them run since"),
+        };
         format!(
-            "active sweep: {} measured, {} predicted without a run{failed} ({} saved); `orchestrator report {}` lists the predictions",
+            "active sweep: {} measured, {} predicted without a run{failed}{since} ({} saved); `orchestrator report {}` lists the predictions",
             s.measured,
             s.predicted,
             plural(saved, "run", "runs"),

@@ -214,14 +214,17 @@ fn a_measured_answer_is_the_exact_bytes_old_records_their_gib() {
 }
 
 /// A calibration that missed the sweep's regime says so in its intervals
-/// (issue 32, item 6): `hdit_256`'s runs lie 11-14% below the prior (the
-/// checkpointed HDiTs' recompute, which the walk reads high: issue 44), at
-/// the edge of its band there: the prior's intervals miss one of the eleven
-/// configs the loop does not measure; widened by the one run it measures,
-/// they hold all eleven.
+/// (issue 32, item 6). The shipped calibration predicts `hdit_256` within 2 %;
+/// here the table's peaks read 15 % higher, as a site whose runtime keeps
+/// more would measure them: the prior's intervals miss most of the configs
+/// the loop does not measure; widened by the runs it measures, they hold all.
 #[test]
 fn the_sweep_s_own_runs_widen_the_band_of_its_unmeasured_configs() {
-    let recs: Vec<MeasurementRecord> = table("hdit_256").into_iter().filter(|r| r.peak_gb.is_some()).collect();
+    let recs: Vec<MeasurementRecord> = table("hdit_256")
+        .into_iter()
+        .filter(|r| r.peak_gb.is_some())
+        .map(|r| MeasurementRecord { peak_gb: r.peak_gb.map(|g| g * 1.15), ..r })
+        .collect();
     assert_eq!(recs.len(), 12);
     let (ans, rounds, _) = run(&recs, &settings(0.2, Some(2)));
     let bare = Refit::new(&Calibration::builtin(), "pytorch", &[]);
@@ -237,14 +240,13 @@ fn the_sweep_s_own_runs_widen_the_band_of_its_unmeasured_configs() {
         inside_before += usize::from((lo..=hi).contains(&measured));
         inside += usize::from((*low_gib..=*high_gib).contains(&measured));
         let why = distance.as_deref().unwrap_or_default();
-        assert!(why.starts_with("this sweep's run measured 11.4% off this calibration"), "{}: {why}", r.id);
+        assert!(why.starts_with("this sweep's ") && why.contains("% off this calibration"), "{}: {why}", r.id);
     }
-    assert_eq!(rounds.iter().map(Vec::len).sum::<usize>(), 1, "{rounds:?}");
-    assert_eq!(
-        (predicted, inside_before, inside),
-        (11, 10, 11),
-        "recorded peaks inside their intervals, before and after"
-    );
+    let measured = rounds.iter().map(Vec::len).sum::<usize>();
+    assert!((1..=2).contains(&measured), "the budget of 2 runs: {rounds:?}");
+    assert_eq!(predicted, 12 - measured);
+    assert!(inside_before < predicted / 2, "the prior misses most: {inside_before} of {predicted} inside");
+    assert_eq!(inside, predicted, "widened by the sweep's run, every interval holds its peak");
 }
 
 /// An `oom` is a censored observation: predicted to fit the memory it ran

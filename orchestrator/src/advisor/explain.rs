@@ -238,7 +238,7 @@ mod tests {
             out_channels: 8,
             batch: 1,
             precision: Precision::Bf16Amp,
-            grad_ckpt: true,
+            grad_ckpt: false,
             mode: spec::Mode::Profile,
             steps: 1,
             gpu: Gpu::H100_80,

@@ -433,16 +433,10 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
 /// `resume --all`, before it submits: how many configs the active sweep
 /// answered by a prediction it now runs, and in how many GPU jobs.
 fn say_all(sweep: &Sweep, opts: &Options) -> Result<()> {
-    let view = crate::state::View::new(&opts.state_root, &sweep.experiment.name)?;
-    let Some(a) = view.active()? else { return Ok(()) };
-    let records = view.records()?;
-    let predicted = a.settled_predictions();
-    let n = sweep
-        .configs
-        .iter()
-        .filter(|c| predicted.contains(c.name.as_str()))
-        .filter(|c| records.get(&c.hash).is_none_or(|r| r.attempts().iter().all(|t| t.abandoned())))
-        .count();
+    let n = crate::submit::predictions_it_runs(sweep, opts)?.len();
+    if n == 0 && crate::state::View::new(&opts.state_root, &sweep.experiment.name)?.active()?.is_none() {
+        return Ok(());
+    }
     let per_task = sweep.experiment.worker.configs_per_task.max(1) as usize;
     println!(
         "resume --all: also submitting the {} the active sweep answered by a prediction: {}",

@@ -95,7 +95,8 @@ pub struct FitStats {
     pub max: f64,
     /// OOM records in the group.
     pub n_oom: usize,
-    /// OOM records predicted to fit the GPU (must be 0).
+    /// OOM records predicted to fit the GPU clear of the allocator's
+    /// fragmentation margin, as `fits` (must be 0).
     pub oom_predicted_fit: usize,
 }
 
@@ -151,7 +152,9 @@ fn loss(c: &Coefficients, runtime: &str, samples: &[&Sample], prior: Option<&Pri
             sum += (gib / m).ln().abs();
             n += 1;
         } else if s.oom {
-            let need = s.available_gib * 1.03;
+            // An OOM says the allocator reached the device: its allocated
+            // peak came at least within the fragmentation margin of it.
+            let need = s.available_gib * (1.0 - super::verdict::FRAGMENTATION_MARGIN);
             if gib < need {
                 sum += 20.0 * (need / gib).ln();
             }
@@ -162,7 +165,7 @@ fn loss(c: &Coefficients, runtime: &str, samples: &[&Sample], prior: Option<&Pri
         let mut pull = 0.0;
         for i in 0..Coefficients::FITTED.len() {
             let (v, v0) = (c.get(i), p.at.get(i));
-            pull += if Coefficients::FITTED[i] == "unet_ckpt_keep" { (v - v0).powi(2) } else { (v / v0).ln().powi(2) };
+            pull += (v / v0).ln().powi(2);
         }
         total += p.weight * pull / (n.max(1) as f64);
     }
@@ -185,12 +188,7 @@ pub fn fit_with(runtime: &str, samples: &[&Sample], start: Coefficients, prior: 
             for dir in [1.0, -1.0] {
                 let mut c = best;
                 let v = c.get(i);
-                let nv = if Coefficients::FITTED[i] == "unet_ckpt_keep" {
-                    (v + dir * step * 0.5).clamp(0.0, 1.0)
-                } else {
-                    v * (1.0 + step).powf(dir)
-                };
-                c.set(i, nv);
+                c.set(i, v * (1.0 + step).powf(dir));
                 let l = loss(&c, runtime, samples, prior);
                 if l < best_loss - 1e-12 {
                     best = c;
@@ -287,7 +285,7 @@ fn held_out_stats(group: &[&Sample], held: &[HeldOut], key: impl Fn(&HeldOut) ->
             if s.oom {
                 let e = ooms.entry(k).or_default();
                 e.0 += 1;
-                e.1 += usize::from(h.peak_gib <= s.available_gib);
+                e.1 += usize::from(h.peak_gib <= s.available_gib * (1.0 - super::verdict::FRAGMENTATION_MARGIN));
             }
         }
     }

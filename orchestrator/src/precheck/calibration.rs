@@ -37,10 +37,6 @@ pub struct Coefficients {
     /// Bytes materialised while one checkpointed block is recomputed and
     /// back-propagated, as a multiple of its walked saved bytes.
     pub recompute_scale: f64,
-    /// Fraction of the UNet's in-block activations still saved with `grad_ckpt`
-    /// on: 1 when the runtime's UNet does not checkpoint (MONAI's DiffusionModelUNet
-    /// has no checkpointing hooks), 0 for perfect per-block checkpointing.
-    pub unet_ckpt_keep: f64,
     /// Whether transformer attention keeps heads x N x N scores for backward
     /// (Burn's decomposed attention does; PyTorch's SDPA and this project's
     /// worker, with its memory-efficient attention, do not).
@@ -68,7 +64,7 @@ pub struct Coefficients {
 
 impl Coefficients {
     /// The fitted coefficients in a fixed order (the calibrator's search space).
-    pub const FITTED: [&'static str; 9] = [
+    pub const FITTED: [&'static str; 8] = [
         "act_scale",
         "bwd_transient",
         "score_saved_bytes",
@@ -76,7 +72,6 @@ impl Coefficients {
         "opt_temp",
         "data_tensors",
         "overhead_gib",
-        "unet_ckpt_keep",
         "recompute_scale",
     ];
     pub fn get(&self, i: usize) -> f64 {
@@ -88,7 +83,6 @@ impl Coefficients {
             4 => self.opt_temp,
             5 => self.data_tensors,
             6 => self.overhead_gib,
-            7 => self.unet_ckpt_keep,
             _ => self.recompute_scale,
         }
     }
@@ -101,7 +95,6 @@ impl Coefficients {
             4 => self.opt_temp = v,
             5 => self.data_tensors = v,
             6 => self.overhead_gib = v,
-            7 => self.unet_ckpt_keep = v.clamp(0.0, 1.0),
             _ => self.recompute_scale = v,
         }
     }
@@ -115,7 +108,6 @@ impl Coefficients {
             opt_temp: 1.0,
             data_tensors: 4.0,
             overhead_gib: 0.1,
-            unet_ckpt_keep: 0.5,
             recompute_scale: 1.0,
             transformer_scores_materialised: false,
             attention_chunk_bytes: 0.0,

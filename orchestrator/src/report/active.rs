@@ -36,7 +36,7 @@ pub fn section(out: &mut String, a: &ActiveReport) {
             answer
         {
             let verdict = match reason {
-                Some(r) => format!("{verdict} ({})", crate::active::risk_words(*r)),
+                Some(r) => format!("{verdict} ({})", r.words()),
                 None => verdict.to_string(),
             };
             let _ = writeln!(

@@ -46,7 +46,7 @@ pub mod warm;
 
 pub use cancel::cancel;
 pub use poll::PollSummary;
-pub use preview::{render, Rendered};
+pub use preview::{predictions_it_runs, render, Rendered};
 pub use pull::{attempt_events, last_result};
 pub use send::{submit, SubmitReport};
 pub use view::{status, StatusReport, StatusRow, Watch};

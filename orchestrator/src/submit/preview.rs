@@ -80,3 +80,17 @@ fn render_paths(cluster: &str, config: &ClusterConfig, opts: &Options) -> Result
     });
     Ok((remote_state, worker))
 }
+
+/// `resume --all`, before it sends: the configs an active sweep answered by a
+/// settled prediction that it submits now, as `submit` would choose them
+/// (one already run, or held back by its verdict without the flag that sends
+/// it, is not among them).
+pub fn predictions_it_runs(sweep: &Sweep, opts: &Options) -> Result<Vec<String>, CommandError> {
+    let view = state::View::new(&opts.state_root, &sweep.experiment.name)?;
+    let Some(active) = view.active()? else { return Ok(Vec::new()) };
+    let predicted = active.settled_predictions();
+    let (judged, _) =
+        super::where_it_runs(sweep, opts.cluster.as_deref(), view.sweep()?.as_ref(), opts.clusters_file.as_deref());
+    let (todo, _) = super::send::would_send(&judged, opts)?;
+    Ok(todo.into_iter().filter(|c| predicted.contains(c.name.as_str())).map(|c| c.name.clone()).collect())
+}

@@ -54,8 +54,14 @@ pub(super) fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadErr
             Combination::Excluded { rule } => rule_used[rule] = true,
         }
     }
-    if let Some(unused) = rule_used.iter().position(|used| !used) {
-        return Err(unused_exclusion(&src, &axes.exclusions()[unused], &base, &combos));
+    for (rule, _) in axes.exclusions().iter().zip(&rule_used).filter(|(_, used)| !**used) {
+        // A value the command line replaced is no mistake in the file: said, not refused.
+        match rule.pairs.iter().find(|(k, _)| x.cli_origins.iter().any(|(o, _)| k.starts_with(o))) {
+            Some((k, _)) => {
+                tracing::warn!("an exclude rule names `{k}`, which the command line sets: it drops nothing now")
+            }
+            None => return Err(unused_exclusion(&src, rule, &base, &combos)),
+        }
     }
     if !out.collapsed.is_empty() {
         tracing::warn!("{}", super::collapse_summary(out.configs.len() + out.collapsed.len(), &out.collapsed, &cli));

@@ -145,10 +145,10 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
 }
 
 /// How a config's `grad_ckpt` runs: per block for the transformer families (the
-/// group's `torch.utils.checkpoint` per block). MONAI's `DiffusionModelUNet`
-/// has no checkpoint hooks, and the group's UNet runs with checkpointing on
-/// kept what runs without it kept (the records: fitted keep fraction 0.996),
-/// so the UNet runs unchanged (`checkpointing: none-in-model`).
+/// group's `torch.utils.checkpoint` per block). A UNet is checkpointed per level
+/// block in the group's pixel scripts (`profile_pixel_3d_unet.py@b8e04ab:32-48`,
+/// what the precheck counts); the worker does not do that yet, so a UNet runs
+/// unchanged and its result says so (`checkpointing: none-in-model`).
 fn checkpointing_of(cfg: &RunConfig) -> Checkpointing {
     match (&cfg.model, cfg.grad_ckpt) {
         (_, false) => Checkpointing::Off,
