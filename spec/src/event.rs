@@ -113,12 +113,13 @@ pub enum Checkpointing {
     /// backward, compute-bound ones (matmul, conv) keep their outputs. Written
     /// by earlier workers (read in their events); no worker runs it now.
     BurnBalanced,
-    /// Per block, as `torch.utils.checkpoint` around each transformer block in
-    /// the group's runs: a block keeps only its inputs and is recomputed in backward.
+    /// Per block, as `torch.utils.checkpoint` around each transformer block and
+    /// each UNet level block in the group's runs: a block keeps only its inputs
+    /// and is recomputed in backward.
     Block,
-    /// Asked for, but the model has no checkpoint hooks (MONAI's
-    /// `DiffusionModelUNet`): it runs as without, keeping every activation,
-    /// as the group's UNet runs with checkpointing on did.
+    /// Asked for, but the model ran without it: written by workers before the
+    /// UNet was checkpointed per level block (read in their events); no
+    /// worker writes it now.
     NoneInModel,
 }
 

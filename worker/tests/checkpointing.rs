@@ -9,7 +9,7 @@ mod common;
 use common::run_worker;
 
 use spec::event::{Checkpointing, Event, Phase, RunStatus};
-use spec::{DitSpec, HditSpec, Input, ModelSpec, Precision, RunConfig, Spatial, UvitSpec};
+use spec::{DitSpec, HditSpec, Input, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec, UvitSpec};
 
 fn config(name: &str, model: ModelSpec, grad_ckpt: bool) -> RunConfig {
     let input = Input { channels: 1, spatial: Spatial::new(16, 16, 16) };
@@ -49,6 +49,16 @@ fn hdit(level_depths: Vec<u32>) -> ModelSpec {
 
 fn uvit(depth: u32) -> ModelSpec {
     ModelSpec::Uvit(UvitSpec { variant: None, hidden: Some(64), heads: Some(4), depth: Some(depth), patch: 2 })
+}
+
+fn unet(res: u32) -> ModelSpec {
+    ModelSpec::Unet(UnetSpec {
+        channels: vec![8, 16],
+        attention_levels: vec![false, false],
+        num_res_blocks: PerLevel::All(res),
+        num_head_channels: PerLevel::All(8),
+        norm_num_groups: 4,
+    })
 }
 
 /// The forward's peak grows by what each added block keeps for backward: its
@@ -105,4 +115,38 @@ fn checkpointed_blocks_run_under_autocast() {
         assert_eq!(ckpt, Some(Checkpointing::Block), "{}", cfg.name);
         assert!(phases[2].2 > 0.0, "{}: gradient norm {}", cfg.name, phases[2].2);
     }
+}
+
+/// `grad_ckpt` on a UNet checkpoints each level block, as the group's pixel
+/// scripts wrap MONAI's UNet (`profile_pixel_3d_unet.py@b8e04ab:32-48`): two
+/// more ResBlocks a level add their whole activations to the forward without
+/// it; with it only the skips the down levels hand on (one volume of the
+/// level's width each: 2 x 1 MiB at level 0, 2 x 256 KiB at level 1), the up
+/// levels' added ResBlocks nothing. Before, the UNet ran unchecked
+/// (`none-in-model`) and the two growths were equal.
+#[test]
+fn a_checkpointed_unet_keeps_only_its_level_blocks_inputs_and_skips() {
+    let _serial = common::measuring();
+    let dir = tempfile::tempdir().unwrap();
+    let input = Input { channels: 1, spatial: Spatial::new(32, 32, 32) };
+    let mut growth = Vec::new();
+    for grad_ckpt in [false, true] {
+        let mut fwd = Vec::new();
+        for (depth, model) in [("shallow", unet(1)), ("deep", unet(3))] {
+            let cfg = RunConfig { input, ..config(&format!("unet_{depth}_{grad_ckpt}"), model, grad_ckpt) };
+            let (ckpt, phases, status) = run(dir.path(), &cfg);
+            assert_eq!(status, RunStatus::Ok, "{}", cfg.name);
+            let want = if grad_ckpt { Checkpointing::Block } else { Checkpointing::Off };
+            assert_eq!(ckpt, Some(want), "{}", cfg.name);
+            assert!(phases[2].2 > 0.0, "{}: gradient norm {}", cfg.name, phases[2].2);
+            assert_ne!(phases[0].2, phases[3].2, "{}: parameters unchanged by the step", cfg.name);
+            fwd.push(phases[1].1 as i64 - phases[0].1 as i64);
+        }
+        growth.push(fwd[1] - fwd[0]);
+    }
+    let (plain, ckpt) = (growth[0], growth[1]);
+    let skips: i64 = 2 * (8 * 32 * 32 * 32 * 4) + 2 * (16 * 16 * 16 * 16 * 4);
+    eprintln!("unet: four more ResBlocks add {plain} B to the forward plain, {ckpt} B checkpointed (skips {skips} B)");
+    assert!(ckpt >= skips && ckpt < skips + skips / 2, "{ckpt} B checkpointed against {skips} B of skips");
+    assert!(plain > 4 * ckpt, "{ckpt} B checkpointed vs {plain} B plain");
 }

@@ -8,9 +8,10 @@
 //! gradient. So a [`Tape`] cuts the forward into pieces at block boundaries:
 //! every tensor crossing a boundary becomes a leaf ([`Value`]), a block's
 //! forward runs on the inner (non-autodiff) backend, and [`Tape::backward`]
-//! walks the pieces in reverse, seeding each with `sum(output * grad)`. The
-//! seed's product is one extra tensor of a block's output size per piece,
-//! which `torch.autograd.backward(out, grad)` does not allocate.
+//! walks the pieces in reverse, seeding each with `sum(output * grad)` (summed
+//! over a block's outputs). The seed's product is one extra tensor of an
+//! output's size per output, which `torch.autograd.backward(out, grad)` does
+//! not allocate.
 //!
 //! With the tape off every call is the plain forward in one graph, exactly the
 //! code without checkpointing, and `backward` is `loss.backward()`.
@@ -37,14 +38,14 @@ impl Value {
     }
 }
 
-type Rerun<'a> = Box<dyn Fn(Vec<Tensor<3>>) -> Tensor<3> + 'a>;
+type Rerun<'a> = Box<dyn Fn(Vec<Tensor<3>>) -> Vec<Tensor<3>> + 'a>;
 
 enum Piece<'a> {
     /// Ordinary autodiff code between blocks, its graph kept until backward:
     /// the tracked tensors it handed on, each with the leaf standing for it.
     Kept(Vec<(Tensor<3>, usize)>),
-    /// A checkpointed block: its input leaves, its output leaf, and how to run it again.
-    Block { inputs: Vec<usize>, output: usize, rerun: Rerun<'a> },
+    /// A checkpointed block: its input leaves, its output leaves, and how to run it again.
+    Block { inputs: Vec<usize>, outputs: Vec<usize>, rerun: Rerun<'a> },
 }
 
 /// The forward's record for per-block checkpointing (see the module docs).
@@ -84,19 +85,37 @@ impl<'a> Tape<'a> {
         M: Module,
         F: Fn(&M, [Tensor<3>; N]) -> Tensor<3> + 'a,
     {
+        let run = move |m: &M, x: Vec<Tensor<3>>| {
+            vec![f(m, x.try_into().unwrap_or_else(|_| unreachable!("a block runs with its own inputs")))]
+        };
+        let mut out = self.blocks(block, inputs.into(), run);
+        out.pop().expect("one output")
+    }
+
+    /// [`Tape::block`] for a block of several inputs and outputs (a UNet
+    /// level: its input and the time embedding in, every skip it makes out).
+    pub fn blocks<M, F>(&mut self, block: &'a M, inputs: Vec<Value>, f: F) -> Vec<Value>
+    where
+        M: Module,
+        F: Fn(&M, Vec<Tensor<3>>) -> Vec<Tensor<3>> + 'a,
+    {
         if !self.on {
-            return Value { tensor: f(block, inputs.map(Value::tensor)), leaf: None };
+            let out = f(block, inputs.into_iter().map(Value::tensor).collect());
+            return out.into_iter().map(|tensor| Value { tensor, leaf: None }).collect();
         }
         let ids: Vec<usize> = inputs.iter().map(|v| self.leaf_of(v)).collect();
-        let plain = inputs.map(|v| v.tensor.without_autodiff());
-        let output = f(&block.valid(), plain).autodiff().require_grad();
-        let id = self.leaves.len();
-        self.leaves.push(Some(output.clone()));
-        let rerun: Rerun<'a> = Box::new(move |x: Vec<Tensor<3>>| {
-            f(block, x.try_into().unwrap_or_else(|_| unreachable!("a block reruns with its own inputs")))
-        });
-        self.pieces.push(Piece::Block { inputs: ids, output: id, rerun });
-        Value { tensor: output, leaf: Some(id) }
+        let plain = inputs.into_iter().map(|v| v.tensor.without_autodiff()).collect();
+        let mut outputs = Vec::new();
+        let mut values = Vec::new();
+        for t in f(&block.valid(), plain) {
+            let tensor = t.autodiff().require_grad();
+            outputs.push(self.leaves.len());
+            self.leaves.push(Some(tensor.clone()));
+            values.push(Value { tensor, leaf: outputs.last().copied() });
+        }
+        let rerun: Rerun<'a> = Box::new(move |x: Vec<Tensor<3>>| f(block, x));
+        self.pieces.push(Piece::Block { inputs: ids, outputs, rerun });
+        values
     }
 
     fn leaf_of(&mut self, v: &Value) -> usize {
@@ -134,15 +153,28 @@ impl<'a> Tape<'a> {
                         collect(&mut grads, &leaves, &mut seeds, &mut params, model);
                     }
                 }
-                Piece::Block { inputs, output, rerun } => {
-                    leaves[output] = None;
-                    let Some(g) = seeds[output].take() else { continue };
+                Piece::Block { inputs, outputs, rerun } => {
+                    let g: Vec<Option<Tensor<3>>> = outputs
+                        .iter()
+                        .map(|&o| {
+                            leaves[o] = None;
+                            seeds[o].take()
+                        })
+                        .collect();
+                    if g.iter().all(Option::is_none) {
+                        continue;
+                    }
                     let x: Vec<Tensor<3>> = inputs
                         .iter()
                         .map(|&i| leaves[i].clone().expect("an input outlives its consumers").detach().require_grad())
                         .collect();
                     let out = rerun(x.clone());
-                    let mut grads = amp::mul(out, g).sum().backward();
+                    let Some(seeded) =
+                        out.into_iter().zip(g).filter_map(|(o, g)| g.map(|g| amp::mul(o, g).sum())).reduce(amp::add)
+                    else {
+                        continue;
+                    };
+                    let mut grads = seeded.backward();
                     for (x, &i) in x.iter().zip(&inputs) {
                         if let Some(d) = x.grad_remove(&mut grads) {
                             accumulate(&mut seeds[i], d);

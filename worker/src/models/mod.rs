@@ -90,7 +90,7 @@ impl Model {
     /// `tape` when it is on; the UNet never does (MONAI's has no such hooks).
     pub fn forward<'a>(&'a self, x: Tensor<5>, t: &[f32], tape: &mut Tape<'a>) -> Tensor<5> {
         match self {
-            Model::Unet(m) => m.forward(x, t),
+            Model::Unet(m) => m.forward(x, t, tape),
             Model::Dit(m) => m.forward(x, t, tape),
             Model::Hdit(m) => m.forward(x, t, tape),
             Model::Uvit(m) => m.forward(x, t, tape),

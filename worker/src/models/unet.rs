@@ -5,6 +5,15 @@
 //! levels; middle ResBlock + attention (always) + ResBlock; up path of `r+1`
 //! ResBlocks per level on the concatenated skips, nearest x2 upsample + conv;
 //! GroupNorm, SiLU, conv out. Matches `spec::params::count` exactly.
+//!
+//! With the tape on (`grad_ckpt`), each level block is checkpointed as the
+//! group's pixel scripts wrap MONAI's UNet from outside
+//! (`misc/profiling/profile_pixel_3d_unet.py@b8e04ab:32-48`): every down level
+//! (its stages and downsampler), the middle block and every up level (its
+//! stages on the skips and upsampler) keeps only its inputs and runs again in
+//! backward; conv_in, the time MLP and the output head are not wrapped. The
+//! tape hands 3-D tensors on, so a volume `[B, C, D, H, W]` crosses a boundary
+//! as `[B, C, D·H·W]` (a view) and the time embedding as `[B, 4·c0, 1]`.
 
 use burn::nn::conv::{Conv3d, Conv3dConfig};
 use burn::nn::{GroupNorm, GroupNormConfig, Linear, PaddingConfig3d};
@@ -12,6 +21,7 @@ use burn::prelude::*;
 use spec::{Input, UnetSpec};
 
 use super::amp::{self, silu, AutocastForward};
+use super::checkpoint::Tape;
 use super::{attention_qkv, linear, timestep_embedding, BuildError};
 
 /// MONAI uses eps 1e-6 in its diffusion UNet norms.
@@ -140,9 +150,7 @@ pub struct Unet {
     time1: Linear,
     time2: Linear,
     down: Vec<Down>,
-    mid1: ResBlock,
-    mid_attn: AttnBlock,
-    mid2: ResBlock,
+    middle: Middle,
     up: Vec<Up>,
     out_norm: GroupNorm,
     conv_out: Conv3d,
@@ -182,9 +190,11 @@ impl Unet {
         }
 
         let last = ch[levels - 1];
-        let mid1 = ResBlock::new(last, last, temb, groups, device)?;
-        let mid_attn = AttnBlock::new(last, heads[levels - 1], groups, device)?;
-        let mid2 = ResBlock::new(last, last, temb, groups, device)?;
+        let middle = Middle {
+            res1: ResBlock::new(last, last, temb, groups, device)?,
+            attn: AttnBlock::new(last, heads[levels - 1], groups, device)?,
+            res2: ResBlock::new(last, last, temb, groups, device)?,
+        };
 
         // Skip widths pushed on the way down, consumed from the top on the way up.
         let mut up = Vec::with_capacity(levels);
@@ -205,9 +215,7 @@ impl Unet {
             time1: linear(c0, temb, device),
             time2: linear(temb, temb, device),
             down,
-            mid1,
-            mid_attn,
-            mid2,
+            middle,
             up,
             out_norm: norm(groups, c0, device)?,
             conv_out: conv3(c0, out_channels as usize, 1, device),
@@ -215,36 +223,132 @@ impl Unet {
         })
     }
 
-    pub fn forward(&self, x: Tensor<5>, t: &[f32]) -> Tensor<5> {
+    /// The noise prediction; each level block is checkpointed on `tape` when it is on.
+    pub fn forward<'a>(&'a self, x: Tensor<5>, t: &[f32], tape: &mut Tape<'a>) -> Tensor<5> {
         let device = x.device();
         let emb = timestep_embedding(t, self.c0, &device);
-        let emb = self.time2.amp(silu(self.time1.amp(emb)));
+        let emb = tape.value(self.time2.amp(silu(self.time1.amp(emb))).unsqueeze_dim(2));
 
-        let mut h = self.conv_in.amp(x);
-        let mut skips = vec![h.clone()];
+        let h = self.conv_in.amp(x);
+        let mut shape = h.dims();
+        let mut h = tape.value(flat(h));
+        // Skips pushed on the way down (with their shapes), consumed from the top on the way up.
+        let mut skips = vec![(h.clone(), shape)];
         for level in &self.down {
-            for s in &level.stages {
-                h = s.forward(h, emb.clone());
-                skips.push(h.clone());
-            }
-            if let Some(conv) = &level.downsample {
-                h = conv.amp(h);
-                skips.push(h.clone());
-            }
+            let dims = level.output_dims(shape);
+            let outs = tape.blocks(level, vec![h, emb.clone()], move |level, x| level.forward(x, shape));
+            skips.extend(outs.into_iter().zip(dims));
+            (h, shape) = skips.last().cloned().expect("conv_in's output at least");
         }
-        h = self.mid1.forward(h, emb.clone());
-        h = self.mid_attn.forward(h);
-        h = self.mid2.forward(h, emb.clone());
+        h = tape.blocks(&self.middle, vec![h, emb.clone()], move |m, x| m.forward(x, shape)).remove(0);
         for level in &self.up {
-            for s in &level.stages {
-                let skip = skips.pop().expect("one skip per up-path ResBlock");
-                h = s.forward(amp::cat(vec![h, skip], 1), emb.clone());
-            }
-            if let Some(conv) = &level.upsample {
-                h = conv.amp(upsample_nearest2(h));
-            }
+            let taken = skips.split_off(skips.len() - level.stages.len());
+            let skip_shapes: Vec<[usize; 5]> = taken.iter().map(|(_, s)| *s).collect();
+            let out_shape = level.output_dims(shape, skip_shapes[0]);
+            let mut inputs = vec![h, emb.clone()];
+            inputs.extend(taken.into_iter().map(|(v, _)| v));
+            h = tape.blocks(level, inputs, move |level, x| level.forward(x, shape, &skip_shapes)).remove(0);
+            shape = out_shape;
         }
+        let h = unflat(h.tensor(), shape);
         self.conv_out.amp(silu(self.out_norm.amp(h)))
+    }
+}
+
+/// A volume as the tape hands it on: `[B, C, D·H·W]`.
+fn flat(x: Tensor<5>) -> Tensor<3> {
+    let [b, c, d, h, w] = x.dims();
+    x.reshape([b, c, d * h * w])
+}
+
+fn unflat(x: Tensor<3>, shape: [usize; 5]) -> Tensor<5> {
+    x.reshape(shape)
+}
+
+/// The time embedding as the tape hands it on (`[B, 4·c0, 1]`), for a ResBlock.
+fn embedding(e: Tensor<3>) -> Tensor<2> {
+    e.squeeze_dim(2)
+}
+
+impl Down {
+    /// Its stages, then its downsampler, on `x` (of `shape`) and the time
+    /// embedding: every output is a skip, the last the next level's input.
+    fn forward(&self, x: Vec<Tensor<3>>, shape: [usize; 5]) -> Vec<Tensor<3>> {
+        let [x, emb]: [Tensor<3>; 2] = x.try_into().expect("the level's input and the time embedding");
+        let emb = embedding(emb);
+        let mut h = unflat(x, shape);
+        let mut outs = Vec::with_capacity(self.stages.len() + 1);
+        for s in &self.stages {
+            h = s.forward(h, emb.clone());
+            outs.push(flat(h.clone()));
+        }
+        if let Some(conv) = &self.downsample {
+            outs.push(flat(conv.amp(h)));
+        }
+        outs
+    }
+
+    /// The shapes of [`Down::forward`]'s outputs for an input of `shape`.
+    fn output_dims(&self, [b, _, d, h, w]: [usize; 5]) -> Vec<[usize; 5]> {
+        let width = self.width();
+        let mut dims = vec![[b, width, d, h, w]; self.stages.len()];
+        if self.downsample.is_some() {
+            // A stride-2 3x3x3 convolution with padding 1: ⌈s/2⌉.
+            dims.push([b, width, d.div_ceil(2), h.div_ceil(2), w.div_ceil(2)]);
+        }
+        dims
+    }
+
+    fn width(&self) -> usize {
+        let conv = &self.stages.last().expect("a level has a ResBlock").res.conv2;
+        conv.weight.dims()[0]
+    }
+}
+
+/// MONAI's middle block: ResBlock, attention (always), ResBlock.
+#[derive(Module, Debug)]
+pub struct Middle {
+    res1: ResBlock,
+    attn: AttnBlock,
+    res2: ResBlock,
+}
+
+impl Middle {
+    fn forward(&self, x: Vec<Tensor<3>>, shape: [usize; 5]) -> Vec<Tensor<3>> {
+        let [x, emb]: [Tensor<3>; 2] = x.try_into().expect("the middle's input and the time embedding");
+        let emb = embedding(emb);
+        let h = self.res1.forward(unflat(x, shape), emb.clone());
+        let h = self.res2.forward(self.attn.forward(h), emb);
+        vec![flat(h)]
+    }
+}
+
+impl Up {
+    /// Its stages on `x` (of `shape`) and the skips they take (last pushed
+    /// first), then the upsampler: the next level's input.
+    fn forward(&self, x: Vec<Tensor<3>>, shape: [usize; 5], skip_shapes: &[[usize; 5]]) -> Vec<Tensor<3>> {
+        let mut x = x.into_iter();
+        let (h, emb) = (x.next().expect("the level's input"), x.next().expect("the time embedding"));
+        let emb = embedding(emb);
+        let skips: Vec<Tensor<3>> = x.collect();
+        let mut h = unflat(h, shape);
+        for (s, (skip, skip_shape)) in self.stages.iter().zip(skips.into_iter().zip(skip_shapes).rev()) {
+            h = s.forward(amp::cat(vec![h, unflat(skip, *skip_shape)], 1), emb.clone());
+        }
+        if let Some(conv) = &self.upsample {
+            h = conv.amp(upsample_nearest2(h));
+        }
+        vec![flat(h)]
+    }
+
+    /// The shape of [`Up::forward`]'s output for an input of `shape`, whose
+    /// level's skips are of `skip` shape.
+    fn output_dims(&self, [b, ..]: [usize; 5], [_, _, d, h, w]: [usize; 5]) -> [usize; 5] {
+        let width = self.stages.last().expect("a level has a ResBlock").res.conv2.weight.dims()[0];
+        match self.upsample {
+            Some(_) => [b, width, 2 * d, 2 * h, 2 * w],
+            None => [b, width, d, h, w],
+        }
     }
 }
 
@@ -334,7 +438,46 @@ mod tests {
         };
         let model = Unet::new(&u, &input(2), 1, &device).unwrap();
         let x = Tensor::<5>::random([1, 2, 8, 8, 8], burn::tensor::Distribution::Default, &device);
-        assert_eq!(model.forward(x, &[10.0]).dims(), [1, 1, 8, 8, 8]);
+        assert_eq!(model.forward(x, &[10.0], &mut Tape::new(false)).dims(), [1, 1, 8, 8, 8]);
+    }
+
+    /// Checkpointing each level block changes where activations live, not
+    /// what backward computes: the same loss and parameter gradients.
+    #[test]
+    fn checkpointed_level_blocks_give_the_same_gradients() {
+        let device = device().autodiff();
+        let u = UnetSpec {
+            channels: vec![8, 16, 16],
+            attention_levels: vec![false, true, true],
+            num_res_blocks: PerLevel::Each(vec![1, 2, 1]),
+            num_head_channels: PerLevel::All(8),
+            norm_num_groups: 4,
+        };
+        let model = Unet::new(&u, &input(2), 1, &device).unwrap();
+        let x = Tensor::<5>::random([1, 2, 8, 8, 8], burn::tensor::Distribution::Default, &device);
+        let run = |on: bool| {
+            let mut tape = Tape::new(on);
+            let loss = model.forward(x.clone(), &[10.0], &mut tape).square().mean();
+            let value = loss.clone().into_data().iter::<f32>().next().expect("one value");
+            let grads = tape.backward(loss, &model);
+            let mut all = Vec::new();
+            struct Get<'g>(&'g burn::optim::GradientsParams, &'g mut Vec<f32>);
+            impl burn::module::ModuleVisitor for Get<'_> {
+                fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<D>>) {
+                    let g = self.0.get::<D>(p.id).expect("every parameter has a gradient");
+                    self.1.extend(g.into_data().iter::<f32>());
+                }
+            }
+            model.visit(&mut Get(&grads, &mut all));
+            (value, all)
+        };
+        let ((plain_loss, plain), (ckpt_loss, ckpt)) = (run(false), run(true));
+        assert!((plain_loss - ckpt_loss).abs() <= 1e-6 * plain_loss.abs(), "{plain_loss} vs {ckpt_loss}");
+        assert_eq!(plain.len(), ckpt.len());
+        assert!(plain.iter().any(|g| *g != 0.0));
+        for (u, v) in plain.iter().zip(&ckpt) {
+            assert!((u - v).abs() <= 1e-4 * (1.0 + u.abs()), "{u} vs {v}");
+        }
     }
 
     #[test]

@@ -144,16 +144,13 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Outcome, RunError> {
     run_with_setup(cfg, opts, || backend::prepare(opts.backend, cfg.precision))
 }
 
-/// How a config's `grad_ckpt` runs: per block for the transformer families (the
-/// group's `torch.utils.checkpoint` per block). A UNet is checkpointed per level
-/// block in the group's pixel scripts (`profile_pixel_3d_unet.py@b8e04ab:32-48`,
-/// what the precheck counts); the worker does not do that yet, so a UNet runs
-/// unchanged and its result says so (`checkpointing: none-in-model`).
+/// How a config's `grad_ckpt` runs: per block, as the group's runs wrap their
+/// models in `torch.utils.checkpoint`: each transformer block, and each UNet
+/// level block (`profile_pixel_3d_unet.py@b8e04ab:32-48`, `models/unet.rs`).
 fn checkpointing_of(cfg: &RunConfig) -> Checkpointing {
-    match (&cfg.model, cfg.grad_ckpt) {
-        (_, false) => Checkpointing::Off,
-        (spec::ModelSpec::Unet(_), true) => Checkpointing::NoneInModel,
-        (_, true) => Checkpointing::Block,
+    match cfg.grad_ckpt {
+        false => Checkpointing::Off,
+        true => Checkpointing::Block,
     }
 }
 
