@@ -196,7 +196,8 @@ fn resume_after_an_active_sweep_submits_only_what_it_left_open() {
         names.len() - measured,
         "{rows:?}"
     );
-    orchestrator(&state, &["report", "exp13"]);
+    // The project's layout (exp13's own is the group DiT script's tables).
+    orchestrator(&state, &["report", "exp13", "--layout", "project"]);
     let md = std::fs::read_to_string(state.join("exp13/report/report.md")).expect("report.md");
     let best = md.split("### Best viable config per variant").nth(1).expect("best section");
     let best = best.split("\n###").next().unwrap_or(best);

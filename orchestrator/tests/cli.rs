@@ -382,3 +382,87 @@ fn the_fidelity_tables_predictions_are_what_predict_says_now() {
     let kept = std::fs::read_to_string(root().join("docs/fidelity/predictions.jsonl")).unwrap();
     assert_eq!(text(&out.stdout), kept, "regenerate docs/fidelity/predictions.jsonl and the table of docs/gpu.md");
 }
+
+/// `calibrate --check` gives the reason `plan` gives: the demo's six runs are
+/// at most two a family, too few to tell, though held out the overlay's error
+/// is the lower (not "not better held out").
+#[test]
+fn calibrate_check_says_why_the_overlay_is_not_used_as_plan_does() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let demo = d.path().join("state/demo");
+    std::fs::create_dir_all(&demo).expect("state dir");
+    let runs = root().join("orchestrator/src/precheck/testdata/demo-cpu.jsonl");
+    std::fs::copy(runs, demo.join("measurements.jsonl")).expect("the demo's runs");
+    let state = d.path().join("state");
+    let out = run(&["calibrate", "--check", "--state-dir", state.to_str().expect("utf-8")]);
+    let check = text(&out.stdout);
+    assert!(out.status.success(), "{check}{}", text(&out.stderr));
+    assert!(!check.contains("not better held out"), "{check}");
+    assert!(check.contains(" none (fewer than 3 runs of any family) "), "{check}");
+    let plan = run(&["plan", "experiments/demo.yaml", "--state-dir", state.to_str().expect("utf-8")]);
+    let plan = text(&plan.stdout);
+    // Each family's line of the check is the line `plan` prints.
+    let families: Vec<&str> = check.lines().filter(|l| l.starts_with("  ")).collect();
+    assert_eq!(families.len(), 4, "{check}");
+    for line in families {
+        assert!(line.contains(", fewer than 3 to tell): local "), "{check}");
+        assert!(plan.lines().any(|l| l == line), "`{line}` is not in plan's output:\n{plan}");
+    }
+}
+
+/// A `submit` that never reached its host submitted nothing: `plan` does not
+/// call its cluster "where the experiment was first submitted", and the next
+/// `submit` may go elsewhere; once a submission reached a cluster, it does.
+#[test]
+fn a_submit_that_never_reached_its_host_pins_no_cluster() {
+    let d = tempfile::tempdir().expect("tempdir");
+    // No network: the host is reached through a command that exits at once.
+    let ssh_config = d.path().join("ssh_config");
+    std::fs::write(&ssh_config, "Host far\n  ProxyCommand /bin/false\n  User nobody\n").expect("ssh config");
+    let clusters = d.path().join("clusters.yaml");
+    let file = format!(
+        "clusters:\n  far:\n    transport: ssh\n    host: far\n    ssh_config: {}\n    work_dir: /tmp/w\n",
+        ssh_config.display()
+    );
+    std::fs::write(&clusters, file).expect("clusters file");
+    let (state, clusters) = (d.path().join("state"), clusters.to_str().expect("utf-8").to_string());
+    let state = state.to_str().expect("utf-8");
+    let out = orchestrator()
+        .args(["submit", "experiments/demo.yaml", "--cluster", "far", "--clusters", &clusters, "--state-dir", state])
+        .env("SWEEP_SSH_RECONNECT_SECS", "1")
+        .output()
+        .expect("submit runs");
+    assert!(!out.status.success() && text(&out.stderr).contains("cannot reach"), "{}", text(&out.stderr));
+    let plan = run(&["plan", "experiments/demo.yaml", "--state-dir", state]);
+    let plan = text(&plan.stdout);
+    assert!(!plan.contains("first submitted"), "{plan}");
+    assert!(plan.contains("\ncluster: local (none named: the built-in cluster, this machine's CPU)\n"), "{plan}");
+    // Sent elsewhere now, it stays there.
+    let out = run(&["submit", "experiments/demo.yaml", "--cluster", "replay", "--state-dir", state]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let plan = text(&run(&["plan", "experiments/demo.yaml", "--state-dir", state]).stdout);
+    assert!(plan.contains("\ncluster: replay (where the experiment was first submitted)\n"), "{plan}");
+}
+
+/// `scripts/demo.sh` runs the binaries where cargo put them: under
+/// CARGO_TARGET_DIR when it is set (it ran `target/release/orchestrator`,
+/// absent there). `--where` asks cargo, as the demo does after its build.
+#[test]
+fn the_demo_finds_the_binaries_where_cargo_puts_them() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let cargo_dir = Path::new(&cargo).parent().map(Path::to_path_buf).unwrap_or_default();
+    let path = format!("{}:{}", cargo_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let out = Command::new("bash")
+        .args(["scripts/demo.sh", "--where"])
+        .current_dir(root())
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", d.path())
+        .env_remove("CARGO_BUILD_TARGET")
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("{}/release\n", d.path().display()));
+    let script = std::fs::read_to_string(root().join("scripts/demo.sh")).expect("demo.sh");
+    assert!(script.contains("orch=$(release_dir)/orchestrator"), "the demo runs what `--where` names");
+}

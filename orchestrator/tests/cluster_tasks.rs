@@ -234,7 +234,7 @@ fn cluster_tasks_a_task_killed_midway_keeps_what_ended_and_retries_the_rest_once
 }
 
 #[test]
-fn cluster_tasks_a_task_cancelled_midway_keeps_what_ended_and_retries_the_rest_once() {
+fn cluster_tasks_a_task_cancelled_midway_keeps_what_ended_and_retries_the_rest_when_asked() {
     let Some(env) = cluster(Use::Shared) else { return };
     let t0 = Instant::now();
     let c = case(&env, "ck-cancel");
@@ -251,6 +251,13 @@ fn cluster_tasks_a_task_cancelled_midway_keeps_what_ended_and_retries_the_rest_o
         (None, None),
         "no events at all"
     );
+    // `cancel` stopped them: `resume` says so, and sends them only when asked.
+    let rep = rt().block_on(submit::submit(&c.sweep, &c.opts, true)).expect("resume");
+    let mut stopped = rep.cancelled_by_cancel.clone();
+    stopped.sort();
+    assert_eq!((stopped, rep.submitted.is_empty()), (vec!["last".to_string(), "slow".into()], true), "{rep:?}");
+    let retry = orchestrator::slurm::RetryPolicy { cancelled_by_cancel: true, ..c.opts.retry };
+    let c = Case { opts: Options { retry, ..c.opts.clone() }, ..c };
     resume_retries_the_rest_once(&env, &c);
     let recs = records(&c.opts, &c.exp);
     assert_eq!(starts_and_results(&c.opts, &c.exp, &recs["slow"]), (2, 2), "cancelled once, then ended");

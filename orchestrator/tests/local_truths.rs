@@ -229,6 +229,38 @@ fn a_backend_the_worker_was_built_without_is_named_with_how_to_build_it() {
     assert!(text.contains("nothing was submitted"), "{text}");
 }
 
+/// The group's experiments name no backend (their runtime is PyTorch's): on
+/// a cluster whose jobs ask SLURM for a GPU, a worker built without a GPU
+/// backend (README's first build: `flex` alone, as the fake worker answers)
+/// would pick `flex` and measure every config on the node's CPU.
+#[test]
+fn a_cpu_only_worker_is_refused_where_the_jobs_ask_for_a_gpu() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    laptop_with_fake_worker(dir, "exit 0");
+    let clusters = format!(
+        "clusters:\n  laptop:\n    transport: local\n    worker: {}\n    defaults: {{gres: \"gpu:1\"}}\n",
+        dir.join("worker.sh").display()
+    );
+    std::fs::write(dir.join("clusters.yaml"), clusters).expect("clusters file");
+    let pytorch = EXPERIMENT.replace("runtime: burn-flex\n", "").replace("worker: {backend: flex}\n", "");
+    std::fs::write(dir.join("truths.yaml"), format!("cluster: laptop\n{pytorch}")).expect("experiment");
+    let out = orchestrator(dir, &["submit", "truths.yaml", "--clusters", "clusters.yaml"]);
+    let text = common::text(&out);
+    assert!(!out.status.success(), "a CPU-only worker was sent GPU jobs:\n{text}");
+    assert!(
+        text.contains("has no GPU backend (it has: flex) and the jobs ask SLURM for a GPU (`--gres=gpu:1`)"),
+        "{text}"
+    );
+    assert!(text.contains("nothing was submitted"), "{text}");
+    assert!(text.contains("cargo build --release -p worker --features vulkan"), "{text}");
+    assert!(text.contains("`worker: {backend: flex}` in the experiment"), "{text}");
+    // Told to run on the CPU, it does.
+    std::fs::write(dir.join("truths.yaml"), format!("cluster: laptop\n{EXPERIMENT}")).expect("experiment");
+    let submitted = ok(dir, &["submit", "truths.yaml", "--clusters", "clusters.yaml"]);
+    assert!(submitted.contains("submitted 2 configs"), "{submitted}");
+}
+
 #[test]
 fn ctrl_c_stops_watching_and_says_the_sweep_goes_on() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -259,4 +291,27 @@ fn ctrl_c_stops_watching_and_says_the_sweep_goes_on() {
         again.starts_with("nothing new to cancel: already cancelled") || again.starts_with("nothing to cancel"),
         "{again}"
     );
+}
+
+/// `cancel` stops a sweep; `resume` does not quietly undo it: it says how
+/// many configs `cancel` stopped and runs them again only when asked.
+#[test]
+fn resume_after_cancel_runs_nothing_cancelled_unless_asked() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    laptop_with_fake_worker(dir, "exec sleep 60");
+    ok(dir, &["submit", "truths.yaml"]);
+    assert!(ok(dir, &["cancel", "truths"]).starts_with("cancelled 1 job array(s): "));
+    let watched = ok(dir, &["status", "truths", "--watch", "--interval", "0.2", "--max-interval", "1"]);
+    assert!(watched.contains("2 configs: 2 CANCELLED"), "{watched}");
+    let resumed = ok(dir, &["resume", "truths"]);
+    assert!(resumed.contains("skip   unet_2L: cancelled by `cancel` (--retry-cancelled runs it)\n"), "{resumed}");
+    assert!(
+        resumed.contains("\n2 configs were cancelled by `cancel`; run them again with --retry-cancelled\n"),
+        "{resumed}"
+    );
+    assert!(resumed.contains("submitted 0 configs: nothing left to send (2 skipped)"), "{resumed}");
+    let retried = ok(dir, &["resume", "truths", "--retry-cancelled"]);
+    assert!(retried.contains("submitted 2 configs"), "{retried}");
+    ok(dir, &["cancel", "truths"]);
 }

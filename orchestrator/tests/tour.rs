@@ -140,3 +140,39 @@ fn excerpts_match_with_elisions() {
     assert!(line_matches("| a | [..] | OK |", "| a | 1 | OK | 2 | OK |"), "`[..]` takes what the rest needs");
     assert!(!line_matches("| a | [..] |", "| b | 1 |"));
 }
+
+/// The percentages the tour's prose would state (an error, a fit's p90):
+/// each with its line number. Console blocks (run) and `> ` quotes (each an
+/// excerpt of the report it follows) are checked above; prose is not.
+fn prose_percentages(tour: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut in_block = false;
+    for (i, line) in tour.lines().enumerate() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if in_block || line.starts_with('>') {
+            continue;
+        }
+        let bytes = line.as_bytes();
+        for (at, _) in line.match_indices('%') {
+            let start = bytes[..at].iter().rposition(|b| !(b.is_ascii_digit() || *b == b'.')).map_or(0, |p| p + 1);
+            if start < at {
+                out.push((i + 1, line[start..=at].to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// A figure in the tour comes from a command the tour runs: no error figure
+/// in its prose, where nothing checks it (it said the demo shows the fit's
+/// 45.7% p90 while the demo showed +237%).
+#[test]
+fn the_tours_figures_come_from_its_commands() {
+    assert_eq!(prose_percentages("a 45.7% p90\n```console\n0.4%\n```\n> 7.4%\n"), [(1, "45.7%".to_string())]);
+    let tour = std::fs::read_to_string(docs_common::repo_root().join("docs/tour.md")).expect("docs/tour.md");
+    let stated = prose_percentages(&tour);
+    assert!(stated.is_empty(), "docs/tour.md states figures no command of it shows: {stated:?}");
+}

@@ -2,7 +2,10 @@
 //! nothing to upload, and the warm-up job runs through its local runner as
 //! its profiling arrays do, filling `<work_dir>/cache/<host>/` (the work dir
 //! of `local` without one being `<state>/.local-cluster`: nothing is written
-//! beside the state directory). No cluster needed.
+//! beside the state directory). And `install` on a `local-slurm` cluster in a
+//! temp dir (an upload through this machine's files, no SLURM command): a
+//! worker without the backend asked for, or without a GPU backend where the
+//! jobs ask for a GPU, is refused before anything is uploaded. No cluster needed.
 
 mod common;
 
@@ -54,4 +57,83 @@ fn install_warm_on_the_local_transport_runs_the_warm_up_job_here() {
     // Nothing in the directory it ran from but the state directory.
     let here: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").map(|e| e.expect("entry").file_name()).collect();
     assert_eq!(here, ["state"], "files left beside the state directory");
+}
+
+/// A `local-slurm` cluster `login` in `dir` whose jobs ask for `defaults`:
+/// `install` puts the worker at `<dir>/work/bin/worker`, which it returns.
+fn login_cluster(dir: &Path, defaults: &str) -> std::path::PathBuf {
+    let work = dir.join("work");
+    let text = format!(
+        "clusters:\n  login:\n    transport: local-slurm\n    work_dir: {}\n    defaults: {defaults}\n",
+        work.display()
+    );
+    std::fs::write(dir.join("clusters.yaml"), text).expect("clusters file");
+    work.join("bin/worker")
+}
+
+/// `orchestrator install --cluster login --worker WORKER [args]` in `dir`.
+fn install(dir: &Path, worker: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .current_dir(dir)
+        .args(["install", "--cluster", "login", "--clusters", "clusters.yaml", "--state-dir", "state", "--worker"])
+        .arg(worker)
+        .args(args)
+        .output()
+        .expect("orchestrator runs")
+}
+
+/// A worker as README's first steps build it (`cargo build -p worker`, the
+/// default features: the CPU backend alone), as far as `install` asks one:
+/// `--version` and `backends`. (This build's worker has GPU backends too.)
+fn cpu_only_worker(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("cpu-worker");
+    let script = "#!/bin/sh\ncase \"$1\" in --version) echo 'worker 0.1.0';; backends) echo flex;; *) exit 2;; esac\n";
+    std::fs::write(&path, script).expect("worker script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+#[test]
+fn install_refuses_a_worker_without_the_backend_it_names_before_uploading() {
+    let worker = common::worker_binary();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let installed = login_cluster(dir.path(), "{partition: gpu}");
+    let out = install(dir.path(), &worker, &["--backend", "cuda"]);
+    let said = common::text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("was built without the `cuda` backend `install --backend` names (it has: flex"), "{said}");
+    assert!(said.contains("nothing was uploaded to `login`"), "{said}");
+    assert!(said.contains("cargo build --release -p worker --features cuda"), "{said}");
+    assert!(!installed.exists(), "a refused worker was uploaded");
+    // A backend it has goes up.
+    let out = install(dir.path(), &worker, &["--backend", "vulkan"]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert!(installed.is_file());
+}
+
+#[test]
+fn install_refuses_a_cpu_only_worker_where_the_jobs_ask_for_a_gpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let installed = login_cluster(dir.path(), "{partition: gpu, gres: \"gpu:1\"}");
+    let cpu = cpu_only_worker(dir.path());
+    let out = install(dir.path(), &cpu, &[]);
+    let said = common::text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("has no GPU backend (it has: flex) and the jobs ask SLURM for a GPU (`--gres=gpu:1`)"),
+        "{said}"
+    );
+    assert!(said.contains("nothing was uploaded to `login`"), "{said}");
+    assert!(said.contains("cargo build --release -p worker --features vulkan"), "{said}");
+    assert!(said.contains("`install --backend flex`"), "{said}");
+    assert!(!installed.exists(), "a refused worker was uploaded");
+    // Named as the backend the jobs are to run, it goes up.
+    let out = install(dir.path(), &cpu, &["--backend", "flex"]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert!(installed.is_file());
+    // This build's worker has a GPU backend: it goes up without a word.
+    let out = install(dir.path(), &common::worker_binary(), &[]);
+    let said = common::text(&out);
+    assert!(out.status.success() && said.starts_with("installed "), "{said}");
 }

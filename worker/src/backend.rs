@@ -198,7 +198,7 @@ pub fn describe(backend: Backend, device: &Device) -> (String, Option<String>, O
         }
     }
     if !backend.is_gpu() {
-        return ("cpu".to_string(), None, None);
+        return ("cpu".to_string(), None, host_memory_bytes());
     }
     #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
     if let Some(id) = device.identity() {
@@ -206,4 +206,86 @@ pub fn describe(backend: Backend, device: &Device) -> (String, Option<String>, O
     }
     let _ = device;
     (backend.name().to_string(), None, None)
+}
+
+/// The memory a run on the CPU can use: this machine's `MemTotal`, or less
+/// where a cgroup holds this process to less (a SLURM job's `--mem`, a
+/// container): the lowest `memory.max` (cgroup v2) or `memory.limit_in_bytes`
+/// (v1) from this process's cgroup up to the hierarchy's root.
+pub fn host_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim();
+    let total = kib.parse::<u64>().ok()?.checked_mul(1024)?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    Some(cgroup_limits(&own, std::path::Path::new("/sys/fs/cgroup")).into_iter().fold(total, u64::min))
+}
+
+/// The memory limits on the way from each cgroup of `own` (`/proc/self/cgroup`)
+/// up to its hierarchy's root under `root` (`/sys/fs/cgroup`); `max` is none.
+fn cgroup_limits(own: &str, root: &std::path::Path) -> Vec<u64> {
+    let mut out = Vec::new();
+    for line in own.lines() {
+        // `0::/path` (v2); `N:memory:/path` or `N:cpu,memory:/path` (v1).
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (top, file) = match controllers {
+            "" => (root.to_path_buf(), "memory.max"),
+            c if c.split(',').any(|c| c == "memory") => (root.join("memory"), "memory.limit_in_bytes"),
+            _ => continue,
+        };
+        let mut dir = top.join(path.trim_start_matches('/'));
+        loop {
+            let limit = std::fs::read_to_string(dir.join(file)).ok().and_then(|s| s.trim().parse::<u64>().ok());
+            out.extend(limit);
+            if !dir.starts_with(&top) || dir == top || !dir.pop() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A SLURM job's cgroup (v2) under a container's: the lowest limit on the
+    /// way up counts; `max` is no limit; v1's memory hierarchy is read too.
+    #[test]
+    fn the_lowest_cgroup_limit_on_the_way_up_counts() {
+        let root = tempfile::tempdir().unwrap();
+        let job = root.path().join("system.slice/slurmstepd.scope/job_7");
+        std::fs::create_dir_all(&job).unwrap();
+        std::fs::write(root.path().join("memory.max"), "max\n").unwrap();
+        std::fs::write(root.path().join("system.slice/memory.max"), "68719476736\n").unwrap();
+        std::fs::write(job.join("memory.max"), "34359738368\n").unwrap();
+        let own = "0::/system.slice/slurmstepd.scope/job_7\n";
+        let mut found = cgroup_limits(own, root.path());
+        found.sort();
+        assert_eq!(found, [34359738368, 68719476736]);
+        let v1 = root.path().join("memory/slurm/uid_1/job_8");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(v1.join("memory.limit_in_bytes"), "1073741824\n").unwrap();
+        assert_eq!(cgroup_limits("4:memory:/slurm/uid_1/job_8\n3:cpu:/x\n", root.path()), [1073741824]);
+        assert!(cgroup_limits("0::/elsewhere\n", root.path()).is_empty());
+    }
+
+    /// A CPU run reports the memory it can use (README: every record carries
+    /// its device's memory): at most this machine's.
+    #[test]
+    fn a_cpu_run_reports_the_memory_it_can_use() {
+        let (name, _, memory) = describe(Backend::Flex, &Backend::Flex.device());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let kib: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .unwrap()
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(name, "cpu");
+        assert!(memory.is_some_and(|m| m > 0 && m <= kib * 1024), "{memory:?} of {kib} KiB");
+    }
 }

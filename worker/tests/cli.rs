@@ -51,6 +51,8 @@ fn ok_run_records_every_phase() {
             assert_eq!(env.backend, "flex");
             assert_eq!(env.device, "cpu");
             assert_eq!(env.dtype, "f32");
+            // The memory the run could use: its record's `device_memory_gb`.
+            assert!(env.device_memory_bytes.is_some_and(|b| b > 0), "{env:?}");
         }
         other => panic!("first event is not start: {other:?}"),
     }

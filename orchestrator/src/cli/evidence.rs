@@ -1,4 +1,5 @@
-//! `orchestrator evidence`: replayed active sweeps on the group's tables or experiment files.
+//! `orchestrator evidence`: replayed active sweeps on the group's tables or experiment files, and
+//! what `plan` would have saved the group (`--savings`).
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -34,5 +35,12 @@ pub fn run(records: &Path, experiments: &[PathBuf], active: &ActiveArgs) -> Resu
         let runs = crate::evidence::experiments::run(experiments, records, &settings, work.path())?;
         print!("{}", crate::evidence::ExperimentTally(&runs));
     }
+    Ok(())
+}
+
+/// `evidence --savings`: what `plan`, held out, calls the group's failed runs.
+pub fn run_savings(records: &Path, experiments: &[PathBuf]) -> Result<()> {
+    let savings = crate::evidence::savings::run(experiments, records).context("evidence --savings")?;
+    print!("{}", crate::evidence::SavingsTally(&savings));
     Ok(())
 }

@@ -5,6 +5,7 @@
 
 mod advise;
 mod evidence;
+mod interrupt;
 mod plan;
 pub mod precheck;
 mod report;
@@ -122,7 +123,8 @@ pub enum Command {
         args: advise::FitArgs,
     },
     /// Replay evidence for active profiling: per source table of the records, the calibration
-    /// refitted without that table and an active sweep over its configs on the replay cluster.
+    /// refitted without that table and an active sweep over its configs on the replay cluster
+    /// (`--savings`: what `plan` would have saved the group on its own sweeps).
     Evidence {
         /// Measurement JSONL whose tables are replayed.
         #[arg(long, default_value = "data/vram-measurements.jsonl")]
@@ -131,6 +133,11 @@ pub enum Command {
         /// does, answered from --records, instead of the records' own tables.
         #[arg(long, num_args = 1..)]
         experiments: Vec<PathBuf>,
+        /// Experiment files (or directories of them): per file, its configs with a record, those
+        /// that ran out of memory or past the budget, and what `plan` calls them before submission
+        /// with a calibration fitted without their tables. Runs nothing.
+        #[arg(long, num_args = 1.., conflicts_with = "experiments")]
+        savings: Vec<PathBuf>,
         #[command(flatten)]
         active: evidence::ActiveArgs,
     },
@@ -164,7 +171,7 @@ impl Command {
 /// whose memory the verdicts of `plan`, `explain` and `fit` are judged against.
 fn where_it_runs(exp: &ExperimentArgs, cluster: Option<&str>) -> Result<(Sweep, ClusterChoice)> {
     let sweep = exp.load()?;
-    let stored = crate::state::View::new(&exp.state_dir, &sweep.experiment.name)?.sweep()?;
+    let stored = crate::state::View::new(&exp.state_dir, &sweep.experiment.name)?.pinned_sweep()?;
     Ok(crate::submit::where_it_runs(&sweep, cluster, stored.as_ref(), None))
 }
 
@@ -187,7 +194,8 @@ pub fn run(command: Command) -> Result<()> {
             let (sweep, _) = where_it_runs(&exp, None)?;
             advise::run_fit(&sweep, &args, &exp.predictor(&sweep)?.0)?
         }
-        Command::Evidence { records, experiments, active } => evidence::run(&records, &experiments, &active)?,
+        Command::Evidence { records, savings, .. } if !savings.is_empty() => evidence::run_savings(&records, &savings)?,
+        Command::Evidence { records, experiments, active, .. } => evidence::run(&records, &experiments, &active)?,
         Command::Cluster(c) => submit::run(c)?,
         Command::Report(args) => report::run(&args)?,
         Command::Completions { shell } => {

@@ -274,14 +274,13 @@ pub fn run_check(state_root: &Path) -> Result<()> {
     .map(String::from)
     .to_vec()];
     for e in overlay.entries.values() {
-        let used: Vec<&str> = e.families.iter().filter(|(_, f)| f.used).map(|(f, _)| f.name()).collect();
         cells.push(vec![
             format!("{} on {}", e.runtime, e.device),
             e.measured.to_string(),
             e.oom.to_string(),
             pct(e.shipped_error),
             pct(e.overlay_error),
-            if used.is_empty() { "none (not better held out)".into() } else { used.join(", ") },
+            e.used_for(),
             e.experiments.join(", "),
         ]);
     }
@@ -289,6 +288,13 @@ pub fn run_check(state_root: &Path) -> Result<()> {
         writeln!(out, "no runtime has enough runs for an overlay yet")?;
     } else {
         write!(out, "{}", crate::util::table::render_table(&cells))?;
+    }
+    // Why, family by family, in `plan`'s words.
+    for e in overlay.entries.values().filter(|e| !e.families.is_empty()) {
+        writeln!(out, "{} on {}, per family (held-out error median/p90):", e.runtime, e.device)?;
+        for (family, fit) in &e.families {
+            writeln!(out, "{}", fit.line(*family))?;
+        }
     }
     for n in &overlay.notes {
         writeln!(out, "note: {n}")?;

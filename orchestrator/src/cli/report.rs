@@ -1,6 +1,6 @@
 //! `orchestrator report`: the command line.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 use crate::precheck::Predictor;
@@ -23,6 +23,11 @@ pub struct ReportArgs {
     /// Local state root.
     #[arg(long, default_value = "state")]
     pub state_dir: PathBuf,
+    /// The tables to write instead of the experiment's `report_layout`:
+    /// project, or the layout of a group script it follows (latent-unet,
+    /// s2d-unet, dit, hdit-uvit), which is also printed.
+    #[arg(long, conflicts_with = "records")]
+    pub layout: Option<crate::report::ReportLayout>,
 }
 
 /// The experiment's name: the argument itself, or the `name:` of the file it names.
@@ -52,13 +57,20 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             Some(out) => out.clone(),
             None => crate::state::View::new(&args.state_dir, &name)?.report_dir(),
         };
-        (crate::report::from_state(&args.state_dir, &name, None)?, out)
+        let mut report = crate::report::from_state(&args.state_dir, &name, None)?;
+        report.layout = args.layout.unwrap_or(report.layout);
+        (report, out)
     };
     let (md, plots) = crate::report::write(&report, &out)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&crate::report::json(&report))?);
         eprintln!("wrote {}", md.display());
     } else {
+        // A group's layout is its tables, printed as its script printed them.
+        if !report.layout.is_project() {
+            let text = std::fs::read_to_string(&md).with_context(|| format!("reading {}", md.display()))?;
+            print!("{text}");
+        }
         // What to open first, then where the rest is (not a list of every file).
         println!("report: {} (open it; report.json beside it)", md.display());
         let mut names: Vec<String> =

@@ -47,9 +47,12 @@ pub struct Retry {
     /// Do not resubmit configs that hit the time limit.
     #[arg(long)]
     pub no_retry_timeout: bool,
-    /// Do not resubmit cancelled configs.
+    /// Do not resubmit configs cancelled by `scancel` or an admin.
     #[arg(long)]
     pub no_retry_cancelled: bool,
+    /// Resubmit configs that `orchestrator cancel` stopped (not by default).
+    #[arg(long)]
+    pub retry_cancelled: bool,
     /// Do not resubmit configs whose worker was killed before writing a result (SIGKILL, host OOM killer).
     #[arg(long)]
     pub no_retry_killed: bool,
@@ -150,8 +153,10 @@ pub enum ClusterCommand {
         /// each model family's kernels, into `<work_dir>/cache/<host>`.
         #[arg(long)]
         warm: bool,
-        /// The warm-up job's backend (default: the worker's first GPU backend).
-        #[arg(long, requires = "warm", value_parser = worker_backend)]
+        /// The backend the worker must have (refused before the upload without it; none named:
+        /// a GPU backend, where the cluster's `defaults:` ask for a GPU); with --warm, the
+        /// warm-up job's backend (default: the worker's first GPU backend).
+        #[arg(long, value_parser = worker_backend)]
         backend: Option<crate::experiment::WorkerBackend>,
         #[command(flatten)]
         common: Common,
@@ -186,6 +191,7 @@ fn options(common: &Common, select: Option<&Selection>, retry: Option<&Retry>) -
         o.retry = RetryPolicy {
             timeout: !r.no_retry_timeout,
             cancelled: !r.no_retry_cancelled,
+            cancelled_by_cancel: r.retry_cancelled,
             failed: r.retry_failed,
             killed: !r.no_retry_killed,
             max_attempts: r.max_attempts.max(1),
@@ -206,7 +212,7 @@ fn experiment_of(arg: &str, overrides: &[String], opts: &Options) -> Result<Swee
     Ok(stored_sweep(&opts.state_root, arg)?.sweep)
 }
 
-fn run_active(sweep: &Sweep, opts: &Options, a: &ActiveArgs) -> Result<()> {
+fn run_active(sweep: &Sweep, opts: &Options, a: &ActiveArgs, file: &Path) -> Result<()> {
     let settings = crate::active::Settings {
         runtime: sweep.experiment.runtime.clone(),
         target_error: a.target_error,
@@ -215,8 +221,22 @@ fn run_active(sweep: &Sweep, opts: &Options, a: &ActiveArgs) -> Result<()> {
     };
     let every = Duration::from_secs_f64(a.poll_interval.max(0.1));
     let watch = Watch { min: every, max: every.mul_f64(5.0), max_polls: None };
-    let r = block_on(active::run(sweep, opts, &settings, watch, &mut |line| println!("{line}")))?
-        .context("submit --active")?;
+    let name = sweep.experiment.name.clone();
+    let ended = block_on(async {
+        let interrupt = Interrupt::listen(move |n| match n {
+            1 => eprintln!("Ctrl-C: no new round; the step in flight finishes (Ctrl-C again leaves at once)"),
+            _ => super::interrupt::leave_at_once(&name),
+        });
+        active::run_until(sweep, opts, &settings, watch, interrupt.as_ref(), &mut |line| println!("{line}")).await
+    })?
+    .context("submit --active")?;
+    let r = match ended {
+        active::Ended::Done(r) => r,
+        active::Ended::Interrupted(stopped) => {
+            println!("{}", super::interrupt::stopped_text(&stopped, file));
+            std::process::exit(130);
+        }
+    };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r).context("serialising the answers")?);
     } else {
@@ -232,14 +252,31 @@ fn print_submit(r: &SubmitReport) {
     for (name, why) in &r.skipped {
         println!("skip   {name}: {why}");
     }
+    match r.cancelled_by_cancel.len() {
+        0 => {}
+        1 => println!("1 config was cancelled by `cancel`; run it again with --retry-cancelled"),
+        n => println!("{n} configs were cancelled by `cancel`; run them again with --retry-cancelled"),
+    }
+    let cluster = if r.slurm { "SLURM" } else { "the cluster" };
     for s in &r.adopted {
-        println!("settled interrupted submission {s}: SLURM had it (adopted its job id)");
+        println!("settled interrupted submission {s}: {cluster} had it (adopted its job id)");
     }
     for s in &r.abandoned {
-        println!("settled interrupted submission {s}: SLURM never got it (its configs are free again)");
+        println!(
+            "settled interrupted submission {s}: {cluster} never got it (it lists no job of its name, twice, \
+             and no task of it wrote a run; its configs are free again)"
+        );
     }
-    for s in &r.unresolved {
-        println!("unresolved submission {s}: SLURM has not answered by its job name yet; its configs stay reserved");
+    for (s, found) in &r.ran_anyway {
+        println!(
+            "unresolved submission {s}: {cluster} lists no job of its name, but {found}; its configs stay \
+             reserved, so nothing is submitted twice"
+        );
+    }
+    for s in r.unresolved.iter().filter(|s| !r.ran_anyway.iter().any(|(id, _)| id == *s)) {
+        println!(
+            "unresolved submission {s}: {cluster} has not answered by its job name yet; its configs stay reserved"
+        );
     }
     let per_task = match r.configs_per_task {
         k if k > 1 => format!(", {k} per task,"),
@@ -266,7 +303,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
         ClusterCommand::Submit { file, overrides, select, common, active } if active.active => {
             let opts = options(&common, Some(&select), None);
             let sweep = crate::sweep::load(&file, &overrides)?;
-            run_active(&sweep, &opts, &active)?;
+            run_active(&sweep, &opts, &active, &file)?;
         }
         ClusterCommand::Submit { file, overrides, select, common, .. } => {
             let opts = options(&common, Some(&select), None);
@@ -309,8 +346,8 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
                 Some(w) => w,
                 None => anyhow::bail!("cannot locate this executable's directory; pass --worker PATH"),
             };
-            let warm = warm.then_some(backend);
-            let done = block_on(crate::submit::install::install(&opts, cluster, &worker, warm))?.context("install")?;
+            let installed = crate::submit::install::install(&opts, cluster, &worker, backend, warm);
+            let done = block_on(installed)?.context("install")?;
             print_installed(cluster, &done);
         }
         ClusterCommand::Render { file, overrides, select, common } => {
@@ -416,7 +453,18 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
             }
         }
     };
-    let r = block_on(status(&name, &opts, w, &mut show))?.context("status")?;
+    let leave = name.clone();
+    let r = block_on(async {
+        let interrupt = w.and_then(|_| {
+            Interrupt::listen(move |n| {
+                if n > 1 {
+                    super::interrupt::leave_at_once(&leave)
+                }
+            })
+        });
+        status_until(&name, &opts, w, interrupt.as_ref(), &mut show).await
+    })?
+    .context("status")?;
     if !watch {
         show(&r);
     }

@@ -10,10 +10,13 @@
 //! unmeasured configs' predictions are then scored against their records.
 //!
 //! `--experiments PATH...` instead runs each experiment file as a user's
-//! `submit FILE --active --cluster replay` does ([`experiments`]).
+//! `submit FILE --active --cluster replay` does ([`experiments`]);
+//! `--savings PATH...` says what `plan`, held out, calls the configs of each
+//! that ran out of memory or past the budget ([`savings`]).
 
 pub mod experiments;
 mod replay_round;
+pub mod savings;
 mod score;
 
 use std::collections::BTreeMap;
@@ -28,6 +31,7 @@ use crate::transport::replay::{Records, ReplayTransport};
 use crate::transport::TransportError;
 
 pub use experiments::{ExperimentRun, ExperimentTally};
+pub use savings::{Savings, SavingsTally};
 pub use score::{Score, Tally};
 
 #[derive(Debug, thiserror::Error)]

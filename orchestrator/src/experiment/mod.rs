@@ -4,8 +4,11 @@
 //! path, whether the bad value sits in the base config, in a sweep axis or in
 //! a command-line override. See [`crate::sweep`] for the expansion.
 
+mod layout;
 pub mod locate;
 mod overrides;
+
+pub use layout::ReportLayout;
 
 pub use overrides::Override;
 pub(crate) use overrides::{get as overrides_get, set as overrides_set};
@@ -150,6 +153,10 @@ pub struct Experiment {
     /// code, default) or `burn-flex` (this project's worker on CPU).
     #[serde(default)]
     pub runtime: Runtime,
+    /// The tables `report` writes: the project's, or those of the group's
+    /// script the sweep follows (absent in sweeps stored before it existed).
+    #[serde(default, skip_serializing_if = "ReportLayout::is_project")]
+    pub report_layout: ReportLayout,
 }
 
 /// The file as written. Per-config fields sit beside experiment-level ones, so
@@ -192,6 +199,8 @@ pub(crate) struct RawExperiment {
     pub worker: WorkerOptions,
     #[serde(default)]
     pub runtime: Runtime,
+    #[serde(default)]
+    pub report_layout: ReportLayout,
     /// Expanded by [`crate::sweep`].
     #[serde(default)]
     pub sweep: Option<Value>,
@@ -244,6 +253,7 @@ impl RawExperiment {
             array_parallelism: self.array_parallelism,
             worker: self.worker.clone(),
             runtime: self.runtime.clone(),
+            report_layout: self.report_layout,
         }
     }
 }

@@ -79,6 +79,43 @@ impl FamilyFit {
         let used = runs >= MIN_MEASURED && overlay_error.0 < shipped_error.0 && overlay_error.1 <= shipped_error.1;
         FamilyFit { runs, shipped_error, overlay_error, used }
     }
+
+    /// Which fit answers for the family and why: `local (5 runs, better held
+    /// out)`, `shipped (5 runs; the local fit is not better held out)`,
+    /// `shipped (2 runs, fewer than 3 to tell)`.
+    pub fn choice(&self) -> String {
+        let (n, s) = (self.runs, if self.runs == 1 { "" } else { "s" });
+        match (self.used, n >= MIN_MEASURED) {
+            (true, _) => format!("local ({n} runs, better held out)"),
+            (false, true) => format!("shipped ({n} runs; the local fit is not better held out)"),
+            (false, false) => format!("shipped ({n} run{s}, fewer than {MIN_MEASURED} to tell)"),
+        }
+    }
+
+    /// `  unet  shipped (2 runs, fewer than 3 to tell): local 3.5%/3.5%, shipped 19.4%/25.0%`:
+    /// the family's line under `plan`'s calibration and `calibrate --check`.
+    pub fn line(&self, family: Family) -> String {
+        let errors = format!("local {}, shipped {}", pct(self.overlay_error), pct(self.shipped_error));
+        format!("  {:<5} {}: {errors}", family.name(), self.choice())
+    }
+}
+
+impl Entry {
+    /// The families the overlay answers for, or `none` and why not: too few
+    /// runs of every family, or not better held out where there are enough
+    /// (each family's [`FamilyFit::choice`] says which).
+    pub fn used_for(&self) -> String {
+        let used: Vec<&str> = self.families.iter().filter(|(_, f)| f.used).map(|(f, _)| f.name()).collect();
+        if !used.is_empty() {
+            return used.join(", ");
+        }
+        let enough = self.families.values().filter(|f| f.runs >= MIN_MEASURED).count();
+        match enough {
+            0 => format!("none (fewer than {MIN_MEASURED} runs of any family)"),
+            n if n == self.families.len() => "none (not better held out)".into(),
+            _ => format!("none (not better held out, or fewer than {MIN_MEASURED} runs)"),
+        }
+    }
 }
 
 /// The overlay file's format: a file of another version is refitted.
@@ -170,14 +207,7 @@ impl fmt::Display for CalibrationSource {
                     path.display()
                 )?;
                 for (family, fit) in families {
-                    let (n, s) = (fit.runs, if fit.runs == 1 { "" } else { "s" });
-                    let which = match (fit.used, n >= MIN_MEASURED) {
-                        (true, _) => format!("local ({n} runs, better held out)"),
-                        (false, true) => format!("shipped ({n} runs; the local fit is not better held out)"),
-                        (false, false) => format!("shipped ({n} run{s}, fewer than {MIN_MEASURED} to tell)"),
-                    };
-                    let errors = format!("local {}, shipped {}", pct(fit.overlay_error), pct(fit.shipped_error));
-                    write!(f, "\n  {:<5} {which}: {errors}", family.name())?;
+                    write!(f, "\n{}", fit.line(*family))?;
                 }
                 Ok(())
             }
@@ -475,6 +505,23 @@ mod tests {
             shipped_err += (shipped.peak_bytes(&cfg).unwrap() / super::super::GIB / m).ln().abs();
         }
         assert!(local_err < shipped_err / 2.0, "{local_err} vs {shipped_err}");
+    }
+
+    /// `calibrate --check`'s "overlay used for" gives the reason `plan` gives.
+    #[test]
+    fn the_overlay_says_why_it_answers_for_no_family() {
+        let state = state_with("demo", FREE);
+        let overlay = Overlay::load(state.path()).unwrap();
+        let mut e = overlay.entries["burn-flex/fp32@cpu"].clone();
+        assert_eq!(e.used_for(), "none (fewer than 3 runs of any family)");
+        let worse = FamilyFit::new(5, (0.10, 0.20), (0.12, 0.15));
+        assert_eq!(worse.choice(), "shipped (5 runs; the local fit is not better held out)");
+        e.families.insert(Family::Unet, worse.clone());
+        assert_eq!(e.used_for(), "none (not better held out, or fewer than 3 runs)");
+        e.families = [(Family::Unet, worse), (Family::Dit, FamilyFit::new(4, (0.1, 0.2), (0.2, 0.3)))].into();
+        assert_eq!(e.used_for(), "none (not better held out)");
+        e.families.insert(Family::Hdit, FamilyFit::new(3, (0.1, 0.2), (0.05, 0.1)));
+        assert_eq!(e.used_for(), "hdit");
     }
 
     #[test]

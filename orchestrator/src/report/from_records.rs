@@ -87,5 +87,7 @@ pub fn from_records(records: &[MeasurementRecord], source: String, predictor: &P
         active: None,
         env,
         rows,
+        twins: Vec::new(),
+        layout: super::ReportLayout::Project,
     }
 }

@@ -70,6 +70,14 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
     if let Some(a) = &active {
         super::active::annotate(&mut rows, a);
     }
+    // A model the sweep planned once under its first name keeps its other
+    // names: measured once, reported under each (the group's 4L_maisi is 4L_small).
+    let twins = sweep
+        .collapsed
+        .iter()
+        .filter(|(_, kept)| rows.iter().any(|r| &r.name == kept))
+        .map(|(name, kept)| super::Twin { name: name.clone(), same_as: kept.clone() })
+        .collect();
     Ok(Report {
         title: format!("{}: memory profiling report", sweep.experiment.name),
         description: sweep.experiment.description.clone(),
@@ -89,6 +97,8 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
             .collect(),
         env,
         rows,
+        twins,
+        layout: sweep.experiment.report_layout,
     })
 }
 
@@ -179,7 +189,11 @@ impl Reader<'_> {
 
 /// Fills a row's measured columns and status from a worker result.
 fn apply_result(row: &mut Row, res: &RunResult, budget_gib: f64) {
-    row.params = Some(res.params);
+    // A run that failed before building its model counts none: the row keeps
+    // the exact count `plan` shows (spec::params::count, from base_row).
+    if res.params > 0 || row.params.is_none() {
+        row.params = Some(res.params);
+    }
     row.model_gib = res.peaks.model.map(gib);
     row.fwd_gib = res.peaks.fwd.map(gib);
     row.bwd_gib = res.peaks.bwd.map(gib);
@@ -227,5 +241,31 @@ fn unfinished_status(record: Option<&ConfigRecord>, verdict: VerdictKind) -> (St
             Activity::Ended if *s == SlurmState::Cancelled => (Status::Cancelled, Some(s.to_string())),
             Activity::Ended => (Status::Failed, Some(format!("SLURM {s}, no result from the worker"))),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run that failed before building its model reports 0 parameters: the
+    /// row keeps the exact count `plan` shows, and no measured figure.
+    #[test]
+    fn a_failed_run_keeps_the_count_plan_knows() {
+        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/demo.yaml");
+        let sweep = crate::sweep::load(&demo, &[]).expect("demo loads");
+        let c = &sweep.configs[0].config;
+        let mut row = base_row(c, "h".into(), String::new(), VerdictKind::Fits);
+        let failed: RunResult = serde_json::from_value(serde_json::json!({
+            "event": "result", "t": 0.0, "status": "failed", "params": 0, "peaks": {}, "peak_bytes": 0,
+            "message": "replay: no record of this config", "wall_s": 0.0
+        }))
+        .expect("a result");
+        apply_result(&mut row, &failed, 60.0);
+        let plan = spec::params::count(&c.model, &c.input, c.out_channels).expect("a valid config");
+        assert!(plan > 0);
+        assert_eq!(row.params, Some(plan), "{row:?}");
+        assert_eq!((row.status, row.peak_gib, row.oom_at_gib), (Status::Failed, None, None));
+        assert_eq!(row.detail.as_deref(), Some("replay: no record of this config"));
     }
 }

@@ -92,7 +92,10 @@ fn attn(levels: &[bool]) -> String {
     levels.iter().map(|a| if *a { 'T' } else { 'F' }).collect()
 }
 
-fn table(out: &mut String, rows: &[&Row], budget_gib: f64) {
+/// One table of `rows`; each followed by the configs that are its model
+/// under a second name (same figures, their own names).
+fn table(out: &mut String, report: &Report, rows: &[&Row]) {
+    let budget_gib = report.budget_gib;
     let unet = rows.iter().all(|r| !r.is_transformer());
     let hdit = rows.iter().any(|r| r.level_depths.is_some());
     let mut header: Vec<&str> = vec!["Config"];
@@ -117,31 +120,42 @@ fn table(out: &mut String, rows: &[&Row], budget_gib: f64) {
     let _ = writeln!(out, "| {} |", header.join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
     for r in rows {
-        let mut c: Vec<String> = vec![cell(&r.name, 60)];
-        if unet {
-            c.push(match &r.channels {
-                Some(ch) => format!("{ch:?}"),
-                None => "-".into(),
-            });
-            c.push(r.attention.as_deref().map(attn).unwrap_or_else(|| "-".into()));
-        } else {
-            c.push(r.resolution.clone());
-            c.push(r.patch.map(|p| p.to_string()).unwrap_or_else(|| "-".into()));
-            c.push(r.tokens.map(thousands).unwrap_or_else(|| "-".into()));
-            if hdit {
-                c.push(r.level_depths.as_ref().map(|d| format!("{d:?}")).unwrap_or_else(|| "-".into()));
-            }
-        }
-        c.push(r.params.map(millions).unwrap_or_else(|| "-".into()));
-        c.push(opt_gib(r.model_gib));
-        c.push(opt_gib(r.fwd_gib));
-        c.push(opt_gib(r.bwd_gib));
-        c.push(opt_gib(r.peak_gib));
-        c.push(opt_gib(r.predicted_gib));
-        c.push(error_cell(r));
-        c.push(status_cell(r, budget_gib));
+        let c = cells(r, unet, hdit, budget_gib);
         let _ = writeln!(out, "| {} |", c.join(" | "));
+        for twin in report.twins_of(&r.name) {
+            let mut c = c.clone();
+            c[0] = cell(&format!("{twin} (same model as {})", r.name), 90);
+            let _ = writeln!(out, "| {} |", c.join(" | "));
+        }
     }
+}
+
+/// A row's cells in the project's columns.
+fn cells(r: &Row, unet: bool, hdit: bool, budget_gib: f64) -> Vec<String> {
+    let mut c: Vec<String> = vec![cell(&r.name, 60)];
+    if unet {
+        c.push(match &r.channels {
+            Some(ch) => format!("{ch:?}"),
+            None => "-".into(),
+        });
+        c.push(r.attention.as_deref().map(attn).unwrap_or_else(|| "-".into()));
+    } else {
+        c.push(r.resolution.clone());
+        c.push(r.patch.map(|p| p.to_string()).unwrap_or_else(|| "-".into()));
+        c.push(r.tokens.map(thousands).unwrap_or_else(|| "-".into()));
+        if hdit {
+            c.push(r.level_depths.as_ref().map(|d| format!("{d:?}")).unwrap_or_else(|| "-".into()));
+        }
+    }
+    c.push(r.params.map(millions).unwrap_or_else(|| "-".into()));
+    c.push(opt_gib(r.model_gib));
+    c.push(opt_gib(r.fwd_gib));
+    c.push(opt_gib(r.bwd_gib));
+    c.push(opt_gib(r.peak_gib));
+    c.push(opt_gib(r.predicted_gib));
+    c.push(error_cell(r));
+    c.push(status_cell(r, budget_gib));
+    c
 }
 
 fn joined<T: ToString>(set: impl IntoIterator<Item = T>) -> String {
@@ -246,6 +260,16 @@ fn counts(out: &mut String, report: &Report, summary: &Summary) {
         report.rows.len(),
         summary.counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ")
     );
+    if !report.twins.is_empty() {
+        let pairs: Vec<String> = report.twins.iter().map(|t| format!("{} = {}", t.name, t.same_as)).collect();
+        let _ = writeln!(
+            out,
+            "{} more under a second name, each the same model as a config above: measured once, \
+             reported under each name ({}).\n",
+            report.twins.len(),
+            pairs.join(", ")
+        );
+    }
     let when =
         if report.predicted_by.is_empty() { "as the precheck predicts it now" } else { "as predicted before the run" };
     let _ = writeln!(
@@ -271,7 +295,7 @@ fn tables(out: &mut String, report: &Report, many_sections: bool) {
             None => group.clone(),
         };
         let _ = writeln!(out, "{level} {heading}\n");
-        table(out, &rows, report.budget_gib);
+        table(out, report, &rows);
         out.push('\n');
     }
 }

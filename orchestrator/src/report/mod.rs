@@ -13,6 +13,7 @@
 mod active;
 mod from_records;
 mod from_state;
+pub mod group;
 pub mod markdown;
 pub mod plot;
 mod summary;
@@ -27,6 +28,7 @@ use spec::{ModelSpec, RunConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+pub use crate::experiment::ReportLayout;
 use crate::fsio;
 use crate::precheck::VerdictKind;
 use crate::state::StateError;
@@ -126,6 +128,9 @@ pub struct Row {
     pub patch: Option<u32>,
     /// Tokens at the top level (transformers).
     pub tokens: Option<u64>,
+    /// An HDiT's tokens at its bottleneck (its deepest level).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bottleneck_tokens: Option<u64>,
     /// Input voxels.
     pub voxels: u64,
     pub params: Option<u64>,
@@ -216,6 +221,25 @@ pub struct Report {
     pub active: Option<crate::active::ActiveReport>,
     pub env: Environment,
     pub rows: Vec<Row>,
+    /// Configs of the sweep that are another row's model under a second name
+    /// (the sweep plans them once): measured once, reported under each name.
+    pub twins: Vec<Twin>,
+    /// The tables `report` writes (the experiment's `report_layout`).
+    pub layout: ReportLayout,
+}
+
+/// A config the sweep folded into an identical one: its name, and the row it is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Twin {
+    pub name: String,
+    pub same_as: String,
+}
+
+impl Report {
+    /// The names config `row` is also reported under.
+    pub fn twins_of<'a>(&'a self, row: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.twins.iter().filter(move |t| t.same_as == row).map(|t| t.name.as_str())
+    }
 }
 
 /// Best viable config of a group: the largest one that ran within budget.
@@ -293,8 +317,17 @@ fn base_row(cfg: &RunConfig, id: String, section: String, verdict: VerdictKind) 
         _ => (None, None, None),
     };
     let patch = cfg.model.patch();
-    let tokens =
-        patch.filter(|p| *p > 0 && cfg.input.spatial.divisible_by(*p)).map(|p| cfg.input.spatial.div(p).voxels());
+    let grid = patch.filter(|p| *p > 0 && cfg.input.spatial.divisible_by(*p)).map(|p| cfg.input.spatial.div(p));
+    let tokens = grid.map(|g| g.voxels());
+    // Each token merge halves every side (rounding down, as the group's script
+    // counts it: profile_hdit_uvit_memory.py@ff513e0:122-133).
+    let bottleneck_tokens = match (&cfg.model, grid) {
+        (ModelSpec::Hdit(m), Some(g)) => {
+            let merged = (1..m.levels()).fold(g, |g, _| g.div(2));
+            Some(merged.voxels())
+        }
+        _ => None,
+    };
     Row {
         name: cfg.name.clone(),
         id,
@@ -308,6 +341,7 @@ fn base_row(cfg: &RunConfig, id: String, section: String, verdict: VerdictKind) 
         level_depths,
         patch,
         tokens,
+        bottleneck_tokens,
         voxels: cfg.input.spatial.voxels(),
         params: spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).ok(),
         model_gib: None,
@@ -330,12 +364,15 @@ fn gib(bytes: u64) -> f64 {
     bytes as f64 / GIB
 }
 
-/// Writes `report.md`, `report.json` and the plots into `out`; returns the
-/// Markdown's path and the plot files written.
+/// Writes `report.md` (in the report's layout), `report.json` and the plots
+/// into `out`; returns the Markdown's path and the plot files written.
 pub fn write(report: &Report, out: &Path) -> Result<(PathBuf, Vec<PathBuf>), ReportError> {
     std::fs::create_dir_all(out).map_err(|source| ReportError::Io { path: out.into(), source })?;
     let plots = plot::write_all(report, out).map_err(|e| ReportError::Plot(e.to_string()))?;
-    let md = markdown::render(report, &plots, out);
+    let md = match report.layout {
+        ReportLayout::Project => markdown::render(report, &plots, out),
+        _ => group::render(report),
+    };
     let md_path = out.join("report.md");
     fsio::write_atomic(&md_path, md.as_bytes())?;
     fsio::write_json(&out.join("report.json"), &json(report))?;
@@ -371,6 +408,8 @@ pub fn json(report: &Report) -> serde_json::Value {
         "active": report.active,
         "env": report.env,
         "rows": rows,
+        "twins": report.twins,
+        "layout": report.layout,
         "summary": report.summary(),
     })
 }

@@ -422,6 +422,8 @@ pub(super) fn report_of(rows: Vec<Row>) -> Report {
         active: None,
         env: Environment::default(),
         rows,
+        twins: Vec::new(),
+        layout: ReportLayout::Project,
     }
 }
 
@@ -447,4 +449,42 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
     assert_eq!(oom.status, Status::Oom);
     assert_eq!(oom.limit_gib, 0.5, "512 MiB, not the GPU's {} GiB", oom.capacity_gib);
     assert_eq!(row(&rep, "dit_B_p8").limit_gib, 0.5, "the limit applies to every run of the sweep");
+}
+
+/// Two configs of one model under two names (the group's `4L_maisi` is
+/// `4L_small`): the sweep plans it once, the report keeps both rows, measured
+/// once and reported under each name, in the project's layout and the group's;
+/// the counts and summaries count it once.
+#[test]
+fn a_model_under_two_names_is_reported_under_each() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("state");
+    let twin = "    - {name: unet_3L_again, model: {family: unet, channels: [32, 64, 64], attention_levels: [false, false, true], num_res_blocks: 1, num_head_channels: 32}}\n";
+    let text = format!("{SWEEP}{twin}");
+    let sweep = crate::sweep::parse(Path::new("rep.yaml"), &text, &[]).expect("sweep parses");
+    assert_eq!(sweep.collapsed, [("unet_3L_again".to_string(), "unet_3L".to_string())]);
+    let mut st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
+    st.save_sweep(&StoredSweep { cluster: "local".into(), sweep: sweep.clone() }).expect("sweep.json");
+    let c = sweep.get("unet_3L").expect("kept under its first name");
+    let fits = Verdict::Fits { predicted_gib: 4.0, available_gib: 80.0 };
+    record(&mut st, c, &fits, Some((0, SlurmState::Completed, Some(stored_result()))));
+    drop(st);
+    let mut rep = from_state(&root, "rep", Some(&Predictor::pytorch())).expect("report");
+    assert_eq!(rep.rows.len(), sweep.configs.len(), "one row per model");
+    assert_eq!(rep.twins, [Twin { name: "unet_3L_again".into(), same_as: "unet_3L".into() }]);
+
+    let md = markdown::render(&rep, &[], Path::new("."));
+    let first = md.lines().find(|l| l.starts_with("| unet_3L |")).expect("the measured row");
+    let again = md.lines().find(|l| l.starts_with("| unet_3L_again ")).expect("its second name");
+    assert_eq!(again, first.replacen("| unet_3L |", "| unet_3L_again (same model as unet_3L) |", 1));
+    assert!(md.contains(&format!("\n{} configs: ", sweep.configs.len())), "counted once");
+    assert!(md.contains("1 more under a second name, each the same model as a config above: measured once, reported under each name (unet_3L_again = unet_3L)."), "{md}");
+    assert_eq!(json(&rep)["twins"][0]["same_as"], "unet_3L");
+
+    rep.layout = ReportLayout::LatentUnet;
+    let group = group::render(&rep);
+    let first = group.lines().find(|l| l.starts_with("| unet_3L |")).expect("the measured row");
+    assert!(first.ends_with("| 1.2M | 0.5G | 3.0G | 4.0G | 4.0G | OK |"), "{first}");
+    let again = group.lines().find(|l| l.starts_with("| unet_3L_again |")).expect("its second name");
+    assert_eq!(again, first.replacen("unet_3L", "unet_3L_again", 1));
 }

@@ -13,9 +13,13 @@ pub struct RetryPolicy {
     /// TIMEOUT: retried by default, since the usual fix is a longer `slurm.time`
     /// in the experiment file, which a resubmission picks up.
     pub timeout: bool,
-    /// CANCELLED (by `scancel`, `orchestrator cancel`, or an admin): retried by
-    /// default, since `resume` after a cancel means "carry on".
+    /// CANCELLED by `scancel` or an admin: retried by default, since `resume`
+    /// after such a cancel means "carry on".
     pub cancelled: bool,
+    /// CANCELLED by this tool's `cancel`: not by default (`--retry-cancelled`):
+    /// a person stopped those jobs, and `resume` does not undo that unasked.
+    #[serde(default)]
+    pub cancelled_by_cancel: bool,
     /// A real error: the worker recorded `failed`, or the job script FAILED
     /// before the worker started (missing binary, unreadable manifest). Not by
     /// default; such a crash recurs.
@@ -36,7 +40,14 @@ fn yes() -> bool {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy { timeout: true, cancelled: true, failed: false, killed: true, max_attempts: 3 }
+        RetryPolicy {
+            timeout: true,
+            cancelled: true,
+            cancelled_by_cancel: false,
+            failed: false,
+            killed: true,
+            max_attempts: 3,
+        }
     }
 }
 

@@ -92,6 +92,15 @@ impl View {
         Ok(read_json::<StoredSweep>(&self.file(files::SWEEP))?.map(|s| s.rehashed().0))
     }
 
+    /// [`View::sweep`] where it holds the sweep to its cluster: once a
+    /// submission may have reached it (any not positively abandoned). A
+    /// `submit` that never reached its host submitted nothing: the sweep is
+    /// stored, but it may go elsewhere next (`None`).
+    pub fn pinned_sweep(&self) -> Result<Option<StoredSweep>, StateError> {
+        let pinned = self.submissions()?.iter().any(|s| s.state() != intent::IntentState::Abandoned);
+        Ok(if pinned { self.sweep()? } else { None })
+    }
+
     /// [`View::sweep`] and [`View::records`] keyed alike: in a directory not
     /// yet opened since one model has one hash, the records of configs that
     /// moved are read under their hash now (nothing is written).

@@ -16,6 +16,12 @@
 //! loop chooses among the configs its records hold first: one without a
 //! record cannot be measured there, and a round of those would end the loop
 //! before it measured what it could.
+//!
+//! Ctrl-C ([`Interrupt`]) stops the loop: in any phase of a round (waiting,
+//! collecting, choosing, submitting) the step in flight finishes (a poll is
+//! applied, a round's submission completes: the state stays whole) and no
+//! new round is chosen; the loop ends [`Ended::Interrupted`], with what is
+//! still running.
 
 use spec::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use spec::record::MeasurementRecord;
 use spec::RunConfig;
 
-use super::{cluster_name, status, submit, CommandError, Options, Watch};
+use super::{cluster_name, status_until, submit, CommandError, Interrupt, Options, Watch};
 use crate::active::{self, ActiveReport, Answer, Choice, Refit, Savings, Settings, Stop};
 use crate::cluster::{ClustersFile, TransportKind};
 use crate::precheck::Calibration;
@@ -89,6 +95,25 @@ fn cause(r: &ConfigRecord) -> String {
     }
 }
 
+/// How a loop that can be interrupted ended.
+#[derive(Debug)]
+pub enum Ended {
+    Done(ActiveReport),
+    /// Ctrl-C: no new round was chosen.
+    Interrupted(Stopped),
+}
+
+/// Where a loop stopped by Ctrl-C left the sweep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stopped {
+    pub experiment: String,
+    /// Rounds recorded in the journal.
+    pub rounds: u32,
+    /// The configs still queued or running (or whose submission awaits the
+    /// cluster's answer), by name.
+    pub running: Vec<String>,
+}
+
 /// Runs the loop until every config is settled or could not be measured,
 /// the budget is spent, or a round's every run failed; `say` gets one line
 /// per round.
@@ -99,10 +124,27 @@ pub async fn run(
     watch: Watch,
     say: &mut (dyn FnMut(&str) + Send),
 ) -> Result<ActiveReport, CommandError> {
+    match run_until(sweep, opts, settings, watch, None, say).await? {
+        Ended::Done(r) => Ok(r),
+        Ended::Interrupted(s) => Err(CommandError::Refused(format!("active sweep {} interrupted", s.experiment))),
+    }
+}
+
+/// [`run`], stopped by `interrupt` (Ctrl-C) in any phase of a round: no new
+/// round is chosen once it was pressed.
+pub async fn run_until(
+    sweep: &Sweep,
+    opts: &Options,
+    settings: &Settings,
+    watch: Watch,
+    interrupt: Option<&Interrupt>,
+    say: &mut (dyn FnMut(&str) + Send),
+) -> Result<Ended, CommandError> {
     let name = sweep.experiment.name.clone();
     // On a `local` cluster the runs have this machine's memory (a limit below the GPU's).
     let view = View::new(&opts.state_root, &name)?;
-    let stored = view.sweep()?;
+    // Held to its cluster once a submission may have reached it (as `submit`).
+    let stored = view.pinned_sweep()?;
     let (judged, _) =
         super::where_it_runs(sweep, opts.cluster.as_deref(), stored.as_ref(), opts.clusters_file.as_deref());
     let sweep = &judged;
@@ -118,9 +160,16 @@ pub async fn run(
     let said = view.active()?.filter(|r| r.stop == Stop::RoundFailed).map(|r| r.rounds);
     let replay = replay_records(sweep, opts)?;
     let mut submitted_round = None;
+    let pressed = || interrupt.is_some_and(Interrupt::pressed);
     loop {
         if view.has_sweep() {
-            status(&name, opts, Some(watch), &mut |_| {}).await?;
+            status_until(&name, opts, Some(watch), interrupt, &mut |_| {}).await?;
+        }
+        if pressed() {
+            return Ok(Ended::Interrupted(stopped(opts, &name)?));
+        }
+        if let Some(i) = interrupt {
+            i.at("active:choosing").await;
         }
         let k = known(opts, &name)?;
         let list: Vec<MeasurementRecord> = k.measured.values().cloned().collect();
@@ -136,19 +185,32 @@ pub async fn run(
         } else {
             choose_measurable(&configs, &answers, &refit, settings, &k.tried, replay.as_ref())
         };
+        if pressed() {
+            return Ok(Ended::Interrupted(stopped(opts, &name)?));
+        }
         let chosen = match choice {
             Choice::Done(stop) => {
                 let r = report(sweep, k, stop, answers);
                 StateDir::open(&opts.state_root, &name, opts.lock_wait)?.save_active(&r)?;
-                return Ok(r);
+                return Ok(Ended::Done(r));
             }
             Choice::Measure(keys) => keys,
         };
         let round = k.rounds + 1;
         let open = answers.values().filter(|a| !a.is_settled()).count();
-        measure_round(sweep, opts, (round, k.measured.len(), open), &chosen, say).await?;
+        measure_round(sweep, opts, (round, k.measured.len(), open), &chosen, interrupt, say).await?;
         submitted_round = Some(round);
     }
+}
+
+/// What a loop stopped by Ctrl-C leaves running.
+fn stopped(opts: &Options, experiment: &str) -> Result<Stopped, CommandError> {
+    let view = View::new(&opts.state_root, experiment)?;
+    let mut running: Vec<String> =
+        view.records()?.values().filter(|r| r.occupied()).map(|r| r.name().to_string()).collect();
+    running.sort();
+    let rounds = view.journal()?.iter().filter(|l| matches!(l.change, Change::ActiveRound { .. })).count() as u32;
+    Ok(Stopped { experiment: experiment.to_string(), rounds, running })
 }
 
 /// Records round `round` (`measured` configs measured so far, `open` not
@@ -158,6 +220,7 @@ async fn measure_round(
     opts: &Options,
     (round, measured, open): (u32, usize, usize),
     chosen: &[String],
+    interrupt: Option<&Interrupt>,
     say: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(), CommandError> {
     let round_of: Vec<ConfigHash> = chosen.iter().map(|k| ConfigHash::from(k.as_str())).collect();
@@ -171,6 +234,10 @@ async fn measure_round(
     let names: Vec<&str> = sweep.configs.iter().filter(|c| hashes.contains(&c.hash)).map(|c| c.name.as_str()).collect();
     say(&format!("round {round}: {} open, measuring {}: {}", active::configs(open), chosen.len(), names.join(", ")));
     let o = Options { only: Some(hashes), force: true, include_risky: true, ..opts.clone() };
+    if let Some(i) = interrupt {
+        // A press from here on lets the round's submission finish: the loop stops after it.
+        i.at("active:submitting").await;
+    }
     let r = submit(sweep, &o, false).await?;
     if r.submitted.is_empty() && r.unresolved.is_empty() {
         let why: Vec<String> = r.skipped.iter().map(|(n, w)| format!("{n}: {w}")).collect();

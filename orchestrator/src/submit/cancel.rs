@@ -29,16 +29,7 @@ pub async fn cancel(experiment: &str, opts: &Options) -> Result<Cancelled, Comma
         .filter(|a| a.is_live())
         .filter_map(|a| a.array_job_id().cloned())
         .collect();
-    let asked: BTreeSet<JobId> = st
-        .view()
-        .journal()?
-        .into_iter()
-        .filter_map(|l| match l.change {
-            Change::Cancel { jobs } => Some(jobs),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let asked = asked_to_cancel(st.view())?;
     let (again, new): (Vec<JobId>, Vec<JobId>) = ids.into_iter().partition(|j| asked.contains(j));
     if !new.is_empty() {
         st.apply(Change::Cancel { jobs: new.clone() })?;
@@ -48,4 +39,25 @@ pub async fn cancel(experiment: &str, opts: &Options) -> Result<Cancelled, Comma
         blocking(&target.transport, move |t| t.cancel(&send)).await?;
     }
     Ok(Cancelled { new, again })
+}
+
+/// The job arrays an earlier `cancel` asked SLURM to cancel (its journal lines).
+pub(super) fn asked_to_cancel(view: &crate::state::View) -> Result<BTreeSet<JobId>, CommandError> {
+    Ok(view
+        .journal()?
+        .into_iter()
+        .filter_map(|l| match l.change {
+            Change::Cancel { jobs } => Some(jobs),
+            _ => None,
+        })
+        .flatten()
+        .collect())
+}
+
+/// Whether `r`'s last attempt ended CANCELLED in an array `cancel` asked to
+/// cancel (`asked`): a person stopped it, and `resume` runs it again only
+/// with `--retry-cancelled`.
+pub(super) fn cancelled_by_cancel(r: &crate::state::ConfigRecord, asked: &BTreeSet<JobId>) -> bool {
+    let Some(last) = r.attempts().iter().rev().find(|a| !a.abandoned()) else { return false };
+    last.state() == Some(&crate::slurm::SlurmState::Cancelled) && last.array_job_id().is_some_and(|j| asked.contains(j))
 }

@@ -8,6 +8,11 @@
 //! cluster already has the same size and SHA-256 (computed there), so running
 //! `install` before every sweep costs one command.
 //!
+//! Before the upload, the binary is asked here (`worker backends`) whether it
+//! has the backend `--backend` names, or, with none named, a GPU backend where
+//! the cluster's `defaults:` ask SLURM for a GPU ([`super::probe::Need`]): a
+//! CPU-only build on a GPU cluster is refused, with how to build the GPU one.
+//!
 //! `--warm` then submits a job that fills a node's kernel cache ([`super::warm`]).
 
 use serde::Serialize;
@@ -45,29 +50,37 @@ pub struct Installed {
     pub warm: Option<super::warm::WarmJob>,
 }
 
-/// Uploads `worker` to cluster `cluster` unless it is already there; then,
-/// with `warm`, the warm-up job ([`super::warm::submit`]), with `--backend`
-/// when given.
+/// Uploads `worker` to cluster `cluster` unless it is already there (refused
+/// when it lacks `backend`, or, with none, a GPU backend the cluster's
+/// defaults ask for); then, with `warm`, the warm-up job
+/// ([`super::warm::submit`]), with `backend` when given.
 pub async fn install(
     opts: &Options,
     cluster: &str,
     worker: &Path,
-    warm: Option<Option<WorkerBackend>>,
+    backend: Option<WorkerBackend>,
+    warm: bool,
 ) -> Result<Installed, CommandError> {
     let target = crate::target::open(opts.clusters_file.as_deref(), cluster, &opts.state_root)?;
-    let Some(backend) = warm else {
-        return Ok(Installed { upload: Some(install_on(&target, worker).await?), warm: None });
-    };
+    if !warm {
+        return Ok(Installed { upload: Some(install_on(&target, worker, backend).await?), warm: None });
+    }
     let upload = match target.config.transport {
         TransportKind::Local => None,
-        _ => Some(install_on(&target, worker).await?),
+        _ => Some(install_on(&target, worker, backend).await?),
     };
     let job = super::warm::submit(opts, &target, backend).await?;
     Ok(Installed { upload, warm: Some(job) })
 }
 
-/// Uploads `worker` to `target` unless it is already there.
-pub async fn install_on(target: &Target, worker: &Path) -> Result<InstallReport, CommandError> {
+/// Uploads `worker` to `target` unless it is already there; first refuses
+/// one that lacks `backend` (none: a GPU backend, where the cluster's
+/// defaults ask SLURM for a GPU).
+pub async fn install_on(
+    target: &Target,
+    worker: &Path,
+    backend: Option<WorkerBackend>,
+) -> Result<InstallReport, CommandError> {
     let t0 = Instant::now();
     if target.config.transport == TransportKind::Replay {
         return Err(CommandError::Refused(format!(
@@ -88,6 +101,8 @@ pub async fn install_on(target: &Target, worker: &Path) -> Result<InstallReport,
             worker.display()
         ))
     })?;
+    let need = super::probe::Need::of(backend, "`install --backend` names", &target.config.defaults);
+    super::probe::check_local_worker(target, worker, &need)?;
     let sha256 = hex::encode(Sha256::digest(&data));
     let bytes = data.len() as u64;
     let path = blocking(&target.transport, |t| t.files().worker_path()).await?;

@@ -35,6 +35,7 @@ pub mod active;
 mod arrays;
 pub mod cancel;
 pub mod install;
+pub mod interrupt;
 mod poll;
 mod preview;
 mod probe;
@@ -45,11 +46,12 @@ pub mod view;
 pub mod warm;
 
 pub use cancel::cancel;
+pub use interrupt::Interrupt;
 pub use poll::PollSummary;
 pub use preview::{predictions_it_runs, render, Rendered};
 pub use pull::{attempt_events, last_result};
 pub use send::{submit, SubmitReport};
-pub use view::{status, StatusReport, StatusRow, Watch};
+pub use view::{status, status_until, StatusReport, StatusRow, Watch};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
@@ -175,11 +177,12 @@ pub(crate) fn allowed(verdict: VerdictKind, opts: &Options) -> bool {
 }
 
 /// Opens the state, records the sweep and a record per config (new ones
-/// created, verdicts refreshed). The cluster is fixed at the first submission.
+/// created, verdicts refreshed). The cluster is fixed at the first submission
+/// that may have reached it ([`crate::state::View::pinned_sweep`]).
 pub(crate) fn prepare(st: &mut StateDir, sweep: &Sweep, cluster: &str) -> Result<(), CommandError> {
     let prev = st.view().sweep()?;
     if let Some(prev) = &prev {
-        if prev.cluster != cluster && !st.load_submissions()?.is_empty() {
+        if prev.cluster != cluster && st.view().pinned_sweep()?.is_some() {
             return Err(CommandError::Refused(format!(
                 "experiment `{}` was submitted to cluster `{}`; it cannot continue on `{cluster}` \
                  (use --cluster {} or another experiment name)",

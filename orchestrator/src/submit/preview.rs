@@ -28,7 +28,7 @@ pub struct Rendered {
 /// state's records are left alone.
 pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandError> {
     let view = state::View::new(&opts.state_root, &sweep.experiment.name)?;
-    let prev = view.sweep()?;
+    let prev = view.pinned_sweep()?;
     let (judged, choice) =
         super::where_it_runs(sweep, opts.cluster.as_deref(), prev.as_ref(), opts.clusters_file.as_deref());
     let sweep = &judged;
@@ -89,8 +89,12 @@ pub fn predictions_it_runs(sweep: &Sweep, opts: &Options) -> Result<Vec<String>,
     let view = state::View::new(&opts.state_root, &sweep.experiment.name)?;
     let Some(active) = view.active()? else { return Ok(Vec::new()) };
     let predicted = active.settled_predictions();
-    let (judged, _) =
-        super::where_it_runs(sweep, opts.cluster.as_deref(), view.sweep()?.as_ref(), opts.clusters_file.as_deref());
+    let (judged, _) = super::where_it_runs(
+        sweep,
+        opts.cluster.as_deref(),
+        view.pinned_sweep()?.as_ref(),
+        opts.clusters_file.as_deref(),
+    );
     let (todo, _) = super::send::would_send(&judged, opts)?;
     Ok(todo.into_iter().filter(|c| predicted.contains(c.name.as_str())).map(|c| c.name.clone()).collect())
 }

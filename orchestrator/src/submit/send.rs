@@ -13,7 +13,7 @@ use super::{
     allowed, blocking, open_target, prepare, result_grace_s, same_file, template_dirs, ClusterChoice, ClusterSource,
     CommandError, Options, Target,
 };
-use crate::cluster::ClusterError;
+use crate::cluster::{ClusterError, TransportKind};
 use crate::collect::WorkerOutcome;
 use crate::experiment::locate::KeyPath;
 use crate::fsio;
@@ -40,11 +40,19 @@ pub struct SubmitReport {
     pub adopted: Vec<String>,
     pub abandoned: Vec<String>,
     pub unresolved: Vec<String>,
+    /// Of the unresolved, those the cluster lists no job of while their
+    /// configs' run directories say it ran them: (id, what was found).
+    pub ran_anyway: Vec<(String, String)>,
     /// Transport commands and file transfers this command used.
     pub counters: CounterSnapshot,
     pub wall_s: f64,
     /// Where the sweep went, and what said so.
     pub cluster: Option<ClusterChoice>,
+    /// Whether that cluster is SLURM (not the built-in `local` or `replay`).
+    pub slurm: bool,
+    /// Configs `resume` would have run again but that `cancel` stopped: not
+    /// sent without `--retry-cancelled` (their names; also in `skipped`).
+    pub cancelled_by_cancel: Vec<String>,
 }
 
 /// Submits prepared arrays one by one: upload, intent (the one fsync the
@@ -56,7 +64,7 @@ async fn send(
     prepared: Vec<Prepared>,
     report: &mut SubmitReport,
 ) -> Result<(), CommandError> {
-    let local = target.config.transport == crate::cluster::TransportKind::Local;
+    let local = target.config.transport == TransportKind::Local;
     for mut p in prepared {
         // 1. Files on the cluster (a fresh path per submission: nothing to clobber).
         if !local || !same_file(&p.script_local, &p.sub.remote_script) {
@@ -123,6 +131,7 @@ impl SubmitReport {
         self.adopted.extend(s.adopted);
         self.abandoned.extend(s.abandoned);
         self.unresolved = s.unresolved;
+        self.ran_anyway = s.ran_anyway;
     }
 }
 
@@ -297,7 +306,9 @@ async fn check_worker_of(
         return Ok(());
     }
     let backend = super::arrays::experiment_backend(&sweep.experiment);
-    let checked = super::probe::check_worker(target, worker, backend).await;
+    let resources = crate::cluster::merge_resources(&sweep.experiment.slurm, &target.config.defaults);
+    let need = super::probe::Need::of(backend, "the experiment asks for", &resources);
+    let checked = super::probe::check_worker(target, worker, &need).await;
     if checked.is_err() {
         for p in prepared {
             st.forget_unsent(&p.sub.id);
@@ -314,9 +325,11 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
         ClusterChoice::of(opts.cluster.as_deref(), sweep, None).check(sweep)?;
     }
     let mut st = StateDir::open(&opts.state_root, &sweep.experiment.name, opts.lock_wait)?;
-    let prev = st.view().sweep()?;
+    // The stored cluster, once something may have reached it; else as if new.
+    let prev = st.view().pinned_sweep()?;
     let (judged, choice) =
         super::where_it_runs(sweep, opts.cluster.as_deref(), prev.as_ref(), opts.clusters_file.as_deref());
+    choice.check(sweep)?;
     let sweep = &judged;
     let cluster = choice.name.clone();
     let target = open_chosen(opts, sweep, &choice)?;
@@ -325,7 +338,8 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     prepare(&mut st, sweep, &cluster)?;
     let before = target.transport.counters();
     let configs_per_task = sweep.experiment.worker.configs_per_task;
-    let mut report = SubmitReport { cluster: Some(choice), configs_per_task, ..SubmitReport::default() };
+    let slurm = !matches!(target.config.transport, TransportKind::Local | TransportKind::Replay);
+    let mut report = SubmitReport { cluster: Some(choice), configs_per_task, slurm, ..SubmitReport::default() };
 
     // Settle what a crash left, then learn the current states, before deciding anything.
     // An open intent's configs stay reserved (`ConfigRecord::live`) until SLURM answers by name.
@@ -339,6 +353,7 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
     let mut seen = BTreeSet::new();
     let started = tasks_started(st.records());
     let answered = answered_by_active(opts, &sweep.experiment.name)?;
+    let asked = super::cancel::asked_to_cancel(st.view())?;
     for c in &sweep.configs {
         if !seen.insert(&c.hash) {
             continue;
@@ -353,6 +368,10 @@ pub async fn submit(sweep: &Sweep, opts: &Options, resume: bool) -> Result<Submi
             continue;
         }
         match blocker(r, opts, resume, &started) {
+            None if !opts.retry.cancelled_by_cancel && super::cancel::cancelled_by_cancel(r, &asked) => {
+                report.skipped.push((c.name.clone(), "cancelled by `cancel` (--retry-cancelled runs it)".into()));
+                report.cancelled_by_cancel.push(c.name.clone());
+            }
             None => todo.push(c),
             Some(why) => report.skipped.push((c.name.clone(), why)),
         }

@@ -2,10 +2,12 @@
 //! rows, and `--watch`.
 
 use serde::Serialize;
+use spec::event::RunStatus;
 use spec::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use super::interrupt::Interrupt;
 use super::poll::{update, PollSummary};
 use super::pull::awaiting_result;
 use super::{open_target, protocol, result_grace_s, stored_sweep, CommandError, Options};
@@ -161,8 +163,11 @@ fn rows(sweep: &Sweep, records: &BTreeMap<ConfigHash, ConfigRecord>) -> Vec<Stat
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         let live =
             latest.filter(|a| a.state().is_some_and(|s| s.activity() == Activity::Running)).and_then(|a| a.live());
+        // A run that failed or was cancelled measured nothing: no figure (the
+        // report shows none either), its cause below the table.
         let peak = match result {
-            Some(v) => Some(gib(v.peak_bytes)),
+            Some(v) if matches!(v.status, RunStatus::Ok | RunStatus::Oom) => Some(gib(v.peak_bytes)),
+            Some(_) => None,
             None => live.map(|l| gib(l.peak_bytes)),
         };
         let phase = match result {
@@ -269,29 +274,39 @@ impl Default for Watch {
 }
 
 /// `status`: one poll (or, with `watch`, polls until every config settled),
-/// printing the table after each through `print`.
+/// printing the table after each through `print`. Watching, Ctrl-C ends the
+/// watch ([`Interrupt`], listened for from here on; a second press does
+/// nothing more: use [`status_until`] to leave at once).
 pub async fn status(
     experiment: &str,
     opts: &Options,
     watch: Option<Watch>,
     print: &mut (dyn FnMut(&StatusReport) + Send),
 ) -> Result<StatusReport, CommandError> {
+    let interrupt = watch.and_then(|_| Interrupt::listen(|_| {}));
+    status_until(experiment, opts, watch, interrupt.as_ref(), print).await
+}
+
+/// [`status`] watching until every config settled or `interrupt` (Ctrl-C):
+/// a press during a wait ends it at once; one during a poll, once the poll
+/// is applied ([`StatusReport::interrupted`]).
+pub async fn status_until(
+    experiment: &str,
+    opts: &Options,
+    watch: Option<Watch>,
+    interrupt: Option<&Interrupt>,
+    print: &mut (dyn FnMut(&StatusReport) + Send),
+) -> Result<StatusReport, CommandError> {
     let stored = stored_sweep(&opts.state_root, experiment)?;
     let target = open_target(opts, &opts.cluster.clone().unwrap_or(stored.cluster.clone()))?;
     let mut interval = watch.map(|w| w.min).unwrap_or_default();
     let mut polls = 0u32;
-    // Ctrl-C while watching, listened for once, before the first poll: a
-    // signal that comes during a poll is kept for the next wait. (A listener
-    // made anew at each wait missed it, while tokio's handler had already
-    // replaced the default action: the watch went on as if nothing was pressed.)
-    let mut interrupt = match watch {
-        Some(_) => tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-            .map_err(|e| tracing::warn!("Ctrl-C cannot be caught ({e}): it ends the watch at once"))
-            .ok(),
-        None => None,
-    };
+    let interrupt = interrupt.filter(|_| watch.is_some());
     loop {
         polls += 1;
+        if let Some(i) = interrupt {
+            i.at("watch:polling").await;
+        }
         // The lock only while touching the state: cancel/resume may run between polls.
         let result: Result<StatusReport, CommandError> = async {
             let mut st = StateDir::open(&opts.state_root, experiment, opts.lock_wait)?;
@@ -331,11 +346,14 @@ pub async fn status(
             }
             Err(_) => return result,
         }
+        let Some(i) = interrupt else {
+            tokio::time::sleep(interval).await;
+            continue;
+        };
+        i.at("watch:waiting").await;
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
-            Some(()) = async { interrupt.as_mut()?.recv().await } => {
-                return result.map(|r| StatusReport { interrupted: true, ..r });
-            }
+            () = i.wait() => return result.map(|r| StatusReport { interrupted: true, ..r }),
         }
     }
 }
@@ -428,6 +446,29 @@ mod tests {
         assert_eq!((rows[0].state.as_str(), rows[0].attempts), ("RUNNING", 2));
         assert_eq!(rows[0].result, None, "{:?}", rows[0]);
         assert_eq!(rows[0].peak_gib, None, "{:?}", rows[0]);
+    }
+
+    /// A failed run measured nothing: its row reads `failed`, no `0.0000G`,
+    /// and the table says why below.
+    #[test]
+    fn a_failed_run_shows_its_cause_and_no_figure() {
+        let sweep = demo();
+        let c = &sweep.configs[0];
+        let a = attempt(SlurmState::Failed, None).with_worker(crate::collect::WorkerOutcome::Result(RunStatus::Failed));
+        let mut failed = result_of("failed");
+        failed.peak_bytes = 0;
+        failed.message = Some("replay: no record of this config".into());
+        let r = ConfigRecord::fixture(&c.hash, &c.name)
+            .with_verdict(Some(crate::precheck::VerdictKind::Fits), Some(4.0))
+            .with_attempt(a)
+            .with_result(Some(failed));
+        let rows = rows(&sweep, &BTreeMap::from([(c.hash.clone(), r)]));
+        assert_eq!((rows[0].result.as_deref(), rows[0].peak_gib), (Some("failed"), None), "{:?}", rows[0]);
+        let report = StatusReport { rows, poll: PollSummary::default(), settled: true, interrupted: false };
+        let table = report.table();
+        let line = table.lines().nth(1).expect("row");
+        assert!(line.trim_end().ends_with(" failed") && !line.contains("0.0000G"), "{table}");
+        assert!(table.contains(&format!("why {} failed:\n  replay: no record of this config\n", c.name)), "{table}");
     }
 
     /// The worker wrote `ok`; SLURM calls the task FAILED (another config of

@@ -3,30 +3,30 @@
 
 use serde_yaml::Value;
 
+pub(crate) use super::choice::Choice;
+use super::choice::{sweep_key, AxesView};
+use super::exclude::Exclusion;
 use super::name::{auto_label, describe, sanitize, Template};
 use crate::experiment::locate::KeyPath;
-use crate::experiment::{show, LoadError, Origin, Override, Source, PER_CONFIG_KEYS};
-
-/// One axis value: an optional label and the overrides it applies.
-#[derive(Clone)]
-pub(crate) struct Choice {
-    pub label: Option<String>,
-    pub sets: Vec<(KeyPath, Value, Origin)>,
-}
+use crate::experiment::{show, LoadError, Origin, Source};
 
 /// The name of one combination: labels joined by `_`, or `fallback` when no
-/// choice has one. A label is dropped when a command-line override replaced
-/// (part of) what its choice sets; the choice's remaining values label it instead.
-pub(crate) fn from_labels(combo: &[&Choice], cli: &[Override], fallback: &str) -> String {
-    let overridden = |k: &KeyPath| cli.iter().any(|o| o.key.starts_with(k) || k.starts_with(&o.key));
+/// choice has one. A label stays only while every value its choice sets is
+/// still the config's value in `doc` (the combination's document after the
+/// command line's overrides; `None`: as the file writes it). An override that
+/// replaced one with another value drops the label, and the choice's values
+/// that still hold label it instead; one that set a value to what the choice
+/// already had renames nothing.
+pub(crate) fn from_labels(combo: &[&Choice], doc: Option<&Value>, fallback: &str) -> String {
+    let holds = |k: &KeyPath, v: &Value| doc.is_none_or(|d| crate::experiment::overrides_get(d, k) == Some(v));
     let mut labels: Vec<String> = Vec::new();
     for c in combo {
         let Some(label) = c.label.as_deref().filter(|l| !l.is_empty()) else { continue };
-        if !c.sets.iter().any(|(k, _, _)| overridden(k)) {
+        if c.sets.iter().all(|(k, v, _)| holds(k, v)) {
             labels.push(label.to_string());
             continue;
         }
-        labels.extend(c.sets.iter().filter(|(k, _, _)| !overridden(k)).map(|(k, v, _)| describe(&k.to_string(), v)));
+        labels.extend(c.sets.iter().filter(|(k, v, _)| holds(k, v)).map(|(k, v, _)| describe(&k.to_string(), v)));
     }
     if labels.is_empty() {
         fallback.to_string()
@@ -48,14 +48,6 @@ pub(crate) struct Axes {
     exclude: Vec<Exclusion>,
 }
 
-/// One `exclude:` rule: (dotted key, value) pairs that drop every
-/// combination matching all of them; `at` is where the file has it.
-#[derive(Debug, Clone)]
-pub(crate) struct Exclusion {
-    pub at: KeyPath,
-    pub pairs: Vec<(KeyPath, Value)>,
-}
-
 impl Axes {
     pub fn parse(src: &Source, v: &Value, at: &KeyPath) -> Result<Self, LoadError> {
         let err = |p: &KeyPath, m: String| src.error_in_file(p, m);
@@ -63,6 +55,7 @@ impl Axes {
             return Err(err(at, "expected a mapping with configs, grid, zip, exclude or name".into()));
         };
         let mut axes = Axes::default();
+        let mut exclude = None;
         for (k, v) in map {
             let key = k.as_str().unwrap_or_default();
             let here = at.clone().key(key);
@@ -96,7 +89,8 @@ impl Axes {
                     }
                 }
                 "zip" => axes.zip = zip_rows(src, v, &here)?,
-                "exclude" => axes.exclude = exclusions(src, v, &here)?,
+                // Read last: a rule may name the labels of any axis.
+                "exclude" => exclude = Some((v, here)),
                 other => {
                     return Err(err(
                         &here,
@@ -106,6 +100,9 @@ impl Axes {
                     ))
                 }
             }
+        }
+        if let Some((v, here)) = exclude {
+            axes.exclude = super::exclude::parse(src, v, &here, &axes.view())?;
         }
         Ok(axes)
     }
@@ -147,15 +144,19 @@ impl Axes {
         })
     }
 
-    /// The first `exclude:` rule that drops `doc`, by index.
-    pub fn excluded_by(&self, doc: &Value) -> Option<usize> {
-        self.exclude.iter().position(|rule| {
-            rule.pairs.iter().all(|(k, v)| crate::experiment::overrides_get(doc, k).is_some_and(|x| x == v))
-        })
+    /// The first `exclude:` rule that drops combination `combo`, whose
+    /// document (after every override) is `doc`, by index.
+    pub fn excluded_by(&self, combo: &[&Choice], doc: &Value) -> Option<usize> {
+        self.exclude.iter().position(|rule| rule.drops(&self.view(), combo, doc))
     }
 
     pub fn exclusions(&self) -> &[Exclusion] {
         &self.exclude
+    }
+
+    /// The axes as `exclude:` rules read them.
+    pub fn view(&self) -> AxesView<'_> {
+        AxesView { configs: &self.configs, grid: &self.grid, zip: &self.zip }
     }
 }
 
@@ -200,26 +201,6 @@ fn zip_rows(src: &Source, v: &Value, here: &KeyPath) -> Result<Vec<Choice>, Load
     Ok(rows)
 }
 
-/// The `exclude:` block: each rule a set of (dotted key, value) that drops
-/// the combinations matching all of it.
-fn exclusions(src: &Source, v: &Value, here: &KeyPath) -> Result<Vec<Exclusion>, LoadError> {
-    let err = |p: &KeyPath, m: String| src.error_in_file(p, m);
-    let mut rules = Vec::new();
-    let list = v.as_sequence().ok_or_else(|| err(here, "expected a list of {dotted.key: value} mappings".into()))?;
-    for (i, item) in list.iter().enumerate() {
-        let m = item
-            .as_mapping()
-            .ok_or_else(|| err(&here.clone().index(i), "expected a mapping of dotted keys to values".into()))?;
-        let mut pairs = Vec::new();
-        for (k, v) in m {
-            let (_, kp) = sweep_key(src, k, &here.clone().index(i))?;
-            pairs.push((kp, v.clone()));
-        }
-        rules.push(Exclusion { at: here.clone().index(i), pairs });
-    }
-    Ok(rules)
-}
-
 fn named_config(src: &Source, item: &Value, at: &KeyPath) -> Result<Choice, LoadError> {
     let m = item
         .as_mapping()
@@ -238,23 +219,6 @@ fn named_config(src: &Source, item: &Value, at: &KeyPath) -> Result<Choice, Load
         sets.push((kp, v.clone(), Origin::File(key_at)));
     }
     Ok(Choice { label: Some(name.to_string()), sets })
-}
-
-/// A sweep key: a dotted path into a per-config field.
-fn sweep_key(src: &Source, k: &Value, at: &KeyPath) -> Result<(String, KeyPath), LoadError> {
-    let key = k.as_str().ok_or_else(|| src.error_in_file(at, format!("sweep key {} must be a string", show(k))))?;
-    let kp = KeyPath::from_dotted(key);
-    let first = key.split('.').next().unwrap_or_default();
-    if !PER_CONFIG_KEYS.contains(&first) {
-        return Err(src.error_in_file(
-            &at.clone().key(key),
-            format!(
-                "`{key}` cannot vary per config (one job array shares it); sweepable: {}",
-                PER_CONFIG_KEYS.join(", ")
-            ),
-        ));
-    }
-    Ok((key.to_string(), kp))
 }
 
 /// The values of one axis: a list, or a mapping of label → value.

@@ -40,8 +40,7 @@ pub(super) fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadErr
         .iter()
         .filter(|o| PER_CONFIG_KEYS.iter().any(|k| o.key.0.first() == Some(&Seg::Key(k.to_string()))))
         .collect();
-    let x =
-        Expander { src: &src, base: &base, cli: &cli, per_config, cli_origins, axes: &axes, experiment: &experiment };
+    let x = Expander { src: &src, base: &base, per_config, cli_origins, axes: &axes, experiment: &experiment };
     let mut out = Configs::default();
     out.configs.reserve(axes.count());
     // Each combination on its own (on every core), then in order: the first
@@ -56,8 +55,9 @@ pub(super) fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadErr
     }
     for (rule, _) in axes.exclusions().iter().zip(&rule_used).filter(|(_, used)| !**used) {
         // A value the command line replaced is no mistake in the file: said, not refused.
-        match rule.pairs.iter().find(|(k, _)| x.cli_origins.iter().any(|(o, _)| k.starts_with(o))) {
-            Some((k, _)) => {
+        let keys = rule.keys(&axes.view());
+        match keys.iter().find(|k| x.cli_origins.iter().any(|(o, _)| k.starts_with(o) || o.starts_with(k))) {
+            Some(k) => {
                 tracing::warn!("an exclude rule names `{k}`, which the command line sets: it drops nothing now")
             }
             None => return Err(unused_exclusion(&src, rule, &base, &combos)),
@@ -135,7 +135,6 @@ struct Expander<'a> {
     src: &'a Source,
     /// The file's document with the command-line overrides, without `sweep`.
     base: &'a Value,
-    cli: &'a [Override],
     /// The command-line overrides of per-config keys (applied after the sweep's values).
     per_config: Vec<&'a Override>,
     cli_origins: Vec<(KeyPath, Origin)>,
@@ -154,12 +153,17 @@ enum Combination {
 
 /// An `exclude:` rule that dropped nothing is a mistake (a misspelt key, a
 /// value no axis has): said with its place in the file, never ignored.
-fn unused_exclusion(src: &Source, rule: &super::axes::Exclusion, base: &Value, combos: &[Vec<&Choice>]) -> LoadError {
+fn unused_exclusion(
+    src: &Source,
+    rule: &super::exclude::Exclusion,
+    base: &Value,
+    combos: &[Vec<&Choice>],
+) -> LoadError {
     let set_somewhere = |k: &KeyPath| {
         crate::experiment::overrides_get(base, k).is_some()
             || combos.iter().flatten().any(|c| c.sets.iter().any(|(key, _, _)| key == k))
     };
-    let message = match rule.pairs.iter().find(|(k, _)| !set_somewhere(k)) {
+    let message = match rule.values().find(|(k, _)| !set_somewhere(k)) {
         Some((k, _)) => format!("this exclude rule names `{k}`, which no config has: it matches nothing"),
         None => "this exclude rule matches no config of the sweep (no combination has all of its values)".into(),
     };
@@ -188,7 +192,7 @@ impl Expander<'_> {
             overrides_set(&mut doc, &o.key, o.value.clone())
                 .map_err(|message| LoadError::Override { arg: o.arg.clone(), message })?;
         }
-        if let Some(rule) = self.axes.excluded_by(&doc) {
+        if let Some(rule) = self.axes.excluded_by(combo, &doc) {
             return Ok(Combination::Excluded { rule });
         }
         let blame = |p: &KeyPath, m: String| src.error_at(p, self.origin(combo, p).as_ref(), m);
@@ -213,7 +217,7 @@ impl Expander<'_> {
             gpu: raw.gpu,
         };
         let name = match filled {
-            None => axes::from_labels(combo, self.cli, &self.experiment.name),
+            None => axes::from_labels(combo, Some(&doc), &self.experiment.name),
             Some(Ok(name)) => name,
             Some(Err(key)) => {
                 let family = config.model.family();
@@ -221,7 +225,7 @@ impl Expander<'_> {
                     &KeyPath::default().key("sweep").key("name"),
                     format!(
                         "the name template uses `{{{key}}}`, which config {} (a {family}) does not set; use keys every config sets",
-                        axes::from_labels(combo, &[], &self.experiment.name)
+                        axes::from_labels(combo, None, &self.experiment.name)
                     ),
                 ));
             }
@@ -249,7 +253,7 @@ impl Expander<'_> {
                 }
                 t.fill(&file_doc).unwrap_or_else(|_| name.to_string())
             }
-            None => axes::from_labels(combo, &[], &self.experiment.name),
+            None => axes::from_labels(combo, None, &self.experiment.name),
         }
     }
 }

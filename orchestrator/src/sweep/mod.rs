@@ -13,11 +13,17 @@
 //!     model.heads: [6, 12]
 //!   exclude:
 //!     - {model.variant: XL, model.patch: 2}
+//!     - {name: 4L_large, input.spatial: lat8x}  # a named config, a grid label
+//!     - lat8x                                   # every config made with a label
 //! ```
-//! Configs = (named configs, or the base alone) x grid x zip, less exclusions.
-//! Command-line overrides apply to the base and win over every sweep value.
+//! Configs = (named configs, or the base alone) x grid x zip, less exclusions
+//! (`exclude.rs`). Command-line overrides apply to the base and win over every
+//! sweep value; they rename only the configs whose labelled values they
+//! changed (`axes::from_labels`).
 
 mod axes;
+mod choice;
+mod exclude;
 mod expand;
 mod name;
 

@@ -402,3 +402,88 @@ fn the_capacity_is_this_machine_s_or_the_worker_limit_below_it() {
     s.host_memory_gib = None;
     assert_eq!(s.capacity(gpu).of, CapacityOf::WorkerLimit);
 }
+
+/// An override renames only the configs whose labelled values it changed: a
+/// config that already had the value keeps its name (issue 43; before, every
+/// config setting the key lost its label, `4L_medium` with 64 head channels
+/// renamed by `model.num_head_channels=64`).
+#[test]
+fn an_override_renames_only_the_configs_whose_values_it_changed() {
+    let text = format!(
+        "{BASE}sweep:\n  configs:\n    - {{name: narrow, model.num_head_channels: 32}}\n    - {{name: wide, model.channels: [64, 128, 256, 512], model.num_head_channels: 64}}\n    - {{name: plain, model.channels: [16, 32, 64, 128], model.num_res_blocks: 3}}\n  grid:\n    input.spatial: {{lat4x: [40, 64, 64], lat8x: [24, 32, 32]}}\n"
+    );
+    let names = |o: &[&str]| -> Vec<String> { plan(&text, o).unwrap().configs.into_iter().map(|c| c.name).collect() };
+    assert_eq!(names(&[]), ["narrow_lat4x", "narrow_lat8x", "wide_lat4x", "wide_lat8x", "plain_lat4x", "plain_lat8x"]);
+    // 64 is `wide`'s own value: only `narrow` is renamed, after what it still sets (nothing).
+    assert_eq!(
+        names(&["model.num_head_channels=64"]),
+        ["lat4x", "lat8x", "wide_lat4x", "wide_lat8x", "plain_lat4x", "plain_lat8x"]
+    );
+    // The grid's own value keeps its label; the other one says what it is now.
+    assert_eq!(
+        names(&["input.spatial=[40, 64, 64]"]),
+        ["narrow_lat4x", "wide_lat4x", "plain_lat4x"],
+        "lat8x became lat4x: folded into its twin"
+    );
+    // A value written the same way as the choice's keeps the name, whatever the key's depth.
+    assert_eq!(names(&["model.num_res_blocks=3"])[4], "plain_lat4x");
+    assert_eq!(names(&["model.num_res_blocks=2"])[4], "channels-16-32-64-128_lat4x");
+}
+
+/// `exclude:` names a config or a grid label, as well as values (issue 43).
+#[test]
+fn exclude_names_configs_and_grid_labels() {
+    let sweep = "sweep:\n  configs:\n    - {name: tiny, model.num_res_blocks: 1}\n    - {name: small, model.channels: [64, 128, 256, 512]}\n  grid:\n    input.spatial: {lat4x: [40, 64, 64], lat8x: [24, 32, 32]}\n    model.num_head_channels: [32, 64]\n  exclude:\n";
+    let names = |rules: &str, o: &[&str]| -> Result<Vec<String>, String> {
+        plan(&format!("{BASE}{sweep}{rules}"), o).map(|s| s.configs.into_iter().map(|c| c.name).collect())
+    };
+    // A bare label: every config made with it; a config's name: all of that config.
+    assert_eq!(
+        names("    - lat8x\n", &[]).unwrap(),
+        [
+            "tiny_lat4x_num_head_channels32",
+            "tiny_lat4x_num_head_channels64",
+            "small_lat4x_num_head_channels32",
+            "small_lat4x_num_head_channels64"
+        ]
+    );
+    assert_eq!(
+        names("    - tiny\n    - num_head_channels64\n", &[]).unwrap(),
+        ["small_lat4x_num_head_channels32", "small_lat8x_num_head_channels32"]
+    );
+    // A label as a key's value, `name:` for a named config, beside plain values.
+    assert_eq!(
+        names("    - {name: tiny, input.spatial: lat8x}\n    - {name: small, model.num_head_channels: 64}\n", &[])
+            .unwrap(),
+        [
+            "tiny_lat4x_num_head_channels32",
+            "tiny_lat4x_num_head_channels64",
+            "small_lat4x_num_head_channels32",
+            "small_lat8x_num_head_channels32"
+        ]
+    );
+    // What names nothing is an error at the rule, listing what there is.
+    let e = names("    - lat16x\n", &[]).unwrap_err();
+    assert!(
+        e.starts_with("exp.yaml:20:7: sweep.exclude[0]: `lat16x` is neither the name of a config nor a label of a grid or zip value (there are: tiny, small, lat4x, lat8x, num_head_channels32, num_head_channels64)"),
+        "{e}"
+    );
+    let e = names("    - {name: huge, input.spatial: lat8x}\n", &[]).unwrap_err();
+    assert!(e.starts_with("exp.yaml:20:8: sweep.exclude[0].name: huge is not the name of a config under `configs:` (there are: tiny, small)"), "{e}");
+    let e = names("    - {input.spatial: lat16x}\n", &[]).unwrap_err();
+    assert!(
+        e.contains("this exclude rule matches no config of the sweep"),
+        "not a label, so a value no config has: {e}"
+    );
+    let e = names("    - [tiny]\n", &[]).unwrap_err();
+    assert!(
+        e.contains("sweep.exclude[0]: expected a mapping of dotted keys to values, or a config's name or a grid label"),
+        "{e}"
+    );
+    // A label whose value the command line replaced describes no config: it drops nothing (said, not refused).
+    let all = names("    - lat8x\n", &["input.spatial=[40, 64, 64]"]).unwrap();
+    assert_eq!(all.len(), 4, "lat8x's configs are lat4x's now, folded: {all:?}");
+    let kept = names("    - tiny\n", &["model.num_res_blocks=3"]).unwrap();
+    assert_eq!(kept.len(), 8, "tiny is tiny no more: not dropped by its name: {kept:?}");
+    assert!(kept.iter().all(|n| !n.starts_with("tiny")), "{kept:?}");
+}

@@ -9,6 +9,14 @@
 //! by a small detached runner (bash + `xargs -P`) that outlives the
 //! orchestrator, as a SLURM job outlives `sbatch`. Polls read those files;
 //! `cancel` signals the runner's process group.
+//!
+//! A submission is all or nothing, as `sbatch` makes one, wherever the
+//! orchestrator is interrupted: the runner starts first but runs no task
+//! until `job.json` (with `runner.pid`) is on disk. It waits on a pipe from
+//! the orchestrator, which writes `go` once the job is recorded; when the
+//! pipe closes without it (the orchestrator died), the runner runs the job
+//! only if `job.json` made it to disk, and otherwise leaves without a trace
+//! that a poll would read.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -24,6 +32,10 @@ const RUNNER: &str = r#"#!/bin/bash
 # Local job-array runner written by the orchestrator's `local` transport.
 set -u
 cd "$JOBDIR" || exit 1
+# No task before the job is recorded: `go`, or the orchestrator gone (EOF) with job.json on disk.
+read -r _ || true
+[ -e job.json ] || exit 0
+exec </dev/null
 run_task() {
     local i=$1 jid=$((ARRAY_ID + 1 + $1)) out rc
     printf 'RUNNING %s\n' "$jid" >"tasks/$i.tmp" && mv "tasks/$i.tmp" "tasks/$i"
@@ -296,7 +308,6 @@ impl Scheduler for LocalTransport {
         };
         std::fs::copy(script_path, dir.join("job.sbatch")).map_err(|e| ferr(&dir, e))?;
         std::fs::write(dir.join("runner.sh"), RUNNER).map_err(|e| ferr(&dir, e))?;
-        crate::fsio::write_json(&dir.join("job.json"), &job).map_err(|e| ferr(&dir, e))?;
         let chdir = d.chdir.clone().unwrap_or_else(|| dir.to_string_lossy().into_owned());
         let output = d.output.clone().unwrap_or_else(|| format!("{}/%a.out", dir.display()));
         let ids: Vec<String> = tasks.iter().map(u32::to_string).collect();
@@ -310,7 +321,7 @@ impl Scheduler for LocalTransport {
             .env("NTASKS", tasks.len().to_string())
             .env("TASK_IDS", ids.join(" "))
             .env("PARALLEL", parallel.to_string())
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         // Its own session: the orchestrator exiting (or Ctrl-C) does not stop the
@@ -327,10 +338,21 @@ impl Scheduler for LocalTransport {
         }
         let mut child =
             cmd.spawn().map_err(|e| TransportError::Other(format!("cannot start the local runner: {e}")))?;
-        std::fs::write(dir.join("runner.pid"), child.id().to_string()).map_err(|e| ferr(&dir, e))?;
+        let go = child.stdin.take();
         // Reap it when it ends, so a long-lived orchestrator keeps no zombie
         // (a zombie would still answer kill(pid, 0)).
+        let pid = child.id();
         std::thread::spawn(move || child.wait());
+        crate::util::failpoint::hit("local:runner-started");
+        crate::fsio::write_atomic(&dir.join("runner.pid"), pid.to_string().as_bytes()).map_err(|e| ferr(&dir, e))?;
+        // From here the job exists (the runner runs it), whatever becomes of this process.
+        crate::fsio::write_json(&dir.join("job.json"), &job).map_err(|e| ferr(&dir, e))?;
+        crate::util::failpoint::hit("local:job-recorded");
+        if let Some(mut go) = go {
+            use std::io::Write;
+            // A runner that died meanwhile cannot be told: a poll finds it stopped (a node failure).
+            let _ = go.write_all(b"go\n");
+        }
         Ok(JobId::from(id.to_string()))
     }
 

@@ -24,6 +24,7 @@ pub mod files;
 pub mod local;
 pub mod local_slurm;
 pub mod replay;
+mod replay_job;
 pub mod rest;
 pub mod ssh;
 

@@ -19,14 +19,16 @@
 //! [`Transport::describe`] too. A config with no record fails with that reason.
 //!
 //! Tasks end at submission (a replay has nothing to wait for); each job is
-//! `<state>/.replay-jobs/<id>.json`.
+//! `<state>/.replay-jobs/<id>.json`, on disk before its first task is
+//! answered, so a submission interrupted anywhere is all or nothing
+//! ([`replay_job`](super::replay_job)).
 
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::disk::OnDisk;
 use super::local::{directives, reserve_ids};
+use super::replay_job::{answered, Jobs, ReplayJob};
 use super::{CounterSnapshot, Counters, FileStore, Poll, Scheduler, Transport, TransportError, WorkerProbe};
 use crate::cluster::ClusterConfig;
 use crate::slurm::{expand_ranges, JobId, SlurmState, TaskObservation};
@@ -153,16 +155,9 @@ fn key(cfg: &RunConfig, unstated: &[Unstated]) -> ConfigHash {
     c.hash()
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct ReplayJob {
-    id: u64,
-    name: String,
-    /// Task id → exit code.
-    tasks: BTreeMap<u32, i32>,
-}
-
 pub struct ReplayTransport {
     jobs_dir: PathBuf,
+    jobs: Jobs,
     state_root: PathBuf,
     records: Records,
     counters: Counters,
@@ -186,6 +181,7 @@ impl ReplayTransport {
         let state_root = std::path::absolute(state_root).map_err(|e| ferr(state_root, e))?;
         Ok(ReplayTransport {
             jobs_dir: state_root.join(".replay-jobs"),
+            jobs: Jobs { dir: state_root.join(".replay-jobs") },
             state_root,
             records,
             counters: Counters::default(),
@@ -220,6 +216,57 @@ impl ReplayTransport {
         append(log, format!("replay cluster (no GPU run): {text}\n").as_bytes())?;
         Ok(code)
     }
+}
+
+impl ReplayTransport {
+    /// Answers the job's pending tasks, then records their exit codes.
+    /// `again`: a task of a submitter that died may have answered some of its
+    /// configs already; one whose events hold this task's `start` keeps that
+    /// answer (nothing is answered twice).
+    fn run(&self, job: &mut ReplayJob, manifest: &Manifest, again: bool) -> Result<(), TransportError> {
+        for t in job.pending.clone() {
+            let log = job.log(t);
+            let code = match manifest.task(t) {
+                Some(cfgs) => {
+                    let mut statuses = Vec::with_capacity(cfgs.len());
+                    for cfg in cfgs {
+                        let events = self.state_root.join(&cfg.experiment).join(cfg.events_rel());
+                        let before = if again { answered(&events, job.task_job_id(t))? } else { None };
+                        statuses.push(match before {
+                            Some(status) => status,
+                            None => self.answer(cfg, job.id, t, &log)?,
+                        });
+                    }
+                    task_exit_code(&statuses)
+                }
+                None => 1,
+            };
+            job.tasks.insert(t, code);
+            crate::util::failpoint::hit("replay:task-answered");
+        }
+        job.pending.clear();
+        self.jobs.save(job)
+    }
+
+    /// A job with pending tasks, as a poll finds it: its submitter still
+    /// answering (the lock is taken: as it is), or dead (answered here).
+    fn finish(&self, job: ReplayJob) -> Result<ReplayJob, TransportError> {
+        let Some(_answering) = self.jobs.lock(job.id, false)? else { return Ok(job) };
+        // Read again under the lock: another poll may have finished it meanwhile.
+        let Some(mut job) = self.jobs.load(job.id)? else { return Ok(job) };
+        if job.pending.is_empty() {
+            return Ok(job);
+        }
+        let path = job.manifest.clone().ok_or_else(|| {
+            TransportError::Other(format!("replay job {} has unanswered tasks and names no manifest", job.id))
+        })?;
+        self.run(&mut job, &load_manifest(&path)?, true)?;
+        Ok(job)
+    }
+}
+
+fn load_manifest(path: &Path) -> Result<Manifest, TransportError> {
+    crate::fsio::read_json(path).map_err(|e| ferr(path, e))?.ok_or_else(|| ferr(path, "no manifest beside the script"))
 }
 
 /// The environment a replayed run reports: host and backend `replay`.
@@ -378,50 +425,57 @@ impl Scheduler for ReplayTransport {
         let tasks = expand_ranges(&array).ok_or_else(|| TransportError::Other(format!("bad --array `{array}`")))?;
         let chdir = d.chdir.clone().ok_or_else(|| TransportError::Other(format!("{script_path}: no --chdir")))?;
         let manifest_path = Path::new(&chdir).join("manifest.json");
-        let manifest: Manifest = crate::fsio::read_json(&manifest_path)
-            .map_err(|e| ferr(&manifest_path, e))?
-            .ok_or_else(|| ferr(&manifest_path, "no manifest beside the script"))?;
+        let manifest = load_manifest(&manifest_path)?;
         let id = reserve_ids(&self.jobs_dir, tasks.iter().copied().max().unwrap_or(0) as u64 + 2)?;
-        let output = d.output.clone().unwrap_or_else(|| format!("{chdir}/%a.out"));
-        let mut job =
-            ReplayJob { id, name: d.job_name.clone().unwrap_or_else(|| "job".into()), tasks: BTreeMap::new() };
-        for t in tasks {
-            let log = PathBuf::from(output.replace("%A", &id.to_string()).replace("%a", &t.to_string()));
-            let code = match manifest.task(t) {
-                Some(cfgs) => {
-                    let statuses =
-                        cfgs.iter().map(|cfg| self.answer(cfg, id, t, &log)).collect::<Result<Vec<_>, _>>()?;
-                    task_exit_code(&statuses)
-                }
-                None => 1,
-            };
-            job.tasks.insert(t, code);
-        }
-        let path = self.jobs_dir.join(format!("{id}.json"));
-        crate::fsio::write_json(&path, &job).map_err(|e| ferr(&path, e))?;
+        // Held from before the record exists: a poll meanwhile sees the tasks running.
+        let _answering = self.jobs.lock(id, true)?;
+        let mut job = ReplayJob {
+            id,
+            name: d.job_name.clone().unwrap_or_else(|| "job".into()),
+            tasks: BTreeMap::new(),
+            pending: tasks,
+            manifest: Some(manifest_path),
+            output: Some(d.output.clone().unwrap_or_else(|| format!("{chdir}/%a.out"))),
+        };
+        // From here the job exists, whatever becomes of this process.
+        self.jobs.save(&job)?;
+        self.run(&mut job, &manifest, false)?;
         Ok(JobId::from(id.to_string()))
     }
 
     fn poll(&self, names: &[String], _since: f64) -> Result<Poll, TransportError> {
         self.counters.command();
         let mut tasks = BTreeMap::new();
-        let rd = std::fs::read_dir(&self.jobs_dir).into_iter().flatten().filter_map(|e| e.ok());
-        for entry in rd {
-            let Ok(Some(job)) = crate::fsio::read_json::<ReplayJob>(&entry.path()) else { continue };
+        for job in self.jobs.list() {
             if !names.contains(&job.name) {
                 continue;
             }
+            // A job its submitter left half answered is finished here; one that cannot be is a node failure.
+            let (job, stuck) = match job.pending.is_empty() {
+                true => (job, None),
+                false => match self.finish(job.clone()) {
+                    Ok(job) => (job, None),
+                    Err(e) => (job, Some(format!("its tasks cannot be answered: {e}"))),
+                },
+            };
             let array = JobId::from(job.id.to_string());
-            for (&t, &code) in &job.tasks {
+            let answered = job.tasks.iter().map(|(&t, &code)| (t, Some(code)));
+            for (t, code) in answered.chain(job.pending.iter().map(|&t| (t, None))) {
+                let (state, detail) = match (code, &stuck) {
+                    (Some(0), _) => (SlurmState::Completed, "0:0".to_string()),
+                    (Some(code), _) => (SlurmState::Failed, format!("{code}:0")),
+                    (None, None) => (SlurmState::Running, "being answered".to_string()),
+                    (None, Some(why)) => (SlurmState::NodeFail, why.clone()),
+                };
                 tasks.insert(
                     (array.clone(), t),
                     TaskObservation {
                         array_job_id: array.clone(),
                         task_id: t,
-                        job_id: Some(JobId::from((job.id + 1 + u64::from(t)).to_string())),
+                        job_id: Some(JobId::from(job.task_job_id(t).to_string())),
                         name: job.name.clone(),
-                        state: if code == 0 { SlurmState::Completed } else { SlurmState::Failed },
-                        detail: Some(format!("{code}:0")),
+                        state,
+                        detail: Some(detail),
                     },
                 );
             }

@@ -146,3 +146,80 @@ fn a_bad_records_line_is_named() {
     let e = Records::load(&p).expect_err("bad line");
     assert!(e.to_string().contains("m.jsonl:1"), "{e}");
 }
+
+/// What a submitter that died answering leaves: the job's record with every
+/// task pending (written before the first answer), task 0's config answered.
+fn half_answered(t: &ReplayTransport, dir: &Path, cfgs: &[RunConfig]) -> ReplayJob {
+    let script = job(dir, cfgs.to_vec());
+    let chdir = directives(&std::fs::read_to_string(&script).expect("script")).chdir.expect("chdir");
+    let job = ReplayJob {
+        id: reserve_ids(&t.jobs_dir, cfgs.len() as u64 + 1).expect("ids"),
+        name: "sweep-x".into(),
+        tasks: BTreeMap::new(),
+        pending: (0..cfgs.len() as u32).collect(),
+        manifest: Some(Path::new(&chdir).join("manifest.json")),
+        output: Some(format!("{chdir}/%a.out")),
+    };
+    t.jobs.save(&job).expect("record");
+    t.answer(&cfgs[0], job.id, 0, &job.log(0)).expect("task 0 answered");
+    job
+}
+
+fn starts(d: &Path, c: &RunConfig) -> usize {
+    let events = std::fs::read_to_string(d.join("exp").join(c.events_rel())).unwrap_or_default();
+    events.lines().filter(|l| l.contains("\"event\":\"start\"")).count()
+}
+
+#[test]
+fn a_job_whose_submitter_died_answering_is_finished_by_the_next_poll_answering_nothing_twice() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let recs = group_records();
+    let ok = first(&recs, MeasuredStatus::Ok);
+    let cfgs: Vec<RunConfig> = (0..3)
+        .map(|i| {
+            let mut c = ok.run_config().expect("config");
+            (c.experiment, c.name, c.batch) = ("exp".into(), format!("c{i}"), c.batch + i * 1000);
+            c
+        })
+        .collect();
+    let t = ReplayTransport::with_records(recs, d.path()).expect("transport");
+    let job = half_answered(&t, d.path(), &cfgs);
+    // The submitter alive (its lock held): the tasks run, nothing is answered meanwhile.
+    let held = t.jobs.lock(job.id, true).expect("lock").expect("held");
+    let poll = t.poll(&["sweep-x".to_string()], 0.0).expect("poll");
+    assert!(poll.tasks.values().all(|o| o.state == SlurmState::Running), "{:?}", poll.tasks);
+    assert_eq!(starts(d.path(), &cfgs[1]), 0, "answered while its submitter holds the job");
+    // The submitter dead (its lock released): the poll answers the rest, task 0 once.
+    drop(held);
+    let poll = t.poll(&["sweep-x".to_string()], 0.0).expect("poll");
+    let states: Vec<(u32, SlurmState)> = poll.tasks.values().map(|o| (o.task_id, o.state.clone())).collect();
+    assert_eq!(states, [(0, SlurmState::Completed), (1, SlurmState::Failed), (2, SlurmState::Failed)]);
+    for c in &cfgs {
+        assert_eq!(starts(d.path(), c), 1, "{}: answered exactly once", c.name);
+    }
+    let done = t.jobs.load(job.id).expect("load").expect("the job");
+    assert!(done.pending.is_empty() && done.tasks.len() == 3, "{done:?}");
+    // Polled again: nothing more is written.
+    t.poll(&["sweep-x".to_string()], 0.0).expect("poll");
+    assert!(cfgs.iter().all(|c| starts(d.path(), c) == 1));
+}
+
+#[test]
+fn a_half_answered_job_that_cannot_be_finished_is_a_node_failure_not_a_failed_poll() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let recs = group_records();
+    let mut cfgs = vec![first(&recs, MeasuredStatus::Ok).run_config().expect("config")];
+    cfgs.push(cfgs[0].clone());
+    for (i, c) in cfgs.iter_mut().enumerate() {
+        (c.experiment, c.name, c.batch) = ("exp".into(), format!("c{i}"), c.batch + i as u32 * 1000);
+    }
+    let t = ReplayTransport::with_records(recs, d.path()).expect("transport");
+    let job = half_answered(&t, d.path(), &cfgs);
+    std::fs::remove_file(job.manifest.as_deref().expect("manifest")).expect("the manifest goes");
+    let poll = t.poll(&["sweep-x".to_string()], 0.0).expect("the poll still answers");
+    let states: Vec<(SlurmState, Option<String>)> =
+        poll.tasks.values().map(|o| (o.state.clone(), o.detail.clone())).collect();
+    assert_eq!(states[0].0, SlurmState::NodeFail, "{states:?}");
+    assert!(states[0].1.as_deref().is_some_and(|d| d.contains("cannot be answered")), "{states:?}");
+    assert_eq!(starts(d.path(), &cfgs[0]), 1, "task 0's answer stands, once");
+}

@@ -21,6 +21,12 @@ pub const SUBMIT_PROTOCOL: [&str; 8] = [
     "move:between-records",
 ];
 
+/// The failpoints inside the built-in clusters' `sbatch`, where a submission
+/// is half made: `local`'s runner started, its job not yet recorded, then
+/// recorded but the runner not yet told; `replay`'s first task answered, the
+/// others not.
+pub const BUILTIN_SBATCH: [&str; 3] = ["local:runner-started", "local:job-recorded", "replay:task-answered"];
+
 /// The failpoint `ORCHESTRATOR_FAILPOINT` names, read once; `None` when unset.
 #[cfg(debug_assertions)]
 fn armed() -> Option<&'static str> {

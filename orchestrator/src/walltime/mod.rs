@@ -8,7 +8,12 @@
 //! when its kernel cache was reused or an earlier config of its SLURM job ran
 //! first, and a cold run that trained two steps or more also tells its warm
 //! time: its wall time less what its first step's phases took over its
-//! second's), else from a stated default.
+//! second's), else from a stated default. A config's cold run is never
+//! quicker than its warm one: the cold figure is the slowest run of the
+//! sweep, warm runs included (a later, larger config counted warm outlasts a
+//! small first one). The CPU backend compiles no kernels: there every run is
+//! cold, whatever its kernel cache says, and a sweep the `local` cluster runs
+//! on this machine's CPU is sized by this CPU's runs, not by a GPU's.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -72,6 +77,8 @@ struct Run {
     cache: Option<CacheState>,
     /// Seconds of each (phase, step) of steps 0 and 1.
     phases: BTreeMap<(Phase, u32), f64>,
+    /// Run by the CPU backend (`flex`), which compiles no kernels.
+    cpu: bool,
     wall_s: Option<f64>,
 }
 
@@ -98,7 +105,8 @@ fn runs_of(bytes: &[u8]) -> Vec<Run> {
             // A replayed run (the `replay` cluster) measured no time.
             Event::Start { env, .. } if env.backend == "replay" => current = None,
             Event::Start { t, env, .. } => {
-                current = Some(Run { job: env.slurm_job_id, t, cache: env.kernel_cache, ..Run::default() });
+                let cpu = env.backend == WorkerBackend::Flex.name();
+                current = Some(Run { job: env.slurm_job_id, t, cache: env.kernel_cache, cpu, ..Run::default() });
             }
             Event::PhaseEnd { phase, seconds, step: Some(step), .. } if step <= 1 => {
                 if let Some(r) = current.as_mut() {
@@ -118,13 +126,15 @@ fn runs_of(bytes: &[u8]) -> Vec<Run> {
     out
 }
 
-/// The `ok` runs in a sweep's events files, split cold and warm.
-pub fn measured(events_files: &[Vec<u8>]) -> Measured {
-    classify(events_files.iter().flat_map(|bytes| runs_of(bytes)).collect())
+/// The `ok` runs in a sweep's events files, split cold and warm: those of
+/// GPU backends, or (`on_cpu`) those of the CPU backend, every one cold.
+pub fn measured(events_files: &[Vec<u8>], on_cpu: bool) -> Measured {
+    classify(events_files.iter().flat_map(|bytes| runs_of(bytes)).filter(|r| r.cpu == on_cpu).collect())
 }
 
-/// A run is warm when its kernel cache was reused, or when an earlier config
-/// of its SLURM job (a task of several configs) ran before it in that process.
+/// A GPU run is warm when its kernel cache was reused, or when an earlier
+/// config of its SLURM job (a task of several configs) ran before it in that
+/// process; a CPU run is cold (there is nothing to compile, nothing to reuse).
 fn classify(runs: Vec<Run>) -> Measured {
     let mut first_of_job: BTreeMap<String, f64> = BTreeMap::new();
     for r in &runs {
@@ -137,7 +147,7 @@ fn classify(runs: Vec<Run>) -> Measured {
     for r in runs {
         let Some(wall) = r.wall_s else { continue };
         let later_in_job = r.job.as_ref().is_some_and(|j| first_of_job.get(j).is_some_and(|t| *t < r.t));
-        if r.cache == Some(CacheState::Reused) || later_in_job {
+        if !r.cpu && (r.cache == Some(CacheState::Reused) || later_in_job) {
             m.warm.push(wall);
         } else {
             m.cold.push(wall);
@@ -151,7 +161,7 @@ fn classify(runs: Vec<Run>) -> Measured {
 
 /// The suggestion for `sweep` from its runs' events files, against the limit `set`.
 pub fn for_sweep(sweep: &Sweep, events_files: &[Vec<u8>], set: Option<&str>) -> Suggestion {
-    suggest(sweep, &measured(events_files), set)
+    suggest(sweep, &measured(events_files, !on_gpu(sweep)), set)
 }
 
 fn slowest(v: &[f64]) -> f64 {
@@ -164,11 +174,15 @@ fn runs(n: usize, kind: &str) -> String {
 }
 
 /// Whether the experiment's configs run on a GPU backend (kernels to compile):
-/// its worker backend, else the runtime the precheck plans for.
+/// its worker backend, else a Burn runtime's (`burn-flex`: the CPU), else
+/// (PyTorch's, which names no backend) on a GPU, but where the `local`
+/// cluster runs the worker on this machine's CPU.
 fn on_gpu(sweep: &Sweep) -> bool {
+    let runtime = &sweep.experiment.runtime;
     match sweep.experiment.worker.backend {
         Some(b) => b != WorkerBackend::Flex,
-        None => !sweep.experiment.runtime.is_cpu(),
+        None if runtime.as_str().starts_with("burn-") => !runtime.is_cpu(),
+        None => sweep.host_memory_gib.is_none(),
     }
 }
 
@@ -192,6 +206,16 @@ pub fn suggest(sweep: &Sweep, m: &Measured, set: Option<&str>) -> Suggestion {
         None
     };
     let cold = match (m.cold.is_empty(), gpu, &warm_measured) {
+        // A config's cold run takes at least its warm time: a warm run slower
+        // than every cold one (a larger config after a small first) sets it.
+        (false, _, _) if slowest(&m.warm) > slowest(&m.cold) => Estimate {
+            seconds: slowest(&m.warm),
+            from: format!(
+                "the slowest of this sweep's {} runs, a warm one ({}: no config runs quicker cold than warm)",
+                m.cold.len() + m.warm.len(),
+                runs(m.cold.len(), "cold")
+            ),
+        },
         (false, _, _) => Estimate {
             seconds: slowest(&m.cold),
             from: format!("the slowest of this sweep's {}", runs(m.cold.len(), "cold")),

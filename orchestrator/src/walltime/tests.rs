@@ -94,7 +94,7 @@ fn measured_runs_are_cold_or_warm_by_cache_and_by_their_place_in_the_job() {
     write("e", format!("{}{}", start(5.0, "10", None), result("oom", 999.0)));
     let replayed = start(7.0, "11", None).replace("\"backend\":\"vulkan\"", "\"backend\":\"replay\"");
     write("f", format!("{replayed}{}", result("ok", 0.0)));
-    let m = measured(&files);
+    let m = measured(&files, false);
     let mut cold = m.cold.clone();
     cold.sort_by(f64::total_cmp);
     assert_eq!(cold, [280.0, 300.0], "an oom's, a killed or a replayed run's time is not a config's");
@@ -115,6 +115,70 @@ fn measured_runs_are_cold_or_warm_by_cache_and_by_their_place_in_the_job() {
     let s = suggest(&sweep("runtime: burn-vulkan\n"), &only_cold, None);
     assert_eq!(s.warm.seconds, 40.0);
     assert!(s.warm.from.contains("compile share"), "{}", s.warm.from);
+}
+
+/// A run of the CPU backend (`flex`), as the `local` cluster runs it.
+fn cpu_start(t: f64, job: &str, cache: Option<&str>) -> String {
+    start(t, job, cache).replace("\"backend\":\"vulkan\"", "\"backend\":\"flex\"")
+}
+
+/// The demo on the `local` cluster: one config a task, the first in 0.6 s;
+/// the later ones found the (CPU) kernel cache "reused", yet the CPU compiles
+/// nothing: every run is cold, and the slowest, 3.4 s, sizes a task.
+#[test]
+fn on_the_cpu_every_run_is_cold_and_the_slowest_sizes_the_task() {
+    let walls = [0.6, 3.4, 0.2, 0.3, 0.4, 0.2];
+    let files: Vec<Vec<u8>> = walls
+        .iter()
+        .enumerate()
+        .map(|(i, wall)| {
+            let cache = if i == 0 { "fresh" } else { "reused" };
+            format!("{}{}", cpu_start(10.0 + i as f64, &format!("{}", 1001 + i), Some(cache)), result("ok", *wall))
+                .into_bytes()
+        })
+        .collect();
+    let cpu = sweep("runtime: burn-flex\n");
+    let s = for_sweep(&cpu, &files, None);
+    assert_eq!((s.cold.seconds, s.warm.seconds), (3.4, 3.4), "{s}");
+    assert!(s.to_string().ends_with("time: cold 3.4 s from the slowest of this sweep's 6 cold runs"), "{s}");
+    // Three a task: 3 x 3.4 s x 1.5 = 15.3 s, a minute.
+    let s = for_sweep(&sweep("runtime: burn-flex\nworker: {configs_per_task: 3}\n"), &files, None);
+    assert_eq!((s.cold.seconds, s.warm.seconds, s.limit_s), (3.4, 3.4, 60), "{s}");
+}
+
+/// A GPU sweep whose first config is its smallest: a later, larger one
+/// found the kernel cache (warm) and still took longest. No config runs
+/// quicker cold than warm: the cold figure is that run's.
+#[test]
+fn a_slow_warm_run_raises_the_cold_figure() {
+    let files = vec![
+        format!("{}{}", start(10.0, "7", Some("fresh")), result("ok", 30.0)).into_bytes(),
+        format!("{}{}", start(50.0, "8", Some("reused")), result("ok", 200.0)).into_bytes(),
+    ];
+    let s = for_sweep(&sweep("runtime: burn-vulkan\n"), &files, None);
+    assert_eq!(s.cold.seconds, 200.0, "{s}");
+    assert_eq!(s.limit_s, 300, "200 s x 1.5, to the minute");
+    assert!(s.cold.from.starts_with("the slowest of this sweep's 2 runs, a warm one (1 cold run"), "{s}");
+}
+
+/// `--cluster local` runs a `runtime: pytorch` sweep with the worker on this
+/// machine's CPU: its time comes from this CPU (its default, then its own
+/// runs), not an H100's 400 s, and not from the sweep's GPU runs.
+#[test]
+fn on_the_local_cluster_the_time_is_this_cpus() {
+    let mut local = sweep("runtime: pytorch\n");
+    assert!(!local.experiment.runtime.is_cpu());
+    assert_eq!(for_sweep(&local, &[], None).cold.seconds, 400.0, "planned for its GPU");
+    local.host_memory_gib = Some(16.0);
+    let s = for_sweep(&local, &[], None);
+    assert_eq!(s.cold.seconds, 60.0, "{s}");
+    assert!(s.cold.from.starts_with("the CPU backend's default"), "{s}");
+    let files = vec![
+        format!("{}{}", start(10.0, "7", Some("fresh")), result("ok", 300.0)).into_bytes(),
+        format!("{}{}", cpu_start(20.0, "8", None), result("ok", 12.0)).into_bytes(),
+    ];
+    let s = for_sweep(&local, &files, None);
+    assert_eq!(s.cold.seconds, 12.0, "this CPU's run, not the GPU's: {s}");
 }
 
 #[test]

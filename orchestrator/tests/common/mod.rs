@@ -89,6 +89,22 @@ impl Env {
         path
     }
 
+    /// [`Env::ssh_clusters_file`] with `test` reaching SLURM through the
+    /// test cluster's slurmrestd (JWT from its token file; files on this
+    /// machine, where the test cluster runs).
+    pub fn rest_clusters_file(&self, dir: &Path, work_dir: &str, defaults: &str) -> PathBuf {
+        let path = dir.join("clusters.yaml");
+        let text = format!(
+            "clusters:\n  test:\n    transport: rest\n    url: {}\n    user: {}\n    token_file: {}\n    files: local\n    \
+             max_array_size: 100\n    work_dir: {work_dir}\n    defaults: {defaults}\n",
+            self.get("SWEEP_TEST_REST_URL"),
+            self.get("SWEEP_TEST_SSH_USER"),
+            self.get("SWEEP_TEST_REST_TOKEN_FILE")
+        );
+        std::fs::write(&path, text).expect("clusters file");
+        path
+    }
+
     /// The SSH fields of a clusters-file entry for the test cluster's node
     /// (host, port, key, known_hosts; `user` is the entry's own, REST's too),
     /// indented for an entry's body.

@@ -1,6 +1,7 @@
-//! One cluster test's world over SSH: a local state directory, a clusters
-//! file naming the test cluster with a fresh remote work directory, a light
-//! job template, an experiment file; and how such a test follows its sweep.
+//! One cluster test's world over SSH (or slurmrestd): a local state
+//! directory, a clusters file naming the test cluster with a fresh remote
+//! work directory, a light job template, an experiment file; and how such a
+//! test follows its sweep.
 
 use orchestrator::submit::{self, Options, StatusReport, Watch};
 use orchestrator::sweep::{self, Sweep};
@@ -34,11 +35,26 @@ pub fn template(sleep: f64) -> String {
     )
 }
 
+/// How the world's cluster `test` is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Over {
+    Ssh,
+    Rest,
+}
+
 pub fn world(env: &Env, test: &str, n: usize, parallel: u32, sleep: f64) -> World {
+    world_over(Over::Ssh, env, test, n, parallel, sleep)
+}
+
+/// [`world`] with the cluster reached `over` SSH or slurmrestd.
+pub fn world_over(over: Over, env: &Env, test: &str, n: usize, parallel: u32, sleep: f64) -> World {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
     let remote_work = env.remote_work(test);
-    let clusters = env.ssh_clusters_file(&dir, &remote_work, "{partition: gpu}");
+    let clusters = match over {
+        Over::Ssh => env.ssh_clusters_file(&dir, &remote_work, "{partition: gpu}"),
+        Over::Rest => env.rest_clusters_file(&dir, &remote_work, "{partition: gpu}"),
+    };
     std::fs::write(dir.join("record.sbatch.hbs"), template(sleep)).expect("template");
     let exp = super::batch_grid_experiment(test, "cluster test", "test", &dir.join("record.sbatch.hbs"), n, parallel);
     let exp_file = dir.join(format!("{test}.yaml"));
@@ -79,6 +95,8 @@ impl World {
             .arg("--clusters")
             .arg(self.opts.clusters_file.as_ref().expect("file"));
         c.arg("--result-grace").arg(self.opts.result_grace.as_secs_f64().to_string());
+        // The REST cluster's token is its token file's, never the caller's.
+        c.env_remove("SLURM_JWT");
         c
     }
 }
