@@ -12,12 +12,12 @@ use orchestrator::evidence::{run, savings, Tally};
 use orchestrator::precheck::{calibrate, Calibration, Predictor};
 use spec::record::{MeasuredStatus, MeasurementRecord};
 
+mod common;
+
 #[test]
 fn the_readme_evidence_table_is_what_the_command_prints() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let (_, rest) = readme.split_once("<!-- evidence:begin -->\n").expect("the evidence table's start marker");
-    let (shown, _) = rest.split_once("<!-- evidence:end -->").expect("its end marker");
+    let (shown, readme) = common::readme_block(&root, "evidence");
     // The command as README shows it: `submit --active`'s default target, no flag.
     assert!(readme.contains("orchestrator evidence --records data/vram-measurements.jsonl\n"));
     let target_error = parse_share(DEFAULT_TARGET_ERROR).expect("the default target parses");
@@ -33,29 +33,15 @@ fn the_readme_evidence_table_is_what_the_command_prints() {
     assert!(runs.iter().all(|t| t.score.wrong.is_empty()), "{printed}");
 }
 
-/// `experiments/exp*.yaml` as a shell expands it, relative to the root.
-fn group_experiments(root: &Path) -> Vec<String> {
-    let mut files: Vec<String> = std::fs::read_dir(root.join("experiments"))
-        .expect("experiments/")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("exp") && n.ends_with(".yaml"))
-        .map(|n| format!("experiments/{n}"))
-        .collect();
-    files.sort();
-    files
-}
-
 #[test]
 fn the_readme_table_of_what_plan_would_have_saved_is_what_the_command_prints() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let (_, rest) = readme.split_once("<!-- evidence-savings:begin -->\n").expect("the table's start marker");
-    let (shown, _) = rest.split_once("<!-- evidence-savings:end -->").expect("its end marker");
+    let (shown, readme) = common::readme_block(&root, "evidence-savings");
     assert!(readme.contains("orchestrator evidence --savings experiments/exp*.yaml\n"));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .current_dir(&root)
         .args(["evidence", "--savings"])
-        .args(group_experiments(&root))
+        .args(common::group_experiment_files(&root))
         .output()
         .expect("orchestrator runs");
     let printed = String::from_utf8(out.stdout).expect("utf-8");

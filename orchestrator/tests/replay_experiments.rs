@@ -149,22 +149,12 @@ fn the_active_loop_on_exp9_measures_from_the_records_and_answers_the_rest() {
 
 #[test]
 fn the_readme_table_of_the_groups_sweeps_is_what_the_command_prints() {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
-    let (_, rest) = readme.split_once("<!-- evidence-experiments:begin -->\n").expect("the table's start marker");
-    let (shown, _) = rest.split_once("<!-- evidence-experiments:end -->").expect("its end marker");
+    let (shown, readme) = common::readme_block(&root(), "evidence-experiments");
     assert!(readme.contains("orchestrator evidence --experiments experiments/exp*.yaml\n"));
-    // `experiments/exp*.yaml` as a shell expands it.
-    let mut files: Vec<String> = std::fs::read_dir(root().join("experiments"))
-        .expect("experiments/")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("exp") && n.ends_with(".yaml"))
-        .map(|n| format!("experiments/{n}"))
-        .collect();
-    files.sort();
     let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .current_dir(root())
         .args(["evidence", "--experiments"])
-        .args(&files)
+        .args(common::group_experiment_files(&root()))
         .output()
         .expect("orchestrator runs");
     let printed = common::text(&out);

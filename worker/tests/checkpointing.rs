@@ -73,29 +73,36 @@ fn checkpointed_transformer_blocks_keep_only_their_inputs() {
     let dir = tempfile::tempdir().unwrap();
     let families =
         [("dit", dit(2), dit(10)), ("hdit", hdit(vec![1, 1, 1]), hdit(vec![5, 1, 5])), ("uvit", uvit(3), uvit(11))];
+    let input = Input { channels: 1, spatial: Spatial::new(16, 16, 16) };
     for (family, shallow, deep) in families {
-        let mut growth = Vec::new();
-        for grad_ckpt in [false, true] {
-            let mut fwd = Vec::new();
-            for (depth, model) in [("shallow", &shallow), ("deep", &deep)] {
-                let cfg = config(&format!("{family}_{depth}_{grad_ckpt}"), model.clone(), grad_ckpt);
-                let (ckpt, phases, status) = run(dir.path(), &cfg);
-                assert_eq!(status, RunStatus::Ok, "{}", cfg.name);
-                let want = if grad_ckpt { Checkpointing::Block } else { Checkpointing::Off };
-                assert_eq!(ckpt, Some(want), "{}", cfg.name);
-                // Backward ran every block again: a positive gradient norm came
-                // back (a missing gradient fails the run), and the step changed
-                // the parameters.
-                assert!(phases[2].2 > 0.0, "{}: gradient norm {}", cfg.name, phases[2].2);
-                assert_ne!(phases[0].2, phases[3].2, "{}: parameters unchanged by the step", cfg.name);
-                fwd.push(phases[1].1 as i64 - phases[0].1 as i64);
-            }
-            growth.push(fwd[1] - fwd[0]);
-        }
-        let (plain, ckpt) = (growth[0], growth[1]);
+        let (plain, ckpt) = forward_growth(dir.path(), family, [shallow, deep], input);
         eprintln!("{family}: eight more blocks add {plain} B to the forward plain, {ckpt} B checkpointed");
         assert!(plain > 0 && ckpt * 5 < plain, "{family}: {ckpt} B checkpointed vs {plain} B plain");
     }
+}
+
+/// How much more the deeper of two models adds to the forward's peak than
+/// the shallower, without checkpointing and with it. Each run must end ok,
+/// say how it checkpointed, and have run backward through every block (a
+/// positive gradient norm: a missing gradient fails the run) and a step that
+/// changed the parameters.
+fn forward_growth(dir: &Path, family: &str, [shallow, deep]: [ModelSpec; 2], input: Input) -> (i64, i64) {
+    let mut growth = Vec::new();
+    for grad_ckpt in [false, true] {
+        let mut fwd = Vec::new();
+        for (depth, model) in [("shallow", &shallow), ("deep", &deep)] {
+            let cfg = RunConfig { input, ..config(&format!("{family}_{depth}_{grad_ckpt}"), model.clone(), grad_ckpt) };
+            let (ckpt, phases, status) = run(dir, &cfg);
+            assert_eq!(status, RunStatus::Ok, "{}", cfg.name);
+            let want = if grad_ckpt { Checkpointing::Block } else { Checkpointing::Off };
+            assert_eq!(ckpt, Some(want), "{}", cfg.name);
+            assert!(phases[2].2 > 0.0, "{}: gradient norm {}", cfg.name, phases[2].2);
+            assert_ne!(phases[0].2, phases[3].2, "{}: parameters unchanged by the step", cfg.name);
+            fwd.push(phases[1].1 as i64 - phases[0].1 as i64);
+        }
+        growth.push(fwd[1] - fwd[0]);
+    }
+    (growth[0], growth[1])
 }
 
 /// Under autocast the pieces hand on tensors of two types (the 16-bit block
@@ -129,22 +136,7 @@ fn a_checkpointed_unet_keeps_only_its_level_blocks_inputs_and_skips() {
     let _serial = common::measuring();
     let dir = tempfile::tempdir().unwrap();
     let input = Input { channels: 1, spatial: Spatial::new(32, 32, 32) };
-    let mut growth = Vec::new();
-    for grad_ckpt in [false, true] {
-        let mut fwd = Vec::new();
-        for (depth, model) in [("shallow", unet(1)), ("deep", unet(3))] {
-            let cfg = RunConfig { input, ..config(&format!("unet_{depth}_{grad_ckpt}"), model, grad_ckpt) };
-            let (ckpt, phases, status) = run(dir.path(), &cfg);
-            assert_eq!(status, RunStatus::Ok, "{}", cfg.name);
-            let want = if grad_ckpt { Checkpointing::Block } else { Checkpointing::Off };
-            assert_eq!(ckpt, Some(want), "{}", cfg.name);
-            assert!(phases[2].2 > 0.0, "{}: gradient norm {}", cfg.name, phases[2].2);
-            assert_ne!(phases[0].2, phases[3].2, "{}: parameters unchanged by the step", cfg.name);
-            fwd.push(phases[1].1 as i64 - phases[0].1 as i64);
-        }
-        growth.push(fwd[1] - fwd[0]);
-    }
-    let (plain, ckpt) = (growth[0], growth[1]);
+    let (plain, ckpt) = forward_growth(dir.path(), "unet", [unet(1), unet(3)], input);
     let skips: i64 = 2 * (8 * 32 * 32 * 32 * 4) + 2 * (16 * 16 * 16 * 16 * 4);
     eprintln!("unet: four more ResBlocks add {plain} B to the forward plain, {ckpt} B checkpointed (skips {skips} B)");
     assert!(ckpt >= skips && ckpt < skips + skips / 2, "{ckpt} B checkpointed against {skips} B of skips");

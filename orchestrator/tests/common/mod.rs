@@ -423,3 +423,25 @@ pub fn assert_journal_replays(state_root: &Path, exp: &str) {
     }
     assert_eq!(replayed.records.len(), records.len(), "{exp}: no config only in the journal");
 }
+
+/// `experiments/exp*.yaml` as a shell expands it in the repository `root`.
+pub fn group_experiment_files(root: &Path) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(root.join("experiments"))
+        .expect("experiments/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("exp") && n.ends_with(".yaml"))
+        .map(|n| format!("experiments/{n}"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// What README.md shows between `<!-- NAME:begin -->` and `<!-- NAME:end -->`,
+/// and the whole README.
+pub fn readme_block(root: &Path, name: &str) -> (String, String) {
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let begin = format!("<!-- {name}:begin -->\n");
+    let (_, rest) = readme.split_once(&begin).unwrap_or_else(|| panic!("README.md has no {begin}"));
+    let (shown, _) = rest.split_once(&format!("<!-- {name}:end -->")).expect("its end marker");
+    (shown.to_string(), readme.clone())
+}
