@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use orchestrator::precheck::overlay::Overlay;
+use orchestrator::state::overlay;
 
 fn main() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/vram-measurements.jsonl");
@@ -25,7 +25,7 @@ fn main() {
     }
     println!("overlay benchmark: {} records in {} experiments", recs.len(), files.len());
     let t = Instant::now();
-    let o = Overlay::load(state.path()).expect("overlay");
+    let o = overlay(state.path()).expect("overlay");
     let refit = t.elapsed();
     for e in o.entries.values() {
         println!(
@@ -44,7 +44,7 @@ fn main() {
     let n = 200;
     let t = Instant::now();
     for _ in 0..n {
-        std::hint::black_box(Overlay::load(state.path()).expect("overlay"));
+        std::hint::black_box(overlay(state.path()).expect("overlay"));
     }
     println!("  read back (unchanged):        {:.2} ms", t.elapsed().as_secs_f64() * 1e3 / n as f64);
 }

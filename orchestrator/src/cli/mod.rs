@@ -58,8 +58,8 @@ impl ExperimentArgs {
 
     /// The sweep's predictor (local overlay unless `--shipped-calibration`) and which calibration it is.
     fn predictor(&self, sweep: &Sweep) -> Result<(Predictor, CalibrationSource)> {
-        let root = (!self.shipped_calibration).then_some(self.state_dir.as_path());
-        Ok(sweep.predictor_in(root)?)
+        let local = (!self.shipped_calibration).then(|| crate::state::local_overlay(&self.state_dir)).flatten();
+        Ok(sweep.predictor_in(local.as_ref().map(|(o, path)| (o, path.as_path())))?)
     }
 }
 

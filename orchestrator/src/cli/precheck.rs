@@ -248,9 +248,9 @@ fn print_side_by_side(
 /// (the shipped calibration on your runs) and after (the overlay, each
 /// experiment's runs predicted by a fit without them).
 pub fn run_check(state_root: &Path) -> Result<()> {
-    let overlay = crate::precheck::overlay::Overlay::load(state_root)
+    let overlay = crate::state::overlay(state_root)
         .with_context(|| format!("fitting the calibration overlay of {}", state_root.display()))?;
-    let path = state_root.join(crate::precheck::overlay::FILE);
+    let path = crate::state::overlay_path(state_root);
     let mut out = std::io::stdout().lock();
     if overlay.sources.is_empty() {
         writeln!(

@@ -3,11 +3,11 @@
 //! Every sweep appends its runs to `<state>/<experiment>/measurements.jsonl`.
 //! The overlay refits each runtime on each device from those records alone
 //! (pulled towards the shipped coefficients, so a handful of runs moves only
-//! what they measure), cross-validates it for its bands, and keeps the result
-//! in `<state>/calibration.json`. It is refreshed whenever a measurement file
-//! has changed, so `plan`, `submit` and `fit` always use what is known; the
-//! shipped calibration answers for every runtime and device without enough
-//! local runs.
+//! what they measure) and cross-validates it for its bands. The store reads
+//! the records and keeps the overlay (`state::overlay`, refreshed whenever a
+//! measurement file has changed), and hands it to [`predictor`], so `plan`,
+//! `submit` and `fit` always use what is known; the shipped calibration
+//! answers for every runtime and device without enough local runs.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,8 +22,6 @@ use super::calibrate::{self, HeldOut, Prior, Sample};
 use super::uncertainty::Uncertainty;
 use super::{runtime_key, Calibration, Coefficients, Fit, PrecheckError, Predictor, Resolved};
 
-/// The overlay's file in the state root.
-pub const FILE: &str = "calibration.json";
 /// Measured (not OOM) runs a runtime on a device needs before its overlay is used.
 pub const MIN_MEASURED: usize = 3;
 /// The prior's pull, per record-equivalent (see [`Prior`]).
@@ -135,14 +133,6 @@ pub struct Overlay {
     pub notes: Vec<String>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum OverlayError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}:{line}: {source}")]
-    Record { path: PathBuf, line: usize, source: serde_json::Error },
-}
-
 /// Which calibration answers for a runtime on a device, for people (`plan` says it).
 #[derive(Debug, Clone, PartialEq)]
 pub enum CalibrationSource {
@@ -215,65 +205,16 @@ impl fmt::Display for CalibrationSource {
     }
 }
 
-/// The measurement files under a state root, with their sizes.
-fn measurement_files(state_root: &Path) -> Result<BTreeMap<String, u64>, OverlayError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| OverlayError::Io { path, source }
-    };
-    let mut out = BTreeMap::new();
-    let entries = match std::fs::read_dir(state_root) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(io(state_root)(e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(io(state_root))?;
-        let path = entry.path().join("measurements.jsonl");
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => {
-                out.insert(path.display().to_string(), m.len());
-            }
-            _ => {}
-        }
-    }
-    Ok(out)
-}
-
 impl Overlay {
-    /// The overlay of `state_root`, refitted first when a measurement file
-    /// changed since it was written. An empty state gives an empty overlay
-    /// and writes nothing.
-    pub fn load(state_root: &Path) -> Result<Overlay, OverlayError> {
-        let sources = measurement_files(state_root)?;
-        let path = state_root.join(FILE);
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            match serde_json::from_str::<Overlay>(&text) {
-                Ok(o) if o.sources == sources && o.version == VERSION => return Ok(o),
-                Ok(_) => {}
-                Err(e) => tracing::warn!("{}: {e}; refitting it", path.display()),
-            }
-        }
-        if sources.is_empty() {
-            return Ok(Overlay::default());
-        }
-        let mut records = Vec::new();
-        for file in sources.keys() {
-            let text =
-                std::fs::read_to_string(file).map_err(|source| OverlayError::Io { path: file.into(), source })?;
-            // A torn last line (a run being appended) is left for the next refresh.
-            let recs: Vec<MeasurementRecord> = spec::jsonl::values(&text)
-                .map_err(|(line, source)| OverlayError::Record { path: file.into(), line, source })?;
-            records.extend(recs);
-        }
-        let mut overlay = Overlay::fit(&records, &Calibration::builtin());
-        overlay.sources = sources;
-        let json = serde_json::to_vec_pretty(&overlay).expect("an overlay serialises");
-        // A read-only state root still gets the fit, only not kept.
-        if let Err(e) = crate::fsio::write_atomic(&path, &json) {
-            tracing::warn!("cannot keep the calibration overlay: {e}");
-        }
-        Ok(overlay)
+    /// Whether this overlay was fitted, by this version, on exactly the
+    /// measurement files `sources` (path: size).
+    pub fn fitted_on(&self, sources: &BTreeMap<String, u64>) -> bool {
+        self.version == VERSION && &self.sources == sources
+    }
+
+    /// This overlay, as fitted on the measurement files `sources`.
+    pub fn on(self, sources: BTreeMap<String, u64>) -> Overlay {
+        Overlay { sources, ..self }
     }
 
     /// Fit every runtime and device found in `records` on its own records.
@@ -378,10 +319,11 @@ fn error(pairs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
     (median, p90)
 }
 
-/// The predictor for `framework` at `precision` on `gpu`: the local overlay of
-/// `state_root` where it has enough runs, else the shipped calibration.
+/// The predictor for `framework` at `precision` on `gpu`: the local overlay
+/// (as the store keeps it, and where) where it has enough runs, else the
+/// shipped calibration.
 pub fn predictor(
-    state_root: Option<&Path>,
+    local: Option<(&Overlay, &Path)>,
     framework: &str,
     precision: Precision,
     gpu: Gpu,
@@ -395,15 +337,8 @@ pub fn predictor(
         Fit::Fitted => CalibrationSource::Shipped { runtime: fit.key, records },
         _ => CalibrationSource::Derived { fit, records },
     };
-    let Some(root) = state_root else {
+    let Some((overlay, path)) = local else {
         return Ok((fallback, shipped_source));
-    };
-    let overlay = match Overlay::load(root) {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::warn!("calibration overlay: {e}; using the shipped calibration");
-            return Ok((fallback, shipped_source));
-        }
     };
     // The overlay is keyed by the precision that ran; the shipped lookup's fallback across precisions applies too.
     let key = runtime_key(framework, precision);
@@ -425,7 +360,7 @@ pub fn predictor(
             runtime: e.runtime.clone(),
             device: e.device.clone(),
             measured: e.measured,
-            path: root.join(FILE),
+            path: path.to_path_buf(),
             families: e.families.clone(),
         },
     ))
@@ -438,11 +373,14 @@ mod tests {
     /// The demo sweep measured by this project's worker on CPU (recorded output).
     const FREE: &str = include_str!("testdata/demo-cpu.jsonl");
 
-    fn state_with(experiment: &str, text: &str) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join(experiment)).unwrap();
-        std::fs::write(dir.path().join(experiment).join("measurements.jsonl"), text).unwrap();
-        dir
+    /// The overlay fitted on the records of `text` (one measurement file).
+    fn fitted(text: &str) -> Overlay {
+        Overlay::fit(&spec::record::read_jsonl(text).unwrap(), &Calibration::builtin())
+    }
+
+    /// [`predictor`] with `overlay` as the store would hand it.
+    fn predict_with(overlay: &Overlay, framework: &str, precision: Precision) -> (Predictor, CalibrationSource) {
+        predictor(Some((overlay, Path::new("state/calibration.json"))), framework, precision, Gpu::A100_40).unwrap()
     }
 
     /// The burn-cpu calibration runs as another site measures them: its
@@ -468,8 +406,7 @@ mod tests {
 
     #[test]
     fn finished_runs_refine_the_next_prediction_where_they_predict_better() {
-        let state = state_with("site", &another_site());
-        let (pred, source) = predictor(Some(state.path()), "burn-flex", Precision::Fp32, Gpu::A100_40).unwrap();
+        let (pred, source) = predict_with(&fitted(&another_site()), "burn-flex", Precision::Fp32);
         let CalibrationSource::Local { measured, device, families, .. } = &source else { panic!("{source}") };
         assert_eq!(device, "cpu");
         let text = source.to_string();
@@ -510,9 +447,7 @@ mod tests {
     /// `calibrate --check`'s "overlay used for" gives the reason `plan` gives.
     #[test]
     fn the_overlay_says_why_it_answers_for_no_family() {
-        let state = state_with("demo", FREE);
-        let overlay = Overlay::load(state.path()).unwrap();
-        let mut e = overlay.entries["burn-flex/fp32@cpu"].clone();
+        let mut e = fitted(FREE).entries["burn-flex/fp32@cpu"].clone();
         assert_eq!(e.used_for(), "none (fewer than 3 runs of any family)");
         let worse = FamilyFit::new(5, (0.10, 0.20), (0.12, 0.15));
         assert_eq!(worse.choice(), "shipped (5 runs; the local fit is not better held out)");
@@ -527,8 +462,7 @@ mod tests {
     #[test]
     fn a_local_fit_that_does_not_predict_better_is_not_used() {
         // The demo's six runs: at most two per family, too few to show a fit is better.
-        let state = state_with("demo", FREE);
-        let (pred, source) = predictor(Some(state.path()), "burn-flex", Precision::Fp32, Gpu::A100_40).unwrap();
+        let (pred, source) = predict_with(&fitted(FREE), "burn-flex", Precision::Fp32);
         let CalibrationSource::Local { families, .. } = &source else { panic!("{source}") };
         assert!(families.values().all(|f| !f.used && f.runs <= 2), "{families:?}");
         assert!(source.to_string().contains("\n  unet  shipped (2 runs, fewer than 3 to tell): local "), "{source}");
@@ -546,45 +480,14 @@ mod tests {
     }
 
     #[test]
-    fn the_overlay_is_kept_and_refitted_only_when_a_measurement_file_changes() {
-        let lines: Vec<&str> = FREE.lines().collect();
-        let state = state_with("demo", &(lines[..4].join("\n") + "\n"));
-        let first = Overlay::load(state.path()).unwrap();
-        assert_eq!(first.entries["burn-flex/fp32@cpu"].measured, 4);
-        let kept = std::fs::read_to_string(state.path().join(FILE)).unwrap();
-        // JSON floats read back within an ulp (serde_json without `float_roundtrip`): compare the kept form.
-        let kept_overlay = serde_json::from_str::<Overlay>(&kept).unwrap();
-        assert_eq!(kept_overlay.entries["burn-flex/fp32@cpu"].measured, first.entries["burn-flex/fp32@cpu"].measured);
-        assert_eq!(kept_overlay.sources, first.sources);
-        // Unchanged files: the kept overlay is read back as it is.
-        assert_eq!(Overlay::load(state.path()).unwrap(), kept_overlay);
-        // A sweep appends: refitted.
-        std::fs::write(state.path().join("demo/measurements.jsonl"), FREE).unwrap();
-        assert_eq!(Overlay::load(state.path()).unwrap().entries["burn-flex/fp32@cpu"].measured, 6);
-    }
-
-    #[test]
     fn too_few_runs_or_another_gpu_keep_the_shipped_calibration() {
         let two: String = FREE.lines().take(2).map(|l| format!("{l}\n")).collect();
-        let state = state_with("demo", &two);
-        let (_, source) = predictor(Some(state.path()), "burn-flex", Precision::Fp32, Gpu::A100_40).unwrap();
+        let overlay = fitted(&two);
+        let (_, source) = predict_with(&overlay, "burn-flex", Precision::Fp32);
         assert!(matches!(source, CalibrationSource::Shipped { .. }), "{source}");
-        let overlay = Overlay::load(state.path()).unwrap();
         assert!(overlay.notes.iter().any(|n| n.contains("2 measured runs, fewer than 3")), "{:?}", overlay.notes);
         // Runs of one runtime never answer for another.
-        let state = state_with("demo", FREE);
-        let (_, source) = predictor(Some(state.path()), "pytorch", Precision::Bf16Amp, Gpu::A100_40).unwrap();
+        let (_, source) = predict_with(&fitted(FREE), "pytorch", Precision::Bf16Amp);
         assert_eq!(source.to_string(), "shipped pytorch/bf16-amp, fitted on 152 records");
-        // An empty state writes nothing.
-        let empty = tempfile::tempdir().unwrap();
-        assert_eq!(Overlay::load(empty.path()).unwrap(), Overlay::default());
-        assert!(!empty.path().join(FILE).exists());
-    }
-
-    #[test]
-    fn a_bad_record_names_its_file_and_line() {
-        let state = state_with("demo", &format!("{}{{\"id\": 3}}\n", FREE));
-        let e = Overlay::load(state.path()).unwrap_err().to_string();
-        assert!(e.contains("demo/measurements.jsonl:7: "), "{e}");
     }
 }

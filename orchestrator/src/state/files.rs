@@ -1,11 +1,12 @@
 //! Every file under `state/<experiment>/`, named here and only here, with
 //! its typed read and write: the orchestrator writes the directory only
 //! through the store, which hands out what is in it (and, for `render/` and
-//! `report/`, the directory a command writes its output to). Two readers sit
-//! below the store in the layers and read on their own: the precheck's local
-//! overlay (every experiment's `measurements.jsonl`) and the clusters' side,
-//! the worker and the replay, which write `runs/` where the cluster's state
-//! root is (this one, for `local` and `replay`).
+//! `report/`, the directory a command writes its output to). The precheck's
+//! local overlay gets every experiment's `measurements.jsonl` from the store
+//! too, which keeps it in `<state>/calibration.json` (`overlay.rs`). One
+//! reader sits below the store in the layers and reads on its own: the
+//! clusters' side, the worker and the replay, which write `runs/` where the
+//! cluster's state root is (this one, for `local` and `replay`).
 //!
 //! ```text
 //! state/<experiment>/
@@ -42,7 +43,7 @@ pub(super) const SUBMISSION: &str = "submission.json";
 const MISSING: &str = "missing.json";
 const RUNS: &str = "runs";
 const EVENTS: &str = "events.jsonl";
-const MEASUREMENTS: &str = "measurements.jsonl";
+pub(super) const MEASUREMENTS: &str = "measurements.jsonl";
 const ACTIVE: &str = "active.json";
 const RENDER: &str = "render";
 const REPORT: &str = "report";

@@ -27,6 +27,7 @@ mod files;
 mod fixture;
 pub mod intent;
 pub mod journal;
+mod overlay;
 mod record;
 mod rehash;
 mod submission;
@@ -34,6 +35,7 @@ mod submission;
 pub use events_read::{EventsRead, Live};
 pub use files::StateFile;
 pub use journal::Change;
+pub use overlay::{local_overlay, overlay, overlay_path, OVERLAY};
 pub use record::{Attempt, ConfigRecord, RunDirKey, Seen, StateChange, MISSING_GRACE_S};
 pub use submission::{ArrayJob, Submission};
 

@@ -149,7 +149,8 @@ pub(crate) fn verdicts(sweep: &Sweep, state_root: &Path) -> BTreeMap<ConfigHash,
 pub(crate) fn judged(sweep: &Sweep, state_root: &Path) -> BTreeMap<ConfigHash, (Verdict, String)> {
     // The runtime was checked when the file was loaded; a sweep stored by an
     // older version may name one no longer shipped.
-    let (p, source) = match sweep.predictor_in(Some(state_root)) {
+    let local = crate::state::local_overlay(state_root);
+    let (p, source) = match sweep.predictor_in(local.as_ref().map(|(o, path)| (o, path.as_path()))) {
         Ok((p, source)) => {
             tracing::info!("precheck calibration: {source}");
             (p, source)

@@ -177,15 +177,16 @@ impl Sweep {
     }
 
     /// The precheck as `plan`, `submit` and `fit` use it: the local
-    /// calibration overlay of `state_root` where it has enough runs of this
-    /// runtime on this GPU, else the shipped calibration; and which it was.
+    /// calibration overlay the store keeps (and where) where it has enough
+    /// runs of this runtime on this GPU, else the shipped calibration; and
+    /// which it was.
     pub fn predictor_in(
         &self,
-        state_root: Option<&Path>,
+        local: Option<(&crate::precheck::overlay::Overlay, &Path)>,
     ) -> Result<(crate::precheck::Predictor, crate::precheck::overlay::CalibrationSource), crate::precheck::PrecheckError>
     {
         let precision = self.configs.first().map(|c| c.config.precision).unwrap_or(spec::Precision::Bf16Amp);
-        crate::precheck::overlay::predictor(state_root, &self.experiment.runtime, precision, self.experiment.gpu)
+        crate::precheck::overlay::predictor(local, &self.experiment.runtime, precision, self.experiment.gpu)
     }
 }
 
