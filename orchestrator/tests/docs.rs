@@ -1,5 +1,6 @@
-//! Docs that cannot go stale: every command README.md and docs/*.md show with
-//! its output (```console blocks: `$ command`, then what it prints) runs here
+//! Docs that cannot go stale: every command README.md, docs/*.md and each GPU
+//! check's data/gpu-check/*/RUN.md show with its output (```console blocks:
+//! `$ command`, then what it prints) runs here
 //! against this build's `orchestrator` and must print exactly that. `...` on a
 //! line of its own stands for any lines, `[..]` for the rest of a line
 //! (timings, paths); nothing else is loose. A changed output fails this test
@@ -31,6 +32,16 @@ fn readme_and_docs_show_what_the_binary_prints() {
             pages.push(path);
         }
     }
+    // Each GPU check's RUN.md shows its tables as the script prints them.
+    let checks = root.join("data/gpu-check");
+    let before = pages.len();
+    for entry in std::fs::read_dir(&checks).expect("data/gpu-check/") {
+        let run = entry.expect("data/gpu-check/ entry").path().join("RUN.md");
+        if run.is_file() {
+            pages.push(run);
+        }
+    }
+    assert!(pages.len() - before >= 4, "the GPU checks' RUN.md pages: {pages:?}");
     assert!(pages.len() >= 5, "{pages:?}");
     for page in &pages {
         cases.case(page);

@@ -166,6 +166,34 @@ fn the_worker_line_passes_the_experiments_backend() {
     }
 }
 
+/// An experiment that follows one of the group's scripts (`report_layout`)
+/// has its configs measured as that script measured them: the worker line
+/// names the protocol; the project's own layout names none.
+#[test]
+fn the_worker_line_names_the_protocol_of_the_script_the_sweep_follows() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let clusters = root().join("clusters.yaml");
+    let worker = "exec /cluster/work/USERNAME/sweeps/bin/worker run --manifest ";
+    for (n, (layout, protocol)) in [
+        ("report_layout: latent-unet\n", Some("latent-unet")),
+        ("report_layout: s2d-unet\n", Some("s2d-unet")),
+        ("report_layout: dit\n", Some("transformer")),
+        ("report_layout: hdit-uvit\n", Some("transformer")),
+        ("", None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let file = experiment(d.path(), &format!("p{n}"), &format!("cluster: idun\n{layout}"));
+        let s = script(&render(d.path(), &file, &clusters));
+        let line = s.lines().find(|l| l.starts_with(worker)).unwrap_or_else(|| panic!("{layout}: no worker line: {s}"));
+        match protocol {
+            Some(p) => assert!(line.ends_with(&format!(" --protocol {p}")), "{layout}: {line}"),
+            None => assert!(!line.contains("--protocol"), "{layout}: {line}"),
+        }
+    }
+}
+
 /// A cluster whose `setup:` tries every way a value could become code.
 const SETUP_CLUSTERS: &str = r#"clusters:
   site:

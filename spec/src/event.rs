@@ -256,6 +256,11 @@ pub enum Event {
         /// and where the run was not traced.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         as_pytorch_counts: Option<PhasePeaks>,
+        /// The figures the script of the run's protocol printed (`worker run
+        /// --protocol`, not the project's own): the group's columns beside
+        /// the per-phase `peaks`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<crate::protocol::GroupColumns>,
     },
 }
 
@@ -280,6 +285,8 @@ pub struct RunResult {
     pub nvml_peak_bytes: Option<u64>,
     /// The run's peaks as PyTorch's CUDA caching allocator would count them (CPU backends).
     pub as_pytorch_counts: Option<PhasePeaks>,
+    /// The figures the script of the run's protocol printed.
+    pub group: Option<crate::protocol::GroupColumns>,
 }
 
 impl From<RunResult> for Event {
@@ -295,6 +302,7 @@ impl From<RunResult> for Event {
             wall_s,
             nvml_peak_bytes,
             as_pytorch_counts,
+            group,
         } = r;
         Event::Result {
             t,
@@ -307,6 +315,7 @@ impl From<RunResult> for Event {
             wall_s,
             nvml_peak_bytes,
             as_pytorch_counts,
+            group,
         }
     }
 }
@@ -331,6 +340,7 @@ impl TryFrom<Event> for RunResult {
                 wall_s,
                 nvml_peak_bytes,
                 as_pytorch_counts,
+                group,
             } => Ok(RunResult {
                 t,
                 status,
@@ -342,6 +352,7 @@ impl TryFrom<Event> for RunResult {
                 wall_s,
                 nvml_peak_bytes,
                 as_pytorch_counts,
+                group,
             }),
             _ => Err(NotAResult),
         }

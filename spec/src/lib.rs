@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod jsonl;
 pub mod model;
 pub mod params;
+pub mod protocol;
 pub mod record;
 pub mod run;
 pub mod shape;

@@ -123,6 +123,11 @@ struct RunArgs {
     /// aside with a warning; one that cannot be prepared, skipped.
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// Measure as this protocol's script did (`project`, the default;
+    /// `latent-unet`, `s2d-unet`, `transformer`: the group's profiling
+    /// scripts): the loss it took, and the result carries the figures it printed.
+    #[arg(long, default_value = "project")]
+    protocol: spec::protocol::Protocol,
     /// Run the task's configs from this index on (set by the worker itself
     /// when it restarts a task of several configs: see `worker::task`).
     #[arg(long, hide = true, requires = "manifest")]
@@ -217,6 +222,7 @@ fn main() -> Result<()> {
             opts.memory_limit = memory_limit;
             opts.attention = args.attention.into();
             opts.kernel_cache = kernel_cache.as_ref().map(|c| c.state);
+            opts.protocol = args.protocol;
             let code = worker::task::run_in_turn(&cfgs, args.from.unwrap_or(0), &opts)?;
             // The results are written: what the runs compiled goes to the node's cache.
             if let Some(cache) = kernel_cache {

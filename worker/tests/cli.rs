@@ -100,6 +100,39 @@ fn ok_run_records_every_phase() {
     }
 }
 
+/// `--protocol NAME` measures as that script of the group's did, and the
+/// result carries the figures the script printed beside the phases' peaks:
+/// the latent script's Model (held once built), Fwd, Bwd and Total as running
+/// maxima; the transformer scripts' one peak from after the build. A run of
+/// the project's protocol carries none.
+#[test]
+fn a_run_under_a_scripts_protocol_carries_the_figures_it_printed() {
+    use spec::protocol::{GroupColumns, Protocol};
+    let dir = tempfile::tempdir().unwrap();
+    let group = |protocol: Protocol| {
+        let cfg = RunConfig { name: format!("proto_{protocol}"), ..tiny_unet("proto") };
+        let (out, ev) = common::run_worker_with(dir.path(), &cfg, &["--protocol", protocol.name()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let Some(Event::Result { status: RunStatus::Ok, group, peaks, .. }) = ev.last() else {
+            panic!("{:?}", ev.last())
+        };
+        (*group, peaks.clone(), 4 * spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap())
+    };
+    let (latent, p, weights) = group(Protocol::LatentUnet);
+    let Some(GroupColumns { protocol: Protocol::LatentUnet, model: Some(model), fwd, bwd, total }) = latent else {
+        panic!("{latent:?}")
+    };
+    assert!(model >= weights && model <= p.model.unwrap(), "held once built: {model} ({weights} of weights, {p:?})");
+    assert_eq!(fwd, Some(p.model.unwrap().max(p.fwd.unwrap())));
+    assert_eq!(bwd, Some(fwd.unwrap().max(p.bwd.unwrap())));
+    assert_eq!(total, bwd.unwrap().max(p.step.unwrap()));
+    let (transformer, p, _) = group(Protocol::Transformer);
+    let t = transformer.expect("one figure");
+    assert_eq!((t.model, t.fwd, t.bwd), (None, None, None));
+    assert_eq!(t.total, p.fwd.unwrap().max(p.bwd.unwrap()).max(p.step.unwrap()));
+    assert_eq!(group(Protocol::Project).0, None);
+}
+
 #[test]
 fn memory_limit_is_recorded_as_oom() {
     let dir = tempfile::tempdir().unwrap();

@@ -54,6 +54,18 @@ impl ReportLayout {
         *self == ReportLayout::Project
     }
 
+    /// How the worker measures the sweep: as the script this layout's tables
+    /// come from measured its runs (the DiT and the HDiT/U-ViT scripts alike).
+    pub fn protocol(self) -> spec::protocol::Protocol {
+        use spec::protocol::Protocol;
+        match self {
+            ReportLayout::Project => Protocol::Project,
+            ReportLayout::LatentUnet => Protocol::LatentUnet,
+            ReportLayout::S2dUnet => Protocol::S2dUnet,
+            ReportLayout::Dit | ReportLayout::HditUvit => Protocol::Transformer,
+        }
+    }
+
     /// The group's script whose tables this layout prints (`None`: the project's).
     pub fn script(self) -> Option<&'static str> {
         match self {

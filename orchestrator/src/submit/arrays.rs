@@ -124,9 +124,15 @@ pub(crate) fn experiment_backend(exp: &Experiment) -> Option<WorkerBackend> {
 }
 
 /// `worker run`'s arguments from the experiment: `--backend` (its
-/// [`experiment_backend`]) and the rest of its `worker:` block.
+/// [`experiment_backend`]), the rest of its `worker:` block, and `--protocol`
+/// where the sweep follows one of the group's scripts (its `report_layout`).
 pub(crate) fn worker_args(exp: &Experiment) -> Vec<String> {
-    WorkerOptions { backend: experiment_backend(exp), ..exp.worker.clone() }.args()
+    let mut args = WorkerOptions { backend: experiment_backend(exp), ..exp.worker.clone() }.args();
+    let protocol = exp.report_layout.protocol();
+    if protocol != spec::protocol::Protocol::Project {
+        args.extend(["--protocol".to_string(), protocol.name().to_string()]);
+    }
+    args
 }
 
 /// The job array of submission `sid`: its unique name, its comment, and

@@ -423,6 +423,7 @@ mod tests {
             wall_s: 0.0,
             nvml_peak_bytes: None,
             as_pytorch_counts: None,
+            group: None,
         }))
     }
 

@@ -326,6 +326,7 @@ fn recorded(r: &MeasurementRecord, t: f64, message: String) -> Vec<Event> {
         wall_s: 0.0,
         nvml_peak_bytes: None,
         as_pytorch_counts: None,
+        group: None,
     });
     out
 }
@@ -357,6 +358,7 @@ fn failed(t: f64, message: String) -> Event {
         wall_s: 0.0,
         nvml_peak_bytes: None,
         as_pytorch_counts: None,
+        group: None,
     }
 }
 

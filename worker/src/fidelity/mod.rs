@@ -217,8 +217,10 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
     std::fs::write(&path, serde_json::to_string(&cfg)?).with_context(|| format!("writing {}", path.display()))?;
     let events = crate::events::events_path(&opts.state_dir, &cfg);
     let _ = std::fs::remove_file(&events);
+    // Measured as the script behind the record's table did.
+    let protocol = r.table.as_deref().and_then(spec::protocol::Protocol::of_table).unwrap_or_default();
     let status = Command::new(exe)
-        .args(["run", "--backend", &opts.backend, "--config"])
+        .args(["run", "--backend", &opts.backend, "--protocol", protocol.name(), "--config"])
         .arg(&path)
         .arg("--state-dir")
         .arg(&opts.state_dir)

@@ -30,6 +30,7 @@ use spec::event::{
     AttentionKernel, CacheState, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, RunEnvironment, RunResult,
     RunStatus,
 };
+use spec::protocol::Protocol;
 use spec::{Mode, RunConfig};
 
 use crate::alloc;
@@ -74,6 +75,8 @@ pub struct RunOptions {
     /// The kernel cache this process was pointed at, as found (`--cache-dir`;
     /// see [`crate::cache`]), for the `start` event.
     pub kernel_cache: Option<CacheState>,
+    /// Whose measurement: the loss, and the figures the result carries beside its peaks.
+    pub protocol: Protocol,
 }
 
 impl RunOptions {
@@ -85,6 +88,7 @@ impl RunOptions {
             heartbeat: HEARTBEAT,
             attention: AttentionKernel::MemoryEfficient,
             kernel_cache: None,
+            protocol: Protocol::Project,
         }
     }
 }
@@ -190,7 +194,7 @@ fn run_with_setup(
     let (device, autocast) = match prepared {
         Ok(p) => (p.device, p.autocast),
         Err(msg) => {
-            let out = finish(&log, &path, params, start, (0, None), Err((RunStatus::Failed, msg)));
+            let out = finish(&log, &path, params, start, (0, None, None), Err((RunStatus::Failed, msg)));
             set_current(None);
             return out;
         }
@@ -214,6 +218,7 @@ fn run_with_setup(
         attention: attention_of(cfg, opts),
         autocast,
         block_checkpoints: checkpointing_of(cfg) == Checkpointing::Block,
+        protocol: opts.protocol,
     };
     let result = catch_unwind(AssertUnwindSafe(|| phases(cfg, kernels, &device, &meter, &log)));
     alloc::set_limit(None);
@@ -222,10 +227,10 @@ fn run_with_setup(
     if let Some(h) = heartbeat {
         let _ = h.join();
     }
-    let ended = match result {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(msg)) => Err(classify(&msg)),
-        Err(payload) => Err(classify(&panic_message(payload.as_ref()))),
+    let (ended, after_build) = match result {
+        Ok(Ok(held)) => (Ok(()), Some(held)),
+        Ok(Err(msg)) => (Err(classify(&msg)), None),
+        Err(payload) => (Err(classify(&panic_message(payload.as_ref()))), None),
     };
     // A GPU OOM ends the phase by error or panic; its open window's sampled
     // peak is the peak it reached.
@@ -233,7 +238,8 @@ fn run_with_setup(
     if let Some(b) = meter.nvml_peak() {
         PROGRESS.nvml_peak.fetch_max(b, Ordering::Relaxed);
     }
-    let out = finish(&log, &path, params, start, (live_peak, as_pytorch_counts), ended);
+    let group = after_build.map(|held| (opts.protocol, held));
+    let out = finish(&log, &path, params, start, (live_peak, as_pytorch_counts, group), ended);
     set_current(None);
     drop(meter);
     // Empty the pool for whatever runs next in this process (the next config
@@ -305,7 +311,7 @@ fn finish(
     path: &Path,
     params: u64,
     start: f64,
-    (live_peak, as_pytorch_counts): (u64, Option<spec::event::PhasePeaks>),
+    (live_peak, as_pytorch_counts, group): (u64, Option<spec::event::PhasePeaks>, Option<(Protocol, u64)>),
     ended: Result<(), (RunStatus, String)>,
 ) -> Result<Outcome, RunError> {
     let (status, message) = match ended {
@@ -319,6 +325,8 @@ fn finish(
     let t = now();
     // Counted as PyTorch would only where every phase's window closed.
     let as_pytorch_counts = as_pytorch_counts.filter(|_| status == RunStatus::Ok);
+    // The figures the protocol's script printed, for a run that ended ok.
+    let group = group.filter(|_| status == RunStatus::Ok).and_then(|(p, held)| p.columns(&peaks, held));
     let result = RunResult {
         t,
         status,
@@ -330,6 +338,7 @@ fn finish(
         wall_s: t - start,
         nvml_peak_bytes,
         as_pytorch_counts,
+        group,
     };
     if !PROGRESS.finished.swap(true, Ordering::SeqCst) {
         log.emit(&Event::from(result.clone()))
@@ -392,16 +401,22 @@ struct Kernels {
     attention: AttentionKernel,
     autocast: Option<FloatDType>,
     block_checkpoints: bool,
+    protocol: Protocol,
 }
 
-fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log: &EventLog) -> Result<(), String> {
+/// The run's phases; returns the bytes held once the model was built (the
+/// latent script's `Model` column).
+fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log: &EventLog) -> Result<u64, String> {
+    // The model, and the bytes it holds once built (before the phase reads it back).
     let build = || {
         let m = Model::build(&cfg.model, &cfg.input, cfg.out_channels, kernels.attention, device)
             .map_err(|e| e.to_string())?;
         m.visit(&mut Materialise);
-        Ok(m)
+        device.sync().map_err(|e| format!("model phase: device error: {e}"))?;
+        meter.sample();
+        Ok((m, meter.current()))
     };
-    let mut model = phase(Phase::Model, None, device, meter, log, build, |m| {
+    let (mut model, after_build) = phase(Phase::Model, None, device, meter, log, build, |(m, _)| {
         readback::pool_holds_params(device, m)?;
         readback::param_checksum(m)
     })?;
@@ -427,10 +442,7 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
             readback::scalar(out.clone().detach().mean().cast(burn::tensor::FloatDType::F32), "output mean")
         })?;
         let backward = || {
-            let target = Tensor::random(out.dims(), burn::tensor::Distribution::Normal(0.0, 1.0), device);
-            // The loss in the device's type (f32 under autocast, whose output is half).
-            let out = if out.dtype() == target.dtype() { out } else { out.cast(FloatDType::from(target.dtype())) };
-            let loss = (out - target).square().mean();
+            let loss = loss_of(kernels.protocol, out, device);
             let value = loss.clone().detach();
             // Checkpointed blocks run their forward again here, under the same autocast.
             let _autocast = Autocast::enter(kernels.autocast);
@@ -447,7 +459,26 @@ fn phases(cfg: &RunConfig, kernels: Kernels, device: &Device, meter: &Meter, log
         let step = || Ok(optim.step(1e-4, current, grads));
         model = phase(Phase::Step, at, device, meter, log, step, readback::param_checksum)?;
     }
-    Ok(())
+    Ok(after_build)
+}
+
+/// The loss the protocol's script took of the prediction `out`, in f32 where
+/// it upcast (under autocast the prediction is half).
+fn loss_of(protocol: Protocol, out: Tensor<5>, device: &Device) -> Tensor<1> {
+    let f32 = |t: Tensor<5>| if t.dtype() == burn::tensor::DType::F32 { t } else { t.cast(FloatDType::F32) };
+    match protocol {
+        // `output.mean()` inside autocast: the prediction's own type.
+        Protocol::LatentUnet => out.mean(),
+        // `pred.float().pow(2).mean()`: no target.
+        Protocol::Transformer => f32(out).square().mean(),
+        // A mean squared error against a target (the S2D script's `images -
+        // noise`) in the target's type: f32 under autocast, whose output is half.
+        Protocol::Project | Protocol::S2dUnet => {
+            let target = Tensor::random(out.dims(), burn::tensor::Distribution::Normal(0.0, 1.0), device);
+            let out = if out.dtype() == target.dtype() { out } else { out.cast(FloatDType::from(target.dtype())) };
+            (out - target).square().mean()
+        }
+    }
 }
 
 fn spawn_heartbeat(
@@ -538,6 +569,7 @@ fn record_cancelled(log: &EventLog, meter: Option<&Meter>, sig: i32) {
         wall_s: t - start,
         nvml_peak_bytes: Some(PROGRESS.nvml_peak.load(Ordering::Relaxed)).filter(|&b| b > 0),
         as_pytorch_counts: None,
+        group: None,
     }));
 }
 
