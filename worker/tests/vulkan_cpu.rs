@@ -102,10 +102,11 @@ mod lavapipe {
     /// AdamW step (many more fused element-wise kernels, whose fused or
     /// unfused execution CubeCL times on this loaded CPU) the picks differ
     /// from process to process even on a warm cache: seen 3.05 to 3.63 MB for
-    /// the 3.5 MB DiT (447 kB apart), 91 kB on the 1.7 MB HDiT. Within 2% or
-    /// 512 KiB, the larger: a task that kept one config's tensors into the next
+    /// the 3.5 MB DiT (447 kB apart), later 2.97 to 3.69 MB (713 kB, with the
+    /// cluster tests running beside it), 91 kB on the 1.7 MB HDiT. Within 2% or
+    /// 1 MiB, the larger: a task that kept one config's tensors into the next
     /// is off by a whole config's bytes (on the CPU: 7.6 MB against 3.1 MB
-    /// alone), which this still fails on.
+    /// alone, 4.5 MB off), which this still fails on.
     #[test]
     fn every_family_reads_back_and_a_task_of_four_measures_what_four_processes_do() {
         let configs = four_families(Spatial::new(8, 8, 8));
@@ -137,7 +138,7 @@ mod lavapipe {
             let in_task = peak(&events);
             let diff = (in_task as f64 - alone as f64) / alone as f64;
             eprintln!("{}: {in_task} B in the task, {alone} B alone ({:+.2}%)", c.name, 100.0 * diff);
-            if in_task.abs_diff(alone) > (alone / 50).max(512 << 10) {
+            if in_task.abs_diff(alone) > (alone / 50).max(1 << 20) {
                 off.push((c.name.clone(), in_task, alone));
             }
         }
