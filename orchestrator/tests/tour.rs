@@ -1,6 +1,7 @@
-//! docs/tour.md, run for real: plan, submit and follow the demo sweep on the
-//! built-in `local` cluster (the Burn worker of this build runs each config as a
-//! local process), then report on the state it left and on the group's
+//! docs/tour.md, run for real: the group's sweep replayed, then plan, submit
+//! and follow the demo sweep on the built-in `local` cluster (the Burn worker
+//! of this build runs each config as a local process), then report on the
+//! state it left and on the group's
 //! measurements. Every console block of the tour must print what it shows;
 //! measured peaks and timings are `[..]`; the records report it quotes must
 //! have the lines quoted.
