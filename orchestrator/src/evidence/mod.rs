@@ -63,16 +63,22 @@ fn configs(table: &str, recs: &[(usize, MeasurementRecord)]) -> Vec<(String, Run
         .collect()
 }
 
-/// Every table of `path` in turn (records with a `table`, not superseded).
-pub fn run(path: &Path, settings: &Settings, work: &Path) -> Result<Vec<TableRun>, EvidenceError> {
+/// The records of `path` that still stand (not superseded), each with its
+/// 1-based line.
+fn standing_records(path: &Path) -> Result<Vec<(usize, MeasurementRecord)>, EvidenceError> {
     let text = std::fs::read_to_string(path).map_err(|e| EvidenceError::Replay(format!("{}: {e}", path.display())))?;
-    let all: Vec<(usize, MeasurementRecord)> = spec::record::read_jsonl(&text)
+    Ok(spec::record::read_jsonl(&text)
         .map_err(|(line, e)| EvidenceError::Replay(format!("{}:{line}: {e}", path.display())))?
         .into_iter()
         .enumerate()
         .map(|(i, r)| (i + 1, r))
         .filter(|(_, r)| r.superseded.is_none())
-        .collect();
+        .collect())
+}
+
+/// Every table of `path` in turn (records with a `table`, not superseded).
+pub fn run(path: &Path, settings: &Settings, work: &Path) -> Result<Vec<TableRun>, EvidenceError> {
+    let all = standing_records(path)?;
     let mut tables: BTreeMap<String, Vec<(usize, MeasurementRecord)>> = BTreeMap::new();
     for (line, r) in &all {
         if let Some(t) = &r.table {

@@ -92,15 +92,7 @@ struct Pending {
 /// Judges every experiment of `paths` (files or directories, as
 /// [`super::experiments::files`] orders them) against `records`.
 pub fn run(paths: &[PathBuf], records: &Path) -> Result<Vec<Savings>, EvidenceError> {
-    let fail = |e: &dyn std::fmt::Display| EvidenceError::Replay(format!("{}: {e}", records.display()));
-    let text = std::fs::read_to_string(records).map_err(|e| fail(&e))?;
-    let all: Vec<(usize, MeasurementRecord)> = spec::record::read_jsonl(&text)
-        .map_err(|(line, e)| EvidenceError::Replay(format!("{}:{line}: {e}", records.display())))?
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| (i + 1, r))
-        .filter(|(_, r)| r.superseded.is_none())
-        .collect();
+    let all = super::standing_records(records)?;
     let source = records.display().to_string();
     let every = Records::new(source.clone(), all.iter().cloned());
     let mut tables: BTreeMap<String, Vec<(usize, MeasurementRecord)>> = BTreeMap::new();
