@@ -187,7 +187,7 @@ step_done "cargo test --workspace, all but the cluster and lavapipe tests"
 # The orchestrator's benches, in the dev profile so nothing more is compiled:
 # they keep working (each checks what it measures: every config submitted,
 # every event file read once); their figures are a release build's
-# (`cargo bench -p orchestrator --bench plan`, README).
+# (`cargo bench -p orchestrator --bench plan`, docs/precheck.md).
 cargo bench --workspace --locked "${features[@]}" --profile dev --bench plan --bench poll --bench predict --bench overlay 2>&1 |
     tee "$logs/benches.log"
 step_done "the orchestrator's benches"

@@ -1,9 +1,10 @@
-//! Every page's pointers lead somewhere: a Markdown link to a section
-//! (`[..](docs/clusters.md#transports)`) and a pointer in words
-//! (`README, "Planning a sweep"`, `docs/gpu.md, "The GPU check"`) name a
-//! file that exists and a section it has (a heading, or a paragraph's bold
-//! lead: `**How far a verdict can be trusted.**`; a heading's dated suffix,
-//! `(2026-11-26)`, may be left out).
+//! Every page's pointers lead somewhere. A relative Markdown link names a file
+//! beside the page (`[..](docs/gpu.md)` from README, `[..](gpu.md)` from
+//! docs/); a link to a section (`[..](docs/clusters.md#transports)`) and a
+//! pointer in words (`README, "Planning a sweep"`, `docs/gpu.md, "The GPU
+//! check"`) name a file that exists and a section it has (a heading, or a
+//! paragraph's bold lead: `**How far a verdict can be trusted.**`; a
+//! heading's dated suffix, `(2026-11-26)`, may be left out).
 
 use std::path::{Path, PathBuf};
 
@@ -59,18 +60,25 @@ fn every_pointer_to_a_section_names_one_that_exists() {
     let mut all = Vec::new();
     pages(&root, &mut all);
     assert!(all.len() >= 8, "{all:?}");
-    let mut checked = 0;
+    let (mut checked, mut links) = (0, 0);
     let mut broken = Vec::new();
     for page in &all {
         let text = std::fs::read_to_string(page).expect("page").replace('\n', " ");
         let shown = page.strip_prefix(&root).unwrap_or(page).display().to_string();
-        // [text](file#anchor)
+        // [text](file#anchor), and [text](file): the file beside the page
         for (at, _) in text.match_indices("](") {
             let target = text[at + 2..].split(')').next().unwrap_or_default();
-            let Some((file, anchor)) = target.split_once('#') else { continue };
-            if file.contains("://") {
+            if target.contains("://") || target.starts_with("mailto:") {
                 continue;
             }
+            let file = target.split('#').next().unwrap_or_default();
+            if !file.is_empty() {
+                links += 1;
+                if !page.parent().expect("a page's folder").join(file).exists() {
+                    broken.push(format!("{shown}: ]({target}): no such file beside the page"));
+                }
+            }
+            let Some((file, anchor)) = target.split_once('#') else { continue };
             checked += 1;
             let file = if file.is_empty() { Some(page.clone()) } else { resolve(&root, page, file) };
             match file.map(|f| std::fs::read_to_string(f).unwrap_or_default()) {
@@ -95,5 +103,6 @@ fn every_pointer_to_a_section_names_one_that_exists() {
         }
     }
     assert!(checked >= 8, "only {checked} pointers found: the scan is broken");
+    assert!(links >= 20, "only {links} links to files found: the scan is broken");
     assert!(broken.is_empty(), "pointers to sections that do not exist:\n{}", broken.join("\n"));
 }

@@ -1,8 +1,9 @@
-//! The replay evidence table in README.md is what `orchestrator evidence`
+//! The replay evidence table in docs/active.md is what `orchestrator evidence`
 //! prints: every table of the group's records, its calibration refitted
-//! without it, an active sweep over its configs on the replay cluster. Its
-//! table of what `plan` would have saved the group is what `evidence
-//! --savings` prints, each config judged by a calibration without its tables.
+//! without it, an active sweep over its configs on the replay cluster. The
+//! table of what `plan` would have saved the group, in docs/precheck.md, is
+//! what `evidence --savings` prints, each config judged by a calibration
+//! without its tables.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -15,17 +16,17 @@ use spec::record::{MeasuredStatus, MeasurementRecord};
 mod common;
 
 #[test]
-fn the_readme_evidence_table_is_what_the_command_prints() {
+fn the_documented_evidence_table_is_what_the_command_prints() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let (shown, readme) = common::readme_block(&root, "evidence");
-    // The command as README shows it: `submit --active`'s default target, no flag.
-    assert!(readme.contains("orchestrator evidence --records data/vram-measurements.jsonl\n"));
+    let (shown, page) = common::doc_block(&root, "docs/active.md", "evidence");
+    // The command as the page shows it: `submit --active`'s default target, no flag.
+    assert!(page.contains("orchestrator evidence --records data/vram-measurements.jsonl\n"));
     let target_error = parse_share(DEFAULT_TARGET_ERROR).expect("the default target parses");
     let settings = Settings { runtime: Default::default(), target_error, max_runs: None, round_size: None };
     let work = tempfile::tempdir().expect("tempdir");
     let runs = run(&root.join("data/vram-measurements.jsonl"), &settings, work.path()).expect("evidence");
     let printed = Tally(&runs).to_string();
-    assert_eq!(shown, printed, "README.md's evidence table is stale: rerun the command and paste its output");
+    assert_eq!(shown, printed, "docs/active.md's evidence table is stale: rerun the command and paste its output");
     // The goal, overall: at most 30% measured and no wrong verdict.
     let measured: usize = runs.iter().map(|t| t.score.measured).sum();
     let configs: usize = runs.iter().map(|t| t.score.configs).sum();
@@ -34,10 +35,10 @@ fn the_readme_evidence_table_is_what_the_command_prints() {
 }
 
 #[test]
-fn the_readme_table_of_what_plan_would_have_saved_is_what_the_command_prints() {
+fn the_documented_table_of_what_plan_would_have_saved_is_what_the_command_prints() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let (shown, readme) = common::readme_block(&root, "evidence-savings");
-    assert!(readme.contains("orchestrator evidence --savings experiments/exp*.yaml\n"));
+    let (shown, page) = common::doc_block(&root, "docs/precheck.md", "evidence-savings");
+    assert!(page.contains("orchestrator evidence --savings experiments/exp*.yaml\n"));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .current_dir(&root)
         .args(["evidence", "--savings"])
@@ -46,7 +47,7 @@ fn the_readme_table_of_what_plan_would_have_saved_is_what_the_command_prints() {
         .expect("orchestrator runs");
     let printed = String::from_utf8(out.stdout).expect("utf-8");
     assert!(out.status.success(), "{printed}{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(shown, printed, "README.md's savings table is stale: rerun the command and paste its output");
+    assert_eq!(shown, printed, "docs/precheck.md's savings table is stale: rerun the command and paste its output");
     // Every config the group ran out of memory or over its 60 GB with is in it, once.
     let failed: BTreeSet<(String, String)> = group_records(&root)
         .iter()

@@ -3,8 +3,8 @@
 //! however either writes it; same input, GPU and precision) is answered with
 //! that record, and `submit --active --cluster replay` measures some of them.
 //! Which configs have a record is decided here field by field, not by the
-//! config hash the replay matches on. README's table of exp9–exp16 is what
-//! `orchestrator evidence --experiments` prints.
+//! config hash the replay matches on. docs/active.md's table of exp9–exp16 is
+//! what `orchestrator evidence --experiments` prints.
 
 mod common;
 
@@ -148,9 +148,9 @@ fn the_active_loop_on_exp9_measures_from_the_records_and_answers_the_rest() {
 }
 
 #[test]
-fn the_readme_table_of_the_groups_sweeps_is_what_the_command_prints() {
-    let (shown, readme) = common::readme_block(&root(), "evidence-experiments");
-    assert!(readme.contains("orchestrator evidence --experiments experiments/exp*.yaml\n"));
+fn the_documented_table_of_the_groups_sweeps_is_what_the_command_prints() {
+    let (shown, page) = common::doc_block(&root(), "docs/active.md", "evidence-experiments");
+    assert!(page.contains("orchestrator evidence --experiments experiments/exp*.yaml\n"));
     let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .current_dir(root())
         .args(["evidence", "--experiments"])
@@ -159,7 +159,10 @@ fn the_readme_table_of_the_groups_sweeps_is_what_the_command_prints() {
         .expect("orchestrator runs");
     let printed = common::text(&out);
     assert!(out.status.success(), "{printed}");
-    assert_eq!(shown, printed, "README.md's table of the group's sweeps is stale: rerun the command, paste its output");
+    assert_eq!(
+        shown, printed,
+        "docs/active.md's table of the group's sweeps is stale: rerun the command, paste its output"
+    );
     let row = |exp: &str| printed.lines().find(|l| l.starts_with(&format!("| {exp} |"))).expect("a row").to_string();
     let cells: Vec<String> = row("exp9").split('|').map(|c| c.trim().to_string()).collect();
     let (with_record, measured): (usize, usize) = (cells[3].parse().expect("n"), cells[4].parse().expect("n"));

@@ -436,12 +436,13 @@ pub fn group_experiment_files(root: &Path) -> Vec<String> {
     files
 }
 
-/// What README.md shows between `<!-- NAME:begin -->` and `<!-- NAME:end -->`,
-/// and the whole README.
-pub fn readme_block(root: &Path, name: &str) -> (String, String) {
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+/// What the page `page` (a path from the repository `root`, e.g.
+/// `docs/active.md`) shows between `<!-- NAME:begin -->` and
+/// `<!-- NAME:end -->`, and the whole page.
+pub fn doc_block(root: &Path, page: &str, name: &str) -> (String, String) {
+    let text = std::fs::read_to_string(root.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
     let begin = format!("<!-- {name}:begin -->\n");
-    let (_, rest) = readme.split_once(&begin).unwrap_or_else(|| panic!("README.md has no {begin}"));
+    let (_, rest) = text.split_once(&begin).unwrap_or_else(|| panic!("{page} has no {begin}"));
     let (shown, _) = rest.split_once(&format!("<!-- {name}:end -->")).expect("its end marker");
-    (shown.to_string(), readme.clone())
+    (shown.to_string(), text.clone())
 }
