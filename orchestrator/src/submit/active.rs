@@ -29,7 +29,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use spec::record::MeasurementRecord;
 use spec::RunConfig;
 
-use super::{cluster_name, status_until, submit, CommandError, Interrupt, Options, Watch};
+use super::judge::{cluster_name, where_it_runs};
+use super::{status_until, submit, CommandError, Interrupt, Options, Watch};
 use crate::active::{self, ActiveReport, Answer, Choice, Refit, Savings, Settings, Stop};
 use crate::cluster::{ClustersFile, TransportKind};
 use crate::precheck::Calibration;
@@ -145,8 +146,7 @@ pub async fn run_until(
     let view = View::new(&opts.state_root, &name)?;
     // Held to its cluster once a submission may have reached it (as `submit`).
     let stored = view.pinned_sweep()?;
-    let (judged, _) =
-        super::where_it_runs(sweep, opts.cluster.as_deref(), stored.as_ref(), opts.clusters_file.as_deref());
+    let (judged, _) = where_it_runs(sweep, opts.cluster.as_deref(), stored.as_ref(), opts.clusters_file.as_deref());
     let sweep = &judged;
     let mut seen = BTreeSet::new();
     let configs: Vec<(String, RunConfig)> = sweep

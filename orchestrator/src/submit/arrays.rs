@@ -1,14 +1,19 @@
 //! Rendering job arrays: one sbatch script and manifest per array, split below
-//! `MaxArraySize`, written under the submission's directory.
+//! `MaxArraySize`, written under the submission's directory. For `submit`
+//! (its third stage, [`render_arrays`]) the cluster names the paths and the worker
+//! the scripts run is asked whether it starts there; `render` and `warm`
+//! use the same pieces without a connection.
 
 use sha2::{Digest, Sha256};
 use spec::run::ConfigHash;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::{experiment_hash, CommandError, Target};
+use super::judge::Site;
+use super::probe::{check_worker, Need};
+use super::{blocking, experiment_hash, CommandError, Options, Target};
 use crate::cluster::{merge_resources, ClusterConfig, TransportKind};
-use crate::experiment::{Experiment, WorkerBackend, WorkerOptions};
+use crate::experiment::{Experiment, SlurmResources, WorkerBackend, WorkerOptions};
 use crate::fsio;
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
@@ -44,6 +49,69 @@ pub(crate) struct Placement<'a> {
     pub max_array: u32,
     /// The sequence number of the first new submission.
     pub first_seq: usize,
+    /// What each job asks SLURM for: the experiment's `slurm:` over the
+    /// cluster's `defaults:` ([`merge_resources`]).
+    pub resources: &'a SlurmResources,
+}
+
+/// `submit`'s third stage: the arrays that run `todo`, rendered where the
+/// cluster says (its `MaxArraySize`, state root and worker), numbered after
+/// the submissions there are, each file kept in its submission's directory
+/// of the state; then the worker they run is checked ([`check_worker_of`]).
+pub(crate) async fn render_arrays(
+    todo: &[&SweepConfig],
+    sweep: &Sweep,
+    site: &Site,
+) -> Result<Vec<Prepared>, CommandError> {
+    let t = &site.target.transport;
+    let max_array = blocking(t, |t| t.max_array_size()).await?;
+    let remote_state = blocking(t, |t| t.files().remote_state_root()).await?;
+    let worker = blocking(t, |t| t.files().worker_path()).await?;
+    let mut renderer = Renderer::new(template_dirs(&site.opts, sweep));
+    let first_seq = site.st.load_submissions()?.len() + 1;
+    let resources = merge_resources(&sweep.experiment.slurm, &site.target.config.defaults);
+    let place = Placement { remote_state: &remote_state, worker: &worker, max_array, first_seq, resources: &resources };
+    let st = &site.st;
+    let prepared = prepare_arrays(sweep, todo, &site.target, &place, &mut renderer, &|sid, name, data| {
+        Ok(st.keep_sent(sid, name, data)?)
+    })?;
+    check_worker_of(&prepared, &sweep.experiment, &resources, &worker, site).await?;
+    Ok(prepared)
+}
+
+/// Checks the worker that the prepared job scripts run (a user's own
+/// template that runs none needs none); on refusal the rendered files go too
+/// (nothing was recorded).
+async fn check_worker_of(
+    prepared: &[Prepared],
+    exp: &Experiment,
+    resources: &SlurmResources,
+    worker: &str,
+    site: &Site,
+) -> Result<(), CommandError> {
+    let contains = |bytes: &[u8]| bytes.windows(worker.len()).any(|w| w == worker.as_bytes());
+    if !prepared.iter().any(|p| p.files.iter().any(|(_, bytes)| contains(bytes))) {
+        return Ok(());
+    }
+    let need = Need::of(experiment_backend(exp), "the experiment asks for", resources);
+    let checked = check_worker(&site.target, worker, &need).await;
+    if checked.is_err() {
+        for p in prepared {
+            site.st.forget_unsent(&p.sub.id);
+        }
+    }
+    checked
+}
+
+/// Where templates are looked for: beside the experiment file
+/// (`experiments/templates/`) first, then the given dirs.
+pub(crate) fn template_dirs(opts: &Options, sweep: &Sweep) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(parent) = sweep.source.parent() {
+        dirs.push(parent.join("templates"));
+    }
+    dirs.extend(opts.template_dirs.iter().cloned());
+    dirs
 }
 
 /// Renders job arrays for `configs` (split below MaxArraySize), each task
@@ -59,7 +127,6 @@ pub(crate) fn prepare_arrays(
 ) -> Result<Vec<Prepared>, CommandError> {
     let exp = &sweep.experiment;
     let k = exp.worker.configs_per_task.max(1);
-    let resources = merge_resources(&exp.slurm, &target.config.defaults);
     let template = exp.template.clone().unwrap_or_else(|| "profile".into());
     let tasks = configs.len().div_ceil(k as usize);
     let mut out = Vec::new();
@@ -78,7 +145,7 @@ pub(crate) fn prepare_arrays(
             array: job.array.clone(),
             tasks: range.len(),
             configs_per_task: k,
-            slurm: (&resources).into(),
+            slurm: place.resources.into(),
             work_dir: work_dir_of(&target.config, place.remote_state),
             state_dir: place.remote_state.to_string(),
             submission_dir: sub_dir.clone(),

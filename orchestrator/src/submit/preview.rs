@@ -4,8 +4,10 @@
 
 use std::path::PathBuf;
 
-use super::arrays::{prepare_arrays, Placement};
-use super::{template_dirs, CommandError, Options, Target};
+use super::arrays::{prepare_arrays, template_dirs, Placement};
+use super::decide::would_send;
+use super::judge::where_it_runs;
+use super::{CommandError, Options, Target};
 use crate::cluster::{merge_resources, ClusterConfig, ClustersFile, TransportKind};
 use crate::fsio;
 use crate::render::Renderer;
@@ -29,8 +31,7 @@ pub struct Rendered {
 pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandError> {
     let view = state::View::new(&opts.state_root, &sweep.experiment.name)?;
     let prev = view.pinned_sweep()?;
-    let (judged, choice) =
-        super::where_it_runs(sweep, opts.cluster.as_deref(), prev.as_ref(), opts.clusters_file.as_deref());
+    let (judged, choice) = where_it_runs(sweep, opts.cluster.as_deref(), prev.as_ref(), opts.clusters_file.as_deref());
     let sweep = &judged;
     let cluster = choice.name;
     let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
@@ -38,16 +39,23 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandEr
     let (remote_state, worker) = render_paths(&cluster, &config, opts)?;
     let target =
         Target { name, transport: transport::open(&cluster, &ClusterConfig::local(), &opts.state_root)?, config };
-    let (todo, skipped) = super::send::would_send(sweep, opts)?;
+    let (todo, skipped) = would_send(sweep, opts)?;
     let mut renderer = Renderer::new(template_dirs(opts, sweep));
     let dir = view.render_dir();
-    let place = Placement { remote_state: &remote_state, worker: &worker, max_array: 1001, first_seq: 1 };
+    let resources = merge_resources(&sweep.experiment.slurm, &target.config.defaults);
+    let place = Placement {
+        remote_state: &remote_state,
+        worker: &worker,
+        max_array: 1001,
+        first_seq: 1,
+        resources: &resources,
+    };
     let prepared = prepare_arrays(sweep, &todo, &target, &place, &mut renderer, &|sid, name, data| {
         let path = dir.join(sid).join(name);
         fsio::write_replace(&path, data)?;
         Ok(path)
     })?;
-    let time = merge_resources(&sweep.experiment.slurm, &target.config.defaults).time;
+    let time = resources.time;
     Ok(Rendered {
         scripts: prepared
             .into_iter()
@@ -89,12 +97,8 @@ pub fn predictions_it_runs(sweep: &Sweep, opts: &Options) -> Result<Vec<String>,
     let view = state::View::new(&opts.state_root, &sweep.experiment.name)?;
     let Some(active) = view.active()? else { return Ok(Vec::new()) };
     let predicted = active.settled_predictions();
-    let (judged, _) = super::where_it_runs(
-        sweep,
-        opts.cluster.as_deref(),
-        view.pinned_sweep()?.as_ref(),
-        opts.clusters_file.as_deref(),
-    );
-    let (todo, _) = super::send::would_send(&judged, opts)?;
+    let (judged, _) =
+        where_it_runs(sweep, opts.cluster.as_deref(), view.pinned_sweep()?.as_ref(), opts.clusters_file.as_deref());
+    let (todo, _) = would_send(&judged, opts)?;
     Ok(todo.into_iter().filter(|c| predicted.contains(c.name.as_str())).map(|c| c.name.clone()).collect())
 }

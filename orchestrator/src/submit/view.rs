@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::interrupt::Interrupt;
+use super::poll::awaiting_result;
+use super::poll::result_grace_s;
 use super::poll::{update, PollSummary};
-use super::pull::awaiting_result;
-use super::{open_target, protocol, result_grace_s, stored_sweep, CommandError, Options};
+use super::{open_target, protocol, stored_sweep, CommandError, Options};
 use crate::fsio;
 use crate::precheck::Verdict;
 use crate::slurm::Activity;
@@ -230,7 +231,7 @@ fn row_state(
 
 /// The status of a sweep never submitted: every config `-`, with its verdict.
 pub fn unsubmitted(sweep: &Sweep, state_root: &std::path::Path) -> StatusReport {
-    let v = super::verdicts(sweep, state_root);
+    let v = super::judge::verdicts(sweep, state_root);
     let mut seen = BTreeSet::new();
     let rows = sweep
         .configs
