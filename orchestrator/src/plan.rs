@@ -2,7 +2,9 @@
 //! size and the precheck's verdict, before anything is submitted.
 
 use serde::Serialize;
+use spec::model::ModelSpec;
 use spec::params;
+use std::io::Write;
 
 use crate::precheck::{memory, Predictor, Verdict};
 use crate::sweep::{Sweep, SweepConfig};
@@ -33,10 +35,50 @@ pub struct PlanRow {
 
 /// Rows for every config in sweep order.
 pub fn rows(sweep: &Sweep, predictor: &Predictor) -> Vec<PlanRow> {
-    crate::util::par::map(&sweep.configs, |c| row(sweep, c, predictor))
+    let runs = crate::util::par::chunks(&sweep.configs, |run| {
+        let mut dims = Dims::default();
+        run.iter().map(|c| row(sweep, c, predictor, &mut dims)).collect::<Vec<_>>()
+    });
+    runs.concat()
 }
 
-fn row(sweep: &Sweep, c: &SweepConfig, predictor: &Predictor) -> PlanRow {
+/// `plan --json`: one JSON object a line for every config in sweep order.
+/// The configs go in rounds: each round's lines are made on every core (a
+/// run of configs each) and written before the next round's, so the output
+/// starts at once and the memory holds one round's text.
+pub fn write_json(sweep: &Sweep, predictor: &Predictor, out: &mut impl Write) -> std::io::Result<()> {
+    const ROUND: usize = 16 * 1024;
+    for round in sweep.configs.chunks(ROUND) {
+        let runs = crate::util::par::chunks(round, |run| {
+            let mut dims = Dims::default();
+            let mut text = Vec::with_capacity(run.len() * 512);
+            for c in run {
+                serde_json::to_writer(&mut text, &row(sweep, c, predictor, &mut dims))?;
+                text.push(b'\n');
+            }
+            Ok::<_, serde_json::Error>(text)
+        });
+        for text in runs {
+            out.write_all(&text?)?;
+        }
+    }
+    out.flush()
+}
+
+/// The last model's [`ModelSpec::summary`]: neighbouring configs mostly share their model.
+#[derive(Default)]
+struct Dims(Option<(ModelSpec, String)>);
+
+impl Dims {
+    fn of(&mut self, model: &ModelSpec) -> String {
+        match &self.0 {
+            Some((m, dims)) if m == model => dims.clone(),
+            _ => self.0.insert((model.clone(), model.summary())).1.clone(),
+        }
+    }
+}
+
+fn row(sweep: &Sweep, c: &SweepConfig, predictor: &Predictor, dims: &mut Dims) -> PlanRow {
     let cfg = &c.config;
     let per_level = params::level_grids(&cfg.model, &cfg.input).iter().map(|g| g.voxels()).collect();
     // One prediction (without the term breakdown) gives the sizes and the verdict.
@@ -56,7 +98,7 @@ fn row(sweep: &Sweep, c: &SweepConfig, predictor: &Predictor) -> PlanRow {
         name: c.name.clone(),
         hash: c.hash.to_string(),
         family: cfg.model.family().to_string(),
-        dims: cfg.model.summary(),
+        dims: dims.of(&cfg.model),
         per_level,
         params,
         predicted_gib: prediction.as_ref().map(|p| p.peak_gib()),

@@ -11,12 +11,11 @@ use crate::cluster::ClustersFile;
 pub fn run(exp: &ExperimentArgs, json: bool, cluster: Option<&str>) -> Result<()> {
     let (sweep, cluster) = where_it_runs(exp, cluster)?;
     let (predictor, source) = exp.predictor(&sweep)?;
-    let rows = crate::plan::rows(&sweep, &predictor);
     if json {
-        for r in &rows {
-            println!("{}", serde_json::to_string(r).context("serialising a plan row")?);
-        }
+        crate::plan::write_json(&sweep, &predictor, &mut std::io::stdout().lock())
+            .context("writing the plan's rows")?;
     } else {
+        let rows = crate::plan::rows(&sweep, &predictor);
         print!("{}", crate::plan::table(&sweep, &rows));
         println!("calibration: {source}");
         println!("cluster: {cluster}");

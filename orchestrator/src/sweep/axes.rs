@@ -6,7 +6,7 @@ use serde_yaml::Value;
 pub(crate) use super::choice::Choice;
 use super::choice::{sweep_key, AxesView};
 use super::exclude::Exclusion;
-use super::name::{auto_label, describe, sanitize, Template};
+use super::name::{auto_label, describe, sanitize_char, Template};
 use crate::experiment::locate::KeyPath;
 use crate::experiment::{show, LoadError, Origin, Source};
 
@@ -19,19 +19,32 @@ use crate::experiment::{show, LoadError, Origin, Source};
 /// already had renames nothing.
 pub(crate) fn from_labels(combo: &[&Choice], doc: Option<&Value>, fallback: &str) -> String {
     let holds = |k: &KeyPath, v: &Value| doc.is_none_or(|d| crate::experiment::overrides_get(d, k) == Some(v));
-    let mut labels: Vec<String> = Vec::new();
+    // The labels joined by `_` and sanitized, written as they come.
+    let (mut name, mut any) = (String::new(), false);
+    let mut push = |label: &str| {
+        if std::mem::replace(&mut any, true) {
+            name.push('_');
+        }
+        if label.chars().all(|c| sanitize_char(c) == c) {
+            name.push_str(label);
+        } else {
+            name.extend(label.chars().map(sanitize_char));
+        }
+    };
     for c in combo {
         let Some(label) = c.label.as_deref().filter(|l| !l.is_empty()) else { continue };
         if c.sets.iter().all(|(k, v, _)| holds(k, v)) {
-            labels.push(label.to_string());
+            push(label);
             continue;
         }
-        labels.extend(c.sets.iter().filter(|(k, v, _)| holds(k, v)).map(|(k, v, _)| describe(&k.to_string(), v)));
+        for (k, v, _) in c.sets.iter().filter(|(k, v, _)| holds(k, v)) {
+            push(&describe(&k.to_string(), v));
+        }
     }
-    if labels.is_empty() {
-        fallback.to_string()
+    if any {
+        name
     } else {
-        sanitize(&labels.join("_"))
+        fallback.to_string()
     }
 }
 
@@ -108,21 +121,16 @@ impl Axes {
     }
 
     /// The axes in product order: named configs, each grid key, the zip; empty ones left out.
-    fn axes(&self) -> Vec<&[Choice]> {
+    pub(super) fn in_product_order(&self) -> Vec<&[Choice]> {
         let all = std::iter::once(self.configs.as_slice()).chain(self.grid.iter().map(Vec::as_slice));
         all.chain(std::iter::once(self.zip.as_slice())).filter(|a| !a.is_empty()).collect()
-    }
-
-    /// How many combinations [`Axes::combinations`] yields.
-    pub fn count(&self) -> usize {
-        self.axes().iter().map(|a| a.len()).product()
     }
 
     /// Every combination of named config x grid values x zip row, one choice
     /// per axis, the last axis fastest (an
     /// odometer over the axes: no list of all combinations is built).
     pub fn combinations(&self) -> impl Iterator<Item = Vec<&Choice>> + '_ {
-        let axes = self.axes();
+        let axes = self.in_product_order();
         let mut at = vec![0usize; axes.len()];
         let mut done = false;
         std::iter::from_fn(move || {

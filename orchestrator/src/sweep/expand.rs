@@ -2,8 +2,9 @@
 //! validated config; identical ones are planned once.
 //!
 //! Per config only what varies is built (the document with the combination's
-//! values, its typed run config, hash and name); where a value came from is
-//! worked out only for an error.
+//! values, from the one its neighbour left: `scratch.rs`; its typed run
+//! config, hash, name and the shape rules it breaks), on every core; where a
+//! value came from is worked out only for an error.
 
 use serde_yaml::Value;
 use spec::run::ConfigHash;
@@ -11,6 +12,7 @@ use spec::RunConfig;
 use std::collections::{HashMap, HashSet};
 
 use super::axes::{self, Axes, Choice};
+use super::scratch::{Scratch, Split};
 use super::{Sweep, SweepConfig};
 use crate::experiment::locate::{KeyPath, Seg};
 use crate::experiment::{
@@ -40,19 +42,22 @@ pub(super) fn expand(src: Source, overrides: &[String]) -> Result<Sweep, LoadErr
         .iter()
         .filter(|o| PER_CONFIG_KEYS.iter().any(|k| o.key.0.first() == Some(&Seg::Key(k.to_string()))))
         .collect();
+    let split = Split::of(&axes, &per_config.iter().map(|o| &o.key).collect::<Vec<_>>());
     let x = Expander { src: &src, base: &base, per_config, cli_origins, axes: &axes, experiment: &experiment };
-    let mut out = Configs::default();
-    out.configs.reserve(axes.count());
-    // Each combination on its own (on every core), then in order: the first
-    // error in the file's order, twins and names decided as they come.
-    let combos: Vec<Vec<&Choice>> = axes.combinations().collect();
+    // Each combination on its own (a run of neighbours on each core), then in
+    // order: the first error in the file's order, twins and names decided as they come.
+    let flat: Vec<&Choice> = axes.combinations().flatten().collect();
+    let combos: Vec<&[&Choice]> = match axes.in_product_order().len() {
+        0 => vec![&[]],
+        width => flat.chunks(width).collect(),
+    };
+    let runs = crate::util::par::chunks(&combos, |run| {
+        let mut scratch = Scratch::new(x.base, &split);
+        run.iter().map(|c| x.config(&mut scratch, c)).collect::<Vec<_>>()
+    });
+    let ones: Vec<Result<Combination, LoadError>> = runs.into_iter().flatten().collect();
     let mut rule_used = vec![false; axes.exclusions().len()];
-    for (combo, one) in combos.iter().zip(crate::util::par::map(&combos, |c| x.config(c))) {
-        match one? {
-            Combination::Config(one) => out.add(&x, combo, *one)?,
-            Combination::Excluded { rule } => rule_used[rule] = true,
-        }
-    }
+    let out = Configs::decide(&x, &combos, ones, &mut rule_used)?;
     for (rule, _) in axes.exclusions().iter().zip(&rule_used).filter(|(_, used)| !**used) {
         // A value the command line replaced is no mistake in the file: said, not refused.
         let keys = rule.keys(&axes.view());
@@ -153,15 +158,10 @@ enum Combination {
 
 /// An `exclude:` rule that dropped nothing is a mistake (a misspelt key, a
 /// value no axis has): said with its place in the file, never ignored.
-fn unused_exclusion(
-    src: &Source,
-    rule: &super::exclude::Exclusion,
-    base: &Value,
-    combos: &[Vec<&Choice>],
-) -> LoadError {
+fn unused_exclusion(src: &Source, rule: &super::exclude::Exclusion, base: &Value, combos: &[&[&Choice]]) -> LoadError {
     let set_somewhere = |k: &KeyPath| {
         crate::experiment::overrides_get(base, k).is_some()
-            || combos.iter().flatten().any(|c| c.sets.iter().any(|(key, _, _)| key == k))
+            || combos.iter().flat_map(|c| c.iter()).any(|c| c.sets.iter().any(|(key, _, _)| key == k))
     };
     let message = match rule.values().find(|(k, _)| !set_somewhere(k)) {
         Some((k, _)) => format!("this exclude rule names `{k}`, which no config has: it matches nothing"),
@@ -170,40 +170,48 @@ fn unused_exclusion(
     src.error_in_file(&rule.at, message)
 }
 
-/// One combination, typed: its run config, hash and name as it comes.
+/// One combination, typed: its run config (named), hash, name as it comes,
+/// and the shape rules it breaks.
 struct Expanded {
     config: RunConfig,
     hash: ConfigHash,
     name: String,
+    invalid: Vec<spec::Invalid>,
 }
 
 impl Expander<'_> {
-    /// The config of one combination; `None` when an exclusion drops it.
-    fn config(&self, combo: &[&Choice]) -> Result<Combination, LoadError> {
-        let src = self.src;
-        let mut doc = self.base.clone();
-        for choice in combo {
+    /// Sets `choices`' values into `doc`, then (`cli`) the command line's per-config overrides.
+    fn apply(&self, doc: &mut Value, choices: &[&Choice], cli: bool) -> Result<(), LoadError> {
+        for choice in choices {
             for (key, value, origin) in &choice.sets {
-                overrides_set(&mut doc, key, value.clone())
-                    .map_err(|m| src.error_at(key, Some(&(key.clone(), origin.clone())), m))?;
+                overrides_set(doc, key, value.clone())
+                    .map_err(|m| self.src.error_at(key, Some(&(key.clone(), origin.clone())), m))?;
             }
         }
-        for o in &self.per_config {
-            overrides_set(&mut doc, &o.key, o.value.clone())
+        for o in self.per_config.iter().filter(|_| cli) {
+            overrides_set(doc, &o.key, o.value.clone())
                 .map_err(|message| LoadError::Override { arg: o.arg.clone(), message })?;
         }
-        if let Some(rule) = self.axes.excluded_by(combo, &doc) {
+        Ok(())
+    }
+
+    /// The config of one combination, or the `exclude:` rule that drops it;
+    /// `scratch` is what its neighbours before it left.
+    fn config<'c>(&self, scratch: &mut Scratch<'c>, combo: &[&'c Choice]) -> Result<Combination, LoadError> {
+        let src = self.src;
+        let doc = scratch.docs.doc(combo, &|d, c, cli| self.apply(d, c, cli))?;
+        if let Some(rule) = self.axes.excluded_by(combo, doc) {
             return Ok(Combination::Excluded { rule });
         }
         let blame = |p: &KeyPath, m: String| src.error_at(p, self.origin(combo, p).as_ref(), m);
-        let filled = self.axes.name_template.as_ref().map(|t| t.fill(&doc));
-        let raw: RawConfig = typed_ref(&doc).map_err(|(p, m)| blame(&p, m))?;
-        let model = model_from_value(&doc["model"]).map_err(|(p, m)| {
+        let filled = self.axes.name_template.as_ref().map(|t| t.fill(doc));
+        let raw: RawConfig = typed_ref(doc).map_err(|(p, m)| blame(&p, m))?;
+        let model = scratch.models.get(combo, doc).map_err(|(p, m)| {
             let mut full = KeyPath::default().key("model");
             full.0.extend(p.0);
             blame(&full, m)
         })?;
-        let config = RunConfig {
+        let mut config = RunConfig {
             experiment: self.experiment.name.clone(),
             name: String::new(),
             model,
@@ -217,7 +225,7 @@ impl Expander<'_> {
             gpu: raw.gpu,
         };
         let name = match filled {
-            None => axes::from_labels(combo, Some(&doc), &self.experiment.name),
+            None => axes::from_labels(combo, Some(doc), &self.experiment.name),
             Some(Ok(name)) => name,
             Some(Err(key)) => {
                 let family = config.model.family();
@@ -230,7 +238,9 @@ impl Expander<'_> {
                 ));
             }
         };
-        Ok(Combination::Config(Box::new(Expanded { hash: config.hash(), config, name })))
+        config.name = name.clone();
+        let invalid = spec::validate::validate(&config);
+        Ok(Combination::Config(Box::new(Expanded { hash: config.hash(), config, name, invalid })))
     }
 
     /// Where the value at `path` of `combo`'s document came from: the most
@@ -258,41 +268,98 @@ impl Expander<'_> {
     }
 }
 
-/// The configs so far: each computation once, names unique.
+/// The configs: each computation once, names unique.
 #[derive(Default)]
 struct Configs {
     configs: Vec<SweepConfig>,
     /// (name as written, name of the kept twin) of each config planned already.
     collapsed: Vec<(String, String)>,
-    /// Hash → index into `configs`.
-    by_hash: HashMap<ConfigHash, usize>,
-    names: HashSet<String>,
+}
+
+/// What the file's order makes of one combination that gives a config.
+enum Fate {
+    /// A config of its own.
+    Kept,
+    /// The same computation as the config at this index of the kept ones.
+    Twin(usize),
+    /// Another computation has its name already: the sweep is refused.
+    NameTaken,
+    /// Excluded, or failed: the combination says so itself.
+    NoConfig,
 }
 
 impl Configs {
-    /// Adds a config; two different computations under one name are refused
-    /// (a silent rename would leave the user guessing which is which).
-    fn add(&mut self, x: &Expander, combo: &[&Choice], one: Expanded) -> Result<(), LoadError> {
-        let Expanded { mut config, hash, name } = one;
-        if let Some(&kept) = self.by_hash.get(&hash) {
-            // The name the file gives it, so the reader recognises it.
-            self.collapsed.push((x.as_written(combo, &name), self.configs[kept].name.clone()));
-            return Ok(());
+    /// The configs of the combinations `ones` in order, up to the first that
+    /// fails; two different computations under one name are refused (a silent
+    /// rename would leave the user guessing which is which). Marks the
+    /// `exclude:` rules that dropped a combination in `rule_used`.
+    fn decide(
+        x: &Expander,
+        combos: &[&[&Choice]],
+        ones: Vec<Result<Combination, LoadError>>,
+        rule_used: &mut [bool],
+    ) -> Result<Configs, LoadError> {
+        let fates = fates(&ones);
+        let mut out = Configs::default();
+        out.configs.reserve(fates.iter().filter(|f| matches!(f, Fate::Kept)).count());
+        for ((combo, one), fate) in combos.iter().zip(ones).zip(fates) {
+            let one = match one? {
+                Combination::Excluded { rule } => {
+                    rule_used[rule] = true;
+                    continue;
+                }
+                Combination::Config(one) => *one,
+            };
+            match fate {
+                // The name the file gives it, so the reader recognises it.
+                Fate::Twin(kept) => {
+                    out.collapsed.push((x.as_written(combo, &one.name), out.configs[kept].name.clone()))
+                }
+                Fate::Kept => {
+                    let Expanded { config, hash, name, invalid } = one;
+                    out.configs.push(SweepConfig { name, hash, config, invalid })
+                }
+                Fate::NameTaken | Fate::NoConfig => return Err(name_taken(x, &one.name)),
+            }
         }
-        if !self.names.insert(name.clone()) {
-            let at = KeyPath::default().key("sweep");
-            return Err(x.src.error_in_file(
-                &at,
-                format!(
-                    "two different configs are both named `{name}`; name them apart (each `name:` under \
-                     `configs:`, or a `sweep.name` template with the keys that differ)"
-                ),
-            ));
-        }
-        self.by_hash.insert(hash.clone(), self.configs.len());
-        config.name = name.clone();
-        let invalid = spec::validate::validate(&config);
-        self.configs.push(SweepConfig { name, hash, config, invalid });
-        Ok(())
+        Ok(out)
     }
+}
+
+/// Each combination's fate, in order, up to the first that fails or takes a
+/// name already taken.
+fn fates(ones: &[Result<Combination, LoadError>]) -> Vec<Fate> {
+    let mut fates = Vec::with_capacity(ones.len());
+    // Hash → index among the kept configs.
+    let mut by_hash: HashMap<&ConfigHash, usize> = HashMap::with_capacity(ones.len());
+    let mut names: HashSet<&str> = HashSet::with_capacity(ones.len());
+    for one in ones {
+        let fate = match one {
+            Err(_) | Ok(Combination::Excluded { .. }) => Fate::NoConfig,
+            Ok(Combination::Config(one)) => match by_hash.get(&one.hash) {
+                Some(&kept) => Fate::Twin(kept),
+                None if !names.insert(&one.name) => Fate::NameTaken,
+                None => {
+                    by_hash.insert(&one.hash, by_hash.len());
+                    Fate::Kept
+                }
+            },
+        };
+        let stop = one.is_err() || matches!(fate, Fate::NameTaken);
+        fates.push(fate);
+        if stop {
+            break;
+        }
+    }
+    fates
+}
+
+fn name_taken(x: &Expander, name: &str) -> LoadError {
+    x.src.error_in_file(
+        &KeyPath::default().key("sweep"),
+        format!(
+            "two different configs are both named `{name}`; name them apart (each `name:` under \
+             `configs:`, or a `sweep.name` template with the keys that differ)"
+        ),
+    )
 }

@@ -26,6 +26,7 @@ mod choice;
 mod exclude;
 mod expand;
 mod name;
+mod scratch;
 
 use serde_yaml::{Mapping, Value};
 use spec::run::ConfigHash;

@@ -108,7 +108,16 @@ pub(crate) fn render(key: &str, v: &Value) -> String {
 
 /// Names become folder names in the state directory.
 pub(crate) fn sanitize(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect()
+    s.chars().map(sanitize_char).collect()
+}
+
+/// One character of [`sanitize`]: kept, or `_`.
+pub(crate) fn sanitize_char(c: char) -> char {
+    if c.is_ascii_alphanumeric() || "._-".contains(c) {
+        c
+    } else {
+        '_'
+    }
 }
 
 #[cfg(test)]
