@@ -76,7 +76,13 @@ fn autocast_keeps_f32_weights_and_adam_state_and_saves_half_activations() {
         // (Burn's composed norms; seen: UNet 76 %, DiT 81 %, weights' half
         // copies included). How much less against PyTorch's own fp32 is
         // `tests/autocast_ratio.rs`, held to the precheck's dtype model.
-        let most = if family == "unet" { 85 } else { 88 };
-        assert!(held_amp * 100 < held_f32 * most, "{family}: {held_amp} B bf16-amp vs {held_f32} B fp32");
+        // Under autocast the UNet convolves as PyTorch's native kernel does
+        // (models/columns.rs): its forward peak holds, for a moment, the
+        // largest column buffer, the first level's 3x3x3 over 32 channels at
+        // 16³ voxels in bf16, which the fp32 run (Burn's own convolution)
+        // does not allocate.
+        let (most, columns) = if family == "unet" { (85, 27 * 32 * 16 * 16 * 16 * 2) } else { (88, 0) };
+        let saved_amp = held_amp - columns;
+        assert!(saved_amp * 100 < held_f32 * most, "{family}: {saved_amp} B bf16-amp vs {held_f32} B fp32");
     }
 }

@@ -25,8 +25,7 @@ use std::cell::Cell;
 use burn::nn::conv::Conv3d;
 use burn::nn::{GroupNorm, LayerNorm, Linear, PaddingConfig3d};
 use burn::prelude::*;
-use burn::tensor::module::{conv3d, linear};
-use burn::tensor::ops::ConvOptions;
+use burn::tensor::module::linear;
 use burn::tensor::{DType, FloatDType};
 
 thread_local! {
@@ -182,8 +181,10 @@ impl<const D: usize> AutocastForward<D> for Linear {
 }
 
 impl AutocastForward<5> for Conv3d {
+    /// Inside a context, PyTorch's native 3D convolution ([`super::columns`]:
+    /// the group's runs convolved without cuDNN), in the half type under autocast.
     fn amp(&self, x: Tensor<5>) -> Tensor<5> {
-        if half().is_none() {
+        if !torch_saved() {
             return self.forward(x);
         }
         // The models' convolutions are `Valid` or `Explicit` (Burn's own padding calculation is private).
@@ -192,9 +193,13 @@ impl AutocastForward<5> for Conv3d {
             PaddingConfig3d::Valid => [0; 3],
             PaddingConfig3d::Same => panic!("autocast conv3d: `Same` padding is not used by the models"),
         };
-        let options = ConvOptions::new(self.stride, padding, self.dilation, self.groups);
-        let bias = self.bias.as_ref().map(|b| to_half(b.val()));
-        conv3d(to_half(x), to_half(self.weight.val()), bias, options)
+        assert!(self.dilation == [1; 3] && self.groups == 1, "the models' convolutions have no dilation or groups");
+        let weight = to_half(self.weight.val());
+        let bias = match &self.bias {
+            Some(b) => to_half(b.val()),
+            None => to_half(Tensor::zeros([weight.dims()[0]], &weight.device())),
+        };
+        super::columns::conv3d(to_half(x), weight, bias, self.stride, padding)
     }
 }
 

@@ -18,6 +18,7 @@
 pub mod amp;
 pub mod attention;
 pub mod checkpoint;
+pub mod columns;
 pub mod dit;
 pub mod hdit;
 pub mod ops;
