@@ -4,6 +4,7 @@
 //! Everything here is plain data plus arithmetic, so the orchestrator can depend
 //! on it without pulling in Burn.
 
+pub mod blocks;
 pub mod canonical;
 pub mod event;
 pub mod gpu;

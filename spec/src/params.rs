@@ -2,6 +2,7 @@
 //! Burn models must report the same `num_params()`; tests on both sides hold
 //! the two together, and `tests/published_params.rs` holds them to the reports.
 
+use crate::blocks;
 use crate::model::{DitSpec, HditSpec, ModelSpec, UnetSpec, UvitSpec};
 use crate::{Input, Invalid, Spatial};
 
@@ -29,8 +30,9 @@ pub fn unet_attention(c: u64) -> u64 {
 /// The group's DiT block (DiT and HDiT) with adaLN-Zero: 18h² + 15h, plus
 /// qk-norm's affine `LayerNorm(head_dim)` on q and on k, 4·head_dim
 /// (`src/medgen/models/dit_blocks.py@3140d97:135-137` in `ModeS7/AIS4900_master`).
+/// Counted from the block's layers in [`crate::blocks`].
 pub fn dit_block(h: u64, heads: u64) -> u64 {
-    18 * h * h + 15 * h + 4 * (h / heads.max(1))
+    blocks::GROUP_DIT.params(h, heads)
 }
 /// Timestep MLP: sinusoidal(256) → h → h.
 fn time_mlp(h: u64) -> u64 {
@@ -152,9 +154,11 @@ fn hdit(m: &HditSpec, input: &Input, cin: u64, cout: u64) -> Result<u64, Invalid
         + dit_final(h, p, cout))
 }
 
-/// U-ViT block: pre-LN attention (qkv without bias, as upstream) and MLP.
+/// U-ViT block: pre-LN attention (qkv without bias, as upstream) and MLP,
+/// 12h² + 10h, counted from the block's layers in [`crate::blocks`] (no
+/// qk-norm: the head count does not enter).
 pub fn uvit_block(h: u64) -> u64 {
-    2 * h + 3 * h * h + linear(h, h) + 2 * h + linear(h, 4 * h) + linear(4 * h, h)
+    blocks::UVIT.params(h, 1)
 }
 
 fn uvit(m: &UvitSpec, input: &Input, cin: u64) -> Result<u64, Invalid> {

@@ -1,81 +1,57 @@
 //! DiT (adaLN-Zero blocks over patch tokens) and the transformer block walk the
 //! other transformer families share.
 //!
-//! What one block keeps for backward per token, under bf16 autocast (h hidden,
-//! a heads; the appendix of the group-code notes, from
-//! `src/medgen/models/dit_blocks.py@3140d97` in `ModeS7/AIS4900_master`):
-//!
-//! - the group's DiT block (DiT, HDiT: adaLN-Zero, qk-norm): the fp32 norm
-//!   inputs and outputs (4 wide), the fp32 copies of q and k its qk-norm keeps
-//!   (2 wide), the bf16 cast for qkv, qkv (3), the normed q and k cast for
-//!   SDPA (2), its output and the output's re-layout copy before `proj` (the
-//!   output is laid out like the contiguous normed q), the projection output
-//!   (kept by the gate), the MLP's cast, fc1 and GELU outputs (4 each) and fc2
-//!   output (gate): 6 wide + 19 half elements of h, 62h bytes; the two
-//!   LayerNorms' and the qk-norms' row statistics (16 + 16a bytes) and SDPA's
-//!   log-sum-exp (4a);
-//! - without qk-norm (rows 5, 6 and 8 gone) 4 wide + 16 half: 48h + 4a + 16;
-//! - a pre-LN block (U-ViT: no modulation, no gates, no qk-norm) keeps the fp32
-//!   norm inputs (2 wide), the casts, qkv (3), the output, fc1 and GELU (4
-//!   each): 2 wide + 14 half, 36h + 4a + 16; the walk counts it 46h (see
-//!   `block_bytes_per_token`).
-//!
-//! Memory-efficient attention (PyTorch SDPA) keeps only the per-head
-//! log-sum-exp; runtimes that materialise scores add heads x N x N per block.
+//! What one block keeps for backward per token is `spec::blocks`' description
+//! (the group's DiT block 62h + 20a + 16 bytes under bf16 autocast, U-ViT's
+//! pre-LN block 36h + 4a + 16), which the walk counts as it is, plus
+//! [`PRE_LN_ALLOWANCE`] for a pre-LN block. Memory-efficient attention
+//! (PyTorch SDPA) keeps only the per-head log-sum-exp (the description's
+//! kernel entry); runtimes that materialise scores add heads x N x N per block.
 
 use super::{PrecheckError, Seg, Walk};
+use spec::blocks::{Block, Kept, PerToken, GROUP_DIT};
 use spec::{DitSpec, Input};
 
-/// Saved bytes per token of one transformer block of `stage` (see above).
+/// What the walk counts of a pre-LN block (U-ViT) beyond what it keeps: 2
+/// wide + 1 half elements of h a token, 10h bytes under bf16 autocast. The
+/// walk counts it as before the group's code was read, 46h (norm inputs and
+/// outputs x2, cast, qkv 3, out, its re-layout, proj, cast, fc1 4, gelu 4,
+/// fc2); what its PyTorch block keeps is 36h + 4a + 16 (2 wide + 14 half).
+/// The 10h more stand for what the walk does not see of a checkpointed
+/// U-ViT's backward (U-ViT-S p4 peaks there at 10.3 GiB), and the fit holds
+/// U-ViT and HDiT together only so (recompute 0.99 and 1.44 otherwise).
+pub(super) const PRE_LN_ALLOWANCE: Kept =
+    Kept { wide: PerToken::hidden(2), half: PerToken::hidden(1), stats: PerToken::hidden(0) };
+
+/// Saved bytes per token of one transformer block of `stage`: what its
+/// layers keep (`spec::blocks`, the attention kernel's share apart), plus
+/// [`PRE_LN_ALLOWANCE`] for a pre-LN block.
 pub(super) fn block_bytes_per_token(w: &Walk, stage: &Stage) -> f64 {
-    let (mm, wide) = (w.dt.mm, w.dt.wide);
-    let Stage { hidden, heads, adaln, qk_norm, .. } = *stage;
-    // Row statistics (mean and rstd, f32) of the two LayerNorms, and of q's and k's per head.
-    let stats = 16.0 + if qk_norm { 16.0 * heads } else { 0.0 };
-    let (mut wides, mut halves) = if adaln {
-        // norm in/out x2; cast, qkv 3, out, proj out, cast, fc1 4, gelu 4, fc2 out
-        (4.0, 16.0)
-    } else {
-        // A pre-LN block (U-ViT) is counted as before the group's code was
-        // read: norm inputs and outputs x2 (4 wide), cast, qkv 3, out, its
-        // re-layout, proj, cast, fc1 4, gelu 4, fc2 (15 half), 46h. What its
-        // PyTorch block keeps is 36h + 4a + 16 (2 wide + 14 half); the 10h
-        // more stand for what the walk does not see of a checkpointed U-ViT's
-        // backward (U-ViT-S p4 peaks there at 10.3 GiB), and the fit holds
-        // U-ViT and HDiT together only so (recompute 0.99 and 1.44 otherwise).
-        (4.0, 15.0)
-    };
-    if qk_norm {
-        // The normed q, k casts and the output's re-layout copy; under
-        // autocast the f32 copies of q and k the norms take (in fp32 they keep
-        // views of qkv).
-        halves += 3.0;
-        if w.dt.autocast {
-            wides += 2.0;
-        }
-    }
-    (wides * wide + halves * mm) * hidden + stats
+    let dt = (w.dt.wide, w.dt.mm);
+    let Stage { hidden, heads, block, .. } = *stage;
+    let described = block.kept(w.dt.autocast, false).bytes(dt, hidden, heads);
+    let allowance = if block.adaln { 0.0 } else { PRE_LN_ALLOWANCE.bytes(dt, hidden, heads) };
+    described + allowance
 }
 
-/// The shape of a transformer stage: width, heads, tokens, whether its norms
-/// are adaLN-modulated (DiT, HDiT) or plain (U-ViT), whether its attention
-/// normalises q and k (the group's DiT and HDiT), and whether its blocks
-/// receive their input in the half type (HDiT's decoder after the bf16 skip
-/// merge, U-ViT's out-blocks after the first): a checkpointed block keeps it.
+/// The shape of a transformer stage: width, heads, tokens, its block (the
+/// group's DiT block, adaLN-modulated with qk-norm, or U-ViT's pre-LN one:
+/// `spec::blocks`), and whether its blocks receive their input in the half
+/// type (HDiT's decoder after the bf16 skip merge, U-ViT's out-blocks after
+/// the first): a checkpointed block keeps it.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Stage {
     pub hidden: f64,
     pub heads: f64,
     pub tokens: f64,
-    pub adaln: bool,
-    pub qk_norm: bool,
+    pub block: Block,
     pub half_input: bool,
 }
 
 impl Stage {
     /// The group's DiT block (adaLN, qk-norm) at `tokens`, fp32 input.
     pub fn dit(hidden: f64, heads: f64, tokens: f64) -> Stage {
-        Stage { hidden, heads, tokens, adaln: true, qk_norm: true, half_input: false }
+        Stage { hidden, heads, tokens, block: GROUP_DIT, half_input: false }
     }
 }
 
@@ -90,13 +66,15 @@ pub(super) fn block_seg(
     extra_per_token: f64,
     params: u64,
 ) -> Seg {
-    let Stage { hidden, heads, tokens, half_input, .. } = stage;
+    let Stage { hidden, heads, tokens, block, half_input } = stage;
     let c = w.c;
     let (saved_attn, score_elems, chunk_elems) = if c.transformer_scores_materialised {
         (0.0, heads * tokens * tokens, 0.0)
     } else {
-        // logsumexp per head and query, fp32; a chunked kernel's f32 score tile while it runs.
-        (4.0 * heads * tokens, 0.0, (heads * tokens * tokens).min(c.attention_chunk_bytes / 4.0))
+        // What the kernel keeps (the log-sum-exp per head and query, f32); a
+        // chunked kernel's f32 score tile while it runs.
+        let lse = block.kept(w.dt.autocast, true).bytes((w.dt.wide, w.dt.mm), hidden, heads);
+        (lse * tokens, 0.0, (heads * tokens * tokens).min(c.attention_chunk_bytes / 4.0))
     };
     let raw = (block_bytes_per_token(w, &stage) + extra_per_token) * tokens + saved_attn;
     let full = w.act(raw);
@@ -133,9 +111,9 @@ pub(super) fn head_seg(
     (patch, out_ch): (f64, f64),
     level: Option<usize>,
 ) -> Seg {
-    let Stage { hidden, tokens, adaln, .. } = stage;
+    let Stage { hidden, tokens, block, .. } = stage;
     let (mm, wide) = (w.dt.mm, w.dt.wide);
-    let norm = if adaln { 2.0 * wide } else { wide };
+    let norm = if block.adaln { 2.0 * wide } else { wide };
     let bytes = (norm + mm) * hidden * tokens
         + mm * patch.powi(3) * out_ch * tokens
         + mm * out_ch * input.spatial.voxels() as f64;
@@ -190,9 +168,10 @@ mod tests {
         let group = Stage::dit(h, a, 1.0);
         assert_eq!(per_token(group), 62.0 * h + 20.0 * a + 16.0);
         // Rows 5, 6 (the qk-norms' f32 copies and statistics) and 8 (the output's copy) gone.
-        assert_eq!(per_token(Stage { qk_norm: false, ..group }), 48.0 * h + 4.0 * a + 16.0);
-        // A pre-LN block (U-ViT), as the walk counts it (46h: see block_bytes_per_token).
-        assert_eq!(per_token(Stage { adaln: false, qk_norm: false, ..group }), 46.0 * h + 4.0 * a + 16.0);
+        let plain = Block { qk_norm: false, ..GROUP_DIT };
+        assert_eq!(per_token(Stage { block: plain, ..group }), 48.0 * h + 4.0 * a + 16.0);
+        // A pre-LN block (U-ViT), as the walk counts it (46h: see PRE_LN_ALLOWANCE).
+        assert_eq!(per_token(Stage { block: spec::blocks::UVIT, ..group }), 46.0 * h + 4.0 * a + 16.0);
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub struct UvitBlock {
 }
 
 impl UvitBlock {
-    fn new(h: usize, heads: Heads, device: &Device) -> Self {
+    /// A block of width `h` (its tests measure one alone: `tests/block_facts.rs`).
+    pub fn new(h: usize, heads: Heads, device: &Device) -> Self {
         Self {
             norm1: Norm::new(h, UVIT_EPS, device),
             qkv: LinearConfig::new(h, 3 * h).with_bias(false).init(device),
@@ -46,7 +47,8 @@ impl UvitBlock {
         }
     }
 
-    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+    /// `[1, tokens, h]` through the block.
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let a = self.proj.amp(self_attention(self.qkv.amp(self.norm1.forward(x.clone())), self.heads, None));
         let x = amp::add(x, a);
         let m = self.fc2.amp(gelu(self.fc1.amp(self.norm2.forward(x.clone()))));
