@@ -33,6 +33,11 @@
 //! Memory-efficient attention (PyTorch SDPA) keeps only the per-head
 //! log-sum-exp (the entry marked `kernel`); runtimes that materialise scores
 //! add heads x N x N per block, which the precheck counts on its own.
+//!
+//! The UNet's ResBlock and attention block are described the same way, a
+//! voxel instead of a token, in [`unet`].
+
+pub mod unet;
 
 /// A fact a block has or has not: every layer and saved tensor belongs to one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

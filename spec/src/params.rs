@@ -18,14 +18,15 @@ fn linear(i: u64, o: u64) -> u64 {
 fn group_norm(c: u64) -> u64 {
     2 * c
 }
-/// MONAI ResnetBlock: norm, conv, time projection, norm, conv, 1x1x1 skip when widths differ.
+/// MONAI ResnetBlock: norm, conv, time projection, norm, conv, 1x1x1 skip
+/// when widths differ. Counted from the block's layers in [`blocks::unet`].
 pub fn unet_res_block(cin: u64, cout: u64, temb: u64) -> u64 {
-    let skip = if cin != cout { conv(cin, cout, 1) } else { 0 };
-    group_norm(cin) + conv(cin, cout, 3) + linear(temb, cout) + group_norm(cout) + conv(cout, cout, 3) + skip
+    blocks::unet::RES_BLOCK.params(cin, cout, temb)
 }
-/// MONAI spatial attention: GroupNorm, q/k/v and output projections with bias.
+/// MONAI spatial attention: GroupNorm, q/k/v and output projections with
+/// bias. Counted from the block's layers in [`blocks::unet`].
 pub fn unet_attention(c: u64) -> u64 {
-    group_norm(c) + 4 * linear(c, c)
+    blocks::unet::ATTENTION.params(c, c, 0)
 }
 /// The group's DiT block (DiT and HDiT) with adaLN-Zero: 18h² + 15h, plus
 /// qk-norm's affine `LayerNorm(head_dim)` on q and on k, 4·head_dim

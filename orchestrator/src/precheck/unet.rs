@@ -1,20 +1,27 @@
 //! MONAI `DiffusionModelUNet` (3D): activations saved for backward, block by block.
 //!
-//! Per ResBlock(cin → cout) at V voxels, under bf16 autocast: GroupNorm upcasts
-//! its input to fp32 and saves it (4·cin), SiLU saves the fp32 norm output
-//! (4·cin), the conv saves the bf16 cast of the SiLU output (2·cin); the same
-//! again at cout after the first conv. Up-path blocks also keep the
-//! concatenated input for the 1x1 skip conv (2·cin). Attention blocks save the
-//! upcast norm input and output, three bf16 casts for q/k/v, q/k/v themselves
-//! and the re-laid-out output (≈ 20·C), plus the heads x N x N score tensors:
-//! MONAI runs attention without flash, so scores are materialised.
+//! What a ResBlock and an attention block keep a voxel, and the column
+//! buffers their convolutions unfold, is `spec::blocks::unet`'s description
+//! (a ResBlock(cin → cout) makes 10·cin + 10·cout bytes a voxel under bf16
+//! autocast; attention, as the precheck has counted it, 24·C bytes and
+//! heads x N x N scores: MONAI runs attention without flash, so scores are
+//! materialised). The walk counts
+//! every entry but the block's input itself (`Of::Input`: the skip conv's,
+//! in the down path a skip held already), which it counts in the up path,
+//! where the input is the concatenation made for the block. In fp32 norm1
+//! keeps the block's input itself (`Of::InputUpcast`); the walk counts it
+//! as it counts autocast's f32 copy, 4·cin bytes a voxel that the skip (down
+//! path) or the skip conv's entry (up path) counts too: the fits were made so.
+//! The scores weigh the runtime's fitted bytes a score element, scaled from
+//! bf16 autocast by the description's score entries.
 //! Encoder outputs are held for the decoder's concatenations (skip tensors)
 //! until the backward pass reaches the encoder block that made them.
 //!
 //! Every 3x3x3 convolution also unfolds its input into a column buffer while
-//! it runs, forward and backward: 27·cin elements a voxel. The group's runs
-//! convolved so (PyTorch's native 3D convolution, not cuDNN's kernels: with
-//! cuDNN off PyTorch reproduces their UNet records, with it 48 of 64 read low;
+//! it runs, forward and backward: 27·cin elements a voxel
+//! (`spec::blocks::unet::COLUMNS`). The group's runs convolved so (PyTorch's
+//! native 3D convolution, not cuDNN's kernels: with cuDNN off PyTorch
+//! reproduces their UNet records, with it 48 of 64 read low;
 //! data/gpu-check/2026-11-27-h100/RUN.md), so the walk holds the largest
 //! buffer of a block as one of its transients.
 //!
@@ -25,9 +32,10 @@
 //! `middle_block` and every `up_blocks[i]` (ResBlocks on the skips, attention,
 //! upsampler); the stem and the output head are not wrapped. See [`checkpoint`].
 
-use super::{Coefficients, Seg, Walk};
+use super::{Coefficients, Dtypes, Seg, Walk};
+use spec::blocks::unet::{Of, ATTENTION, COLUMNS, KERNEL, RES_BLOCK};
 use spec::params::{unet_attention, unet_res_block};
-use spec::{Input, UnetSpec};
+use spec::{Input, Precision, UnetSpec};
 
 pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk) {
     let levels = u.levels().min(16);
@@ -75,8 +83,6 @@ struct Net<'a> {
     mm: f64,
     wide: f64,
     batch: f64,
-    /// Norm input upcast + norm output + cast for the conv, per channel and voxel.
-    nac: f64,
     /// Width of the time embedding.
     temb: u64,
 }
@@ -93,7 +99,7 @@ impl<'a> Net<'a> {
     fn new(u: &'a UnetSpec, input: &'a Input, w: &Walk) -> Self {
         let (mm, wide) = (w.dt.mm, w.dt.wide);
         let c = *w.c;
-        Net { u, input, c, mm, wide, batch: w.batch, nac: wide + wide + mm, temb: 4 * u.channels[0] as u64 }
+        Net { u, input, c, mm, wide, batch: w.batch, temb: 4 * u.channels[0] as u64 }
     }
 
     fn ch(&self, l: usize) -> f64 {
@@ -114,7 +120,19 @@ impl<'a> Net<'a> {
 
     /// The column buffer of a 3x3x3 convolution over `cin` channels at `v` output voxels.
     fn columns(&self, w: &Walk, cin: f64, v: f64) -> f64 {
-        w.exact(27.0 * self.mm * cin * v)
+        w.exact(COLUMNS as f64 * self.mm * cin * v)
+    }
+
+    /// Saved bytes a voxel of a ResBlock(`cin` → `cout`), its input counted
+    /// where it is made for the block (`input_made`: the up path's concatenation).
+    fn res_saved(&self, cin: u64, cout: u64, input_made: bool) -> f64 {
+        RES_BLOCK.channel_bytes((cin, cout), (self.wide, self.mm), |s| input_made || s.of != Of::Input)
+    }
+
+    /// The largest column buffer of a ResBlock(`cin` → `cout`) at `v` voxels.
+    fn res_columns(&self, w: &Walk, cin: u64, cout: u64, v: f64) -> f64 {
+        let largest = RES_BLOCK.largest_transient(cin, cout);
+        largest.map_or(0.0, |(elems, storage)| w.exact(storage.bytes((self.wide, self.mm)) * elems * v))
     }
 
     fn heads(&self, l: usize, width: f64) -> f64 {
@@ -122,9 +140,9 @@ impl<'a> Net<'a> {
         (width / hc).max(1.0)
     }
 
-    /// GroupNorm upcast and output (wide) + 3 casts, q, k, v, output relayout, proj input (mm).
-    fn attn_full(&self, width: f64, v: f64) -> f64 {
-        (2.0 * self.wide + 8.0 * self.mm) * width * v
+    /// Saved bytes of an attention block of `width` at `v` voxels, scores apart.
+    fn attn_full(&self, width: u64, v: f64) -> f64 {
+        ATTENTION.channel_bytes((width, width), (self.wide, self.mm), |_| true) * v
     }
 
     /// A block at `level` with `full` saved bytes (walk) and `score_elems`
@@ -134,19 +152,19 @@ impl<'a> Net<'a> {
         let mut s = Seg::new(name, Some(l));
         let full_b = w.act(full);
         s.kept = full_b;
-        s.scores = self.batch * c.score_saved_bytes * w.dt.score_scale() * score_elems;
-        s.transient =
-            c.bwd_transient * full_b + self.batch * c.score_transient_bytes * w.dt.score_scale() * score_elems;
+        let scale = score_scale(w.dt);
+        s.scores = self.batch * c.score_saved_bytes * scale * score_elems;
+        s.transient = c.bwd_transient * full_b + self.batch * c.score_transient_bytes * scale * score_elems;
         s.params = params as f64;
         s
     }
 
-    /// The attention block at `level`: `cw` channels (the level's width),
-    /// its parameters those of attention on `width` channels.
-    fn attention(&self, w: &Walk, l: usize, cw: f64, width: u64) -> Seg {
+    /// The attention block at `level`, `width` channels (the level's width).
+    fn attention(&self, w: &Walk, l: usize, width: u64) -> Seg {
         let v = self.vox(l);
         let name = ("attention projections", l);
-        self.block(w, name, self.attn_full(cw, v), self.heads(l, cw) * v * v, unet_attention(width))
+        let scores = self.heads(l, width as f64) * v * v;
+        self.block(w, name, self.attn_full(width, v), scores, unet_attention(width))
     }
 
     /// Input cast for conv_in; conv_in's output is the first skip.
@@ -171,13 +189,14 @@ impl<'a> Net<'a> {
             let (cw, v) = (self.ch(l), self.vox(l));
             for j in 0..per_level(&self.u.num_res_blocks, l) {
                 let cin = if j == 0 { prev } else { width };
-                let full = self.nac * (cin + width) as f64 * v;
+                // The input is the last skip: held already.
+                let full = self.res_saved(cin, width, false) * v;
                 let params = unet_res_block(cin, width, self.temb);
                 let mut s = self.block(w, ("resblocks (norms, convs)", l), full, 0.0, params);
-                s.transient += self.columns(w, cin.max(width) as f64, v);
+                s.transient += self.res_columns(w, cin, width, v);
                 if self.attn_at(l) {
                     w.push(s);
-                    s = self.attention(w, l, cw, width);
+                    s = self.attention(w, l, width);
                 }
                 s.skip = w.exact(mm * cw * v);
                 skips.push((w.segs.len(), s.skip));
@@ -187,7 +206,7 @@ impl<'a> Net<'a> {
                 let mut s = Seg::new("downsample convs", Some(l));
                 s.skip = w.exact(mm * cw * self.vox(l + 1));
                 s.transient = self.columns(w, cw, self.vox(l + 1));
-                s.params = (27 * width * width + width) as f64;
+                s.params = (KERNEL as u64 * width * width + width) as f64;
                 skips.push((w.segs.len(), s.skip));
                 w.push(s);
             }
@@ -198,13 +217,13 @@ impl<'a> Net<'a> {
     /// Middle: ResBlock, attention (always), ResBlock at the last level. Its
     /// input is the last skip.
     fn middle(&self, w: &mut Walk, last: usize) {
-        let (cl, vl, wl) = (self.ch(last), self.vox(last), self.chu(last));
+        let (vl, wl) = (self.vox(last), self.chu(last));
         let params = unet_res_block(wl, wl, self.temb);
-        let mut rb = self.block(w, ("resblocks (norms, convs)", last), self.nac * 2.0 * cl * vl, 0.0, params);
-        rb.transient += self.columns(w, cl, vl);
+        let mut rb = self.block(w, ("resblocks (norms, convs)", last), self.res_saved(wl, wl, false) * vl, 0.0, params);
+        rb.transient += self.res_columns(w, wl, wl, vl);
         let first = w.segs.len();
         w.push(rb);
-        let at = self.attention(w, last, cl, wl);
+        let at = self.attention(w, last, wl);
         w.push(at);
         w.push(rb);
         checkpoint(w, first, 0.0);
@@ -221,24 +240,25 @@ impl<'a> Net<'a> {
             let first = w.segs.len();
             let held = mm * input * v;
             for cin in up.block_inputs.into_iter().map(u64::from) {
-                let full = self.nac * (cin + out) as f64 * v + mm * cin as f64 * v;
+                // The input is the concatenation made for the block, kept by its skip conv.
+                let full = self.res_saved(cin, out, true) * v;
                 let params = unet_res_block(cin, out, self.temb);
                 let mut s = self.block(w, ("resblocks (norms, convs)", l), full, 0.0, params);
-                s.transient += self.columns(w, cin.max(out) as f64, v);
+                s.transient += self.res_columns(w, cin, out, v);
                 if let Some((producer, bytes)) = skips.pop() {
                     s.bwd_alloc = bytes;
                     w.segs[producer].bwd_free += bytes;
                 }
                 w.push(s);
                 if self.attn_at(l) {
-                    let at = self.attention(w, l, co, out);
+                    let at = self.attention(w, l, out);
                     w.push(at);
                 }
             }
             if l > 0 {
                 // Nearest upsample output, saved by the following conv, at level l-1.
                 let up = mm * co * self.vox(l - 1);
-                let mut s = self.block(w, ("upsample convs", l - 1), up, 0.0, 27 * out * out + out);
+                let mut s = self.block(w, ("upsample convs", l - 1), up, 0.0, KERNEL as u64 * out * out + out);
                 s.transient += self.columns(w, co, self.vox(l - 1));
                 w.push(s);
             }
@@ -247,14 +267,25 @@ impl<'a> Net<'a> {
         }
     }
 
-    /// Output head: GroupNorm, SiLU, conv at full resolution.
+    /// Output head: GroupNorm, SiLU, conv at full resolution (what a
+    /// ResBlock keeps of its input channels: norm1, SiLU, conv1).
     fn head(&self, w: &mut Walk, out_channels: u32) {
-        let head = self.nac * self.ch(0) * self.vox(0) + self.mm * out_channels as f64 * self.vox(0);
+        let nsc = self.res_saved(self.chu(0), 0, false);
+        let head = nsc * self.vox(0) + self.mm * out_channels as f64 * self.vox(0);
         let mut s = Seg::new("output head", Some(0));
         s.kept = w.act(head);
         s.transient = self.c.bwd_transient * w.act(head) + self.columns(w, self.ch(0), self.vox(0));
         w.push(s);
     }
+}
+
+/// Materialised-score bytes at `dt` relative to bf16 autocast, where the
+/// fitted bytes a score element come from: the attention description's score
+/// entries (the scores, their f32 softmax and its half copy), as
+/// `Dtypes::score_scale` has them.
+fn score_scale(dt: Dtypes) -> f64 {
+    let fit = Dtypes::of(Precision::Bf16Amp);
+    ATTENTION.score_bytes((dt.wide, dt.mm)) / ATTENTION.score_bytes((fit.wide, fit.mm))
 }
 
 /// Skip tensors waiting for the decoder (producer segment, bytes), last in first
@@ -290,8 +321,43 @@ impl SkipStack {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::precheck::{Calibration, Dtypes};
-    use spec::{PerLevel, Precision, Spatial};
+    use crate::precheck::Calibration;
+    use spec::{PerLevel, Spatial};
+
+    #[test]
+    fn a_res_block_counts_what_spec_describes_and_its_wider_convolutions_columns() {
+        let u = UnetSpec {
+            channels: vec![32],
+            attention_levels: vec![false],
+            num_res_blocks: PerLevel::All(1),
+            num_head_channels: PerLevel::All(32),
+            norm_num_groups: 16,
+        };
+        let input = Input { channels: 2, spatial: Spatial::new(8, 8, 8) };
+        let c = Calibration::builtin().coefficients("pytorch", Precision::Bf16Amp).expect("pytorch fit");
+        // Bytes a channel of the norm-SiLU-conv entries and of the input, as the walk counted them before spec did.
+        for (precision, nsc, input_bytes) in [(Precision::Bf16Amp, 10.0, 2.0), (Precision::Fp32, 12.0, 4.0)] {
+            let mut segs = Vec::new();
+            let w = Walk { c: &c, dt: Dtypes::of(precision), batch: 1.0, ckpt: false, segs: &mut segs };
+            let net = Net::new(&u, &input, &w);
+            assert_eq!(net.res_saved(96, 32, false), nsc * (96.0 + 32.0), "{precision:?}: down path and middle");
+            assert_eq!(net.res_saved(96, 32, true), nsc * (96.0 + 32.0) + input_bytes * 96.0, "{precision:?}: up path");
+            assert_eq!(net.res_saved(32, 32, true), nsc * 64.0, "{precision:?}: no skip conv, no input kept");
+            let columns = |cin| net.res_columns(&w, cin, 64, 1000.0);
+            assert_eq!(
+                (columns(32), columns(96)),
+                (27.0 * 64.0 * input_bytes * 1000.0, 27.0 * 96.0 * input_bytes * 1000.0)
+            );
+            assert_eq!(net.attn_full(64, 1.0), if precision == Precision::Fp32 { 40.0 * 64.0 } else { 24.0 * 64.0 });
+        }
+    }
+
+    #[test]
+    fn the_score_entries_scale_from_bf16_autocast_as_dtypes_score_scale() {
+        for p in [Precision::Bf16Amp, Precision::Fp16Amp, Precision::Bf16, Precision::Fp32] {
+            assert_eq!(score_scale(Dtypes::of(p)), Dtypes::of(p).score_scale(), "{p:?}");
+        }
+    }
 
     /// A 3-level UNet, one ResBlock a level, attention at the two deeper levels.
     fn walked(ckpt: bool) -> (Vec<Seg>, f64) {

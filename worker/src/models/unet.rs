@@ -53,7 +53,8 @@ pub struct ResBlock {
 }
 
 impl ResBlock {
-    fn new(cin: usize, cout: usize, temb: usize, groups: usize, device: &Device) -> Result<Self, BuildError> {
+    /// A ResBlock(`cin` → `cout`) with a `temb`-wide time embedding and `groups` norm groups.
+    pub fn new(cin: usize, cout: usize, temb: usize, groups: usize, device: &Device) -> Result<Self, BuildError> {
         Ok(Self {
             norm1: norm(groups, cin, device)?,
             conv1: conv3(cin, cout, 1, device),
@@ -64,7 +65,8 @@ impl ResBlock {
         })
     }
 
-    fn forward(&self, x: Tensor<5>, emb: Tensor<2>) -> Tensor<5> {
+    /// The block on `x` `[B, cin, D, H, W]` and the time embedding `emb` `[B, temb]`.
+    pub fn forward(&self, x: Tensor<5>, emb: Tensor<2>) -> Tensor<5> {
         let h = self.conv1.amp(silu(self.norm1.amp(x.clone())));
         let t: Tensor<5> = self.time_proj.amp(silu(emb)).unsqueeze_dims(&[2, 3, 4]);
         let h = self.conv2.amp(silu(self.norm2.amp(amp::add(h, t))));
