@@ -47,25 +47,22 @@ pub trait NativeConv: Backend {
     ) -> FloatTensor<Self> {
         Self::conv3d(x, weight, Some(bias), options(stride, padding))
     }
-    /// The input's gradient of [`NativeConv::conv3d_native`].
-    fn conv3d_native_dx(
+    /// The gradient of [`NativeConv::conv3d_native`] with respect to its
+    /// input (`weight_grad` false) or its weight (true), from `dy`.
+    fn conv3d_native_grad(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         dy: FloatTensor<Self>,
         stride: [usize; 3],
         padding: [usize; 3],
+        weight_grad: bool,
     ) -> FloatTensor<Self> {
-        Self::conv3d_x_backward(x, weight, dy, options(stride, padding))
-    }
-    /// The weight's gradient of [`NativeConv::conv3d_native`].
-    fn conv3d_native_dw(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        dy: FloatTensor<Self>,
-        stride: [usize; 3],
-        padding: [usize; 3],
-    ) -> FloatTensor<Self> {
-        Self::conv3d_weight_backward(x, weight, dy, options(stride, padding))
+        let options = options(stride, padding);
+        if weight_grad {
+            Self::conv3d_weight_backward(x, weight, dy, options)
+        } else {
+            Self::conv3d_x_backward(x, weight, dy, options)
+        }
     }
 }
 
@@ -87,23 +84,15 @@ impl NativeConv for burn::backend::Flex {
     ) -> FloatTensor<Self> {
         cpu::forward(x, weight, bias, stride, padding)
     }
-    fn conv3d_native_dx(
+    fn conv3d_native_grad(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         dy: FloatTensor<Self>,
         stride: [usize; 3],
         padding: [usize; 3],
+        weight_grad: bool,
     ) -> FloatTensor<Self> {
-        cpu::grad_input(x, weight, dy, stride, padding)
-    }
-    fn conv3d_native_dw(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        dy: FloatTensor<Self>,
-        stride: [usize; 3],
-        padding: [usize; 3],
-    ) -> FloatTensor<Self> {
-        cpu::grad_weight(x, weight, dy, stride, padding)
+        cpu::grad(x, weight, dy, stride, padding, weight_grad)
     }
 }
 
@@ -128,10 +117,13 @@ impl<B: Backend + NativeConv> Backward<B, 3> for ConvBackward {
         let [px, pw, pb] = ops.parents;
         // PyTorch's order: the input's gradient, then the weight's, then the bias's.
         if let Some(node) = px {
-            grads.register::<B>(node.id, B::conv3d_native_dx(x.clone(), weight.clone(), dy.clone(), stride, padding));
+            grads.register::<B>(
+                node.id,
+                B::conv3d_native_grad(x.clone(), weight.clone(), dy.clone(), stride, padding, false),
+            );
         }
         if let Some(node) = pw {
-            grads.register::<B>(node.id, B::conv3d_native_dw(x, weight, dy.clone(), stride, padding));
+            grads.register::<B>(node.id, B::conv3d_native_grad(x, weight, dy.clone(), stride, padding, true));
         }
         if let Some(node) = pb {
             let db = B::float_sum_dim(B::float_reshape(dy.clone(), flat_channels(&dy.shape())), 2);

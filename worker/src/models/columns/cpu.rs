@@ -158,32 +158,25 @@ pub(super) fn forward(
     })
 }
 
-pub(super) fn grad_input(
+/// The input's gradient (`weight_grad` false: `x` only gives its shape) or
+/// the weight's (true: `w` only gives its shape).
+pub(super) fn grad(
     x: FlexTensor,
     w: FlexTensor,
     dy: FlexTensor,
     stride: [usize; 3],
     padding: [usize; 3],
+    weight_grad: bool,
 ) -> FlexTensor {
     let g = Geometry::new(x.layout().shape(), w.layout().shape(), stride, padding);
-    let x_shape = x.layout().shape().clone();
-    drop(x);
-    let (w, dy) = (contiguous(w), contiguous(dy));
-    typed!(dy.dtype(), T => tensor(grad_input_typed::<T>(&g, data(&w), data(&dy)), x_shape))
-}
-
-pub(super) fn grad_weight(
-    x: FlexTensor,
-    w: FlexTensor,
-    dy: FlexTensor,
-    stride: [usize; 3],
-    padding: [usize; 3],
-) -> FlexTensor {
-    let g = Geometry::new(x.layout().shape(), w.layout().shape(), stride, padding);
-    let w_shape = w.layout().shape().clone();
-    drop(w);
-    let (x, dy) = (contiguous(x), contiguous(dy));
-    typed!(dy.dtype(), T => tensor(grad_weight_typed::<T>(&g, data(&x), data(&dy)), w_shape))
+    let dy = contiguous(dy);
+    if weight_grad {
+        let (shape, x) = (w.layout().shape().clone(), contiguous(x));
+        typed!(dy.dtype(), T => tensor(grad_weight_typed::<T>(&g, data(&x), data(&dy)), shape))
+    } else {
+        let (shape, w) = (x.layout().shape().clone(), contiguous(w));
+        typed!(dy.dtype(), T => tensor(grad_input_typed::<T>(&g, data(&w), data(&dy)), shape))
+    }
 }
 
 fn forward_typed<T: Elem>(g: &Geometry, x: &[T], w: &[T], b: &[T]) -> Vec<T> {
@@ -194,14 +187,7 @@ fn forward_typed<T: Elem>(g: &Geometry, x: &[T], w: &[T], b: &[T]) -> Vec<T> {
     let tile = g.tile();
     let (mut rhs, mut dst) = (vec![0f32; k * tile], vec![0f32; co * tile]);
     for n in 0..g.batch {
-        let x_n = &x[n * g.channels * g.in_voxels()..][..g.channels * g.in_voxels()];
-        let cols: &[T] = match cols.as_mut() {
-            Some(buf) => {
-                vol2col(g, x_n, buf);
-                buf
-            }
-            None => x_n,
-        };
+        let cols = column_matrix(g, &x[n * g.channels * g.in_voxels()..][..g.channels * g.in_voxels()], &mut cols);
         let y_n = &mut y[n * co * v..][..co * v];
         for start in (0..v).step_by(tile) {
             let len = tile.min(v - start);
@@ -252,14 +238,7 @@ fn grad_weight_typed<T: Elem>(g: &Geometry, x: &[T], dy: &[T]) -> Vec<T> {
     let tile = g.tile();
     let (mut lhs, mut rhs) = (vec![0f32; co * tile], vec![0f32; k * tile]);
     for n in 0..g.batch {
-        let x_n = &x[n * g.channels * g.in_voxels()..][..g.channels * g.in_voxels()];
-        let cols: &[T] = match cols.as_mut() {
-            Some(buf) => {
-                vol2col(g, x_n, buf);
-                buf
-            }
-            None => x_n,
-        };
+        let cols = column_matrix(g, &x[n * g.channels * g.in_voxels()..][..g.channels * g.in_voxels()], &mut cols);
         let dy_n = &dy[n * co * v..][..co * v];
         for start in (0..v).step_by(tile) {
             let len = tile.min(v - start);
@@ -272,6 +251,18 @@ fn grad_weight_typed<T: Elem>(g: &Geometry, x: &[T], dy: &[T]) -> Vec<T> {
         }
     }
     dw.into_iter().map(T::of).collect()
+}
+
+/// Batch element `x_n`'s column matrix: unfolded into `buf` when the
+/// convolution needs a column buffer, else the input itself.
+fn column_matrix<'a, T: Elem>(g: &Geometry, x_n: &'a [T], buf: &'a mut Option<Vec<T>>) -> &'a [T] {
+    match buf {
+        Some(buf) => {
+            vol2col(g, x_n, buf);
+            buf
+        }
+        None => x_n,
+    }
 }
 
 /// Columns `start..start + len` of the row-major `[rows, width]` matrix `m`, as f32 `[rows, len]`.
