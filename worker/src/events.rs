@@ -55,7 +55,7 @@ pub fn written_since(state_dir: &Path, cfg: &spec::RunConfig, since: f64) -> Wri
 }
 
 pub struct EventLog {
-    file: Mutex<File>,
+    file: Mutex<Sink>,
     fd: i32,
     path: PathBuf,
 }
@@ -69,7 +69,7 @@ impl EventLog {
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let fd = file.as_raw_fd();
-        Ok(EventLog { file: Mutex::new(file), fd, path: path.to_path_buf() })
+        Ok(EventLog { file: Mutex::new(Sink { file, ended: false }), fd, path: path.to_path_buf() })
     }
 
     pub fn path(&self) -> &Path {
@@ -81,15 +81,69 @@ impl EventLog {
         self.fd
     }
 
-    /// Append one event as one line.
+    /// Append one event as one line. A run's lines end with its result: once
+    /// one is written, later events are dropped (a phase that ends, or a
+    /// heartbeat, on another thread while the signal thread records the run
+    /// `cancelled` and ends the process).
     pub fn emit(&self, event: &Event) -> std::io::Result<()> {
         let mut line = serde_json::to_string(event).map_err(std::io::Error::other)?;
         line.push('\n');
-        let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        f.write_all(line.as_bytes())?;
-        f.flush()?;
+        let mut sink = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if sink.ended {
+            return Ok(());
+        }
+        sink.ended = matches!(event, Event::Result { .. });
+        sink.file.write_all(line.as_bytes())?;
+        sink.file.flush()?;
         // On a shared filesystem the line must be on the server before the
         // job can end: the orchestrator may read it from another node.
-        f.sync_data()
+        sink.file.sync_data()
+    }
+}
+
+/// The event file and whether its run's result is written.
+struct Sink {
+    file: File,
+    ended: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spec::event::{Phase, RunResult, RunStatus};
+
+    /// The signal thread records `cancelled` while the main thread ends a
+    /// phase: the phase's line, written after the result, must not follow it.
+    #[test]
+    fn nothing_follows_a_runs_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = EventLog::open(&dir.path().join("events.jsonl")).unwrap();
+        let result = RunResult {
+            t: 1.0,
+            status: RunStatus::Cancelled,
+            params: 0,
+            peaks: Default::default(),
+            peak_bytes: 0,
+            phase: Some(Phase::Bwd),
+            message: Some("received signal 15".into()),
+            wall_s: 1.0,
+            nvml_peak_bytes: None,
+            as_pytorch_counts: None,
+            group: None,
+        };
+        log.emit(&Event::from(result)).unwrap();
+        let end = Event::PhaseEnd {
+            t: 1.0,
+            phase: Phase::Bwd,
+            peak_bytes: 1,
+            seconds: 0.1,
+            nvml_bytes: None,
+            readback: None,
+            step: Some(8),
+        };
+        log.emit(&end).unwrap();
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(matches!(serde_json::from_str(text.trim()).unwrap(), Event::Result { .. }), "{text}");
     }
 }
