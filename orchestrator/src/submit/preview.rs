@@ -56,14 +56,15 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandEr
         Ok(path)
     })?;
     let time = resources.time;
+    let scripts = prepared
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p.script_local).map_err(fsio::io(&p.script_local))?;
+            Ok((p.script_local, text))
+        })
+        .collect::<Result<_, CommandError>>()?;
     Ok(Rendered {
-        scripts: prepared
-            .into_iter()
-            .map(|p| {
-                let text = std::fs::read_to_string(&p.script_local).unwrap_or_default();
-                (p.script_local, text)
-            })
-            .collect(),
+        scripts,
         skipped,
         time: crate::walltime::for_sweep(sweep, &view.every_events_file(), time.as_deref()),
     })
@@ -80,7 +81,7 @@ fn render_paths(cluster: &str, config: &ClusterConfig, opts: &Options) -> Result
     }
     let remote_state = match &config.work_dir {
         Some(w) => format!("{}/state", w.trim_end_matches('/')),
-        None => std::path::absolute(&opts.state_root).map(|p| p.display().to_string()).unwrap_or_default(),
+        None => std::path::absolute(&opts.state_root).map_err(fsio::io(&opts.state_root))?.display().to_string(),
     };
     let worker = config.worker.clone().unwrap_or_else(|| match &config.work_dir {
         Some(w) => format!("{}/bin/worker", w.trim_end_matches('/')),
