@@ -182,6 +182,9 @@ pub fn run_calibrate(records: &[PathBuf], out_path: Option<&Path>, cross_validat
         if let Some(t) = report.leave_one_table_out.get(rt) {
             print_stats(&format!("runtime {rt}: per held-out table (refitted without it)"), t, &mut err)?;
         }
+        if let Some(u) = report.calibration.uncertainty.get(rt) {
+            print_bands(rt, u, &mut err)?;
+        }
         if let Some((held, ran)) = report.held_back.get(rt) {
             writeln!(
                 err,
@@ -240,6 +243,22 @@ fn print_side_by_side(
             None => format!("{} / {}", s.oom_predicted_fit, s.n_oom),
         };
         writeln!(out, "  {:<8} {:>4}  {:>17}  {:>17}  {}", k, s.n, pct(Some(s)), pct(c), oom)?;
+    }
+    Ok(())
+}
+
+/// The bands `plan` widens each prediction by: one line per family and what
+/// sets its peak (the pooled family band stands in for fewer records).
+fn print_bands(rt: &str, u: &crate::precheck::Uncertainty, out: &mut impl Write) -> Result<()> {
+    use crate::precheck::uncertainty::Regime;
+    let kind = if u.method.starts_with("cross-validated") { "held-out" } else { "in-sample" };
+    writeln!(out, "runtime {rt}: bands (p90 of the {kind} error, by what sets the peak)")?;
+    for b in &u.bands {
+        let regime = match b.regime {
+            Regime::Activation => "forward/backward",
+            Regime::Optimizer => "optimizer step",
+        };
+        writeln!(out, "  {:<8} {:<16} {:>6.1}%  ({} runs)", b.family.to_string(), regime, 100.0 * b.p90, b.n)?;
     }
     Ok(())
 }

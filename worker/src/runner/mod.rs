@@ -194,7 +194,7 @@ fn run_with_setup(
     let (device, autocast) = match prepared {
         Ok(p) => (p.device, p.autocast),
         Err(msg) => {
-            let out = finish(&log, &path, params, start, (0, None, None), Err((RunStatus::Failed, msg)));
+            let out = finish(&log, &path, params, start, Measured::default(), Err((RunStatus::Failed, msg)));
             set_current(None);
             return out;
         }
@@ -238,8 +238,9 @@ fn run_with_setup(
     if let Some(b) = meter.nvml_peak() {
         PROGRESS.nvml_peak.fetch_max(b, Ordering::Relaxed);
     }
-    let group = after_build.map(|held| (opts.protocol, held));
-    let out = finish(&log, &path, params, start, (live_peak, as_pytorch_counts, group), ended);
+    let measured =
+        Measured { live_peak, as_pytorch_counts, held_after_build: after_build.map(|held| (opts.protocol, held)) };
+    let out = finish(&log, &path, params, start, measured, ended);
     set_current(None);
     drop(meter);
     // Empty the pool for whatever runs next in this process (the next config
@@ -304,16 +305,28 @@ fn run_environment(cfg: &RunConfig, opts: &RunOptions, prepared: &Result<backend
     }
 }
 
+/// What a run measured besides its closed phases, for [`finish`].
+#[derive(Default)]
+struct Measured {
+    /// The open phase window's peak, counted where the run stopped early.
+    live_peak: u64,
+    /// The run's peaks as PyTorch's caching allocator would count them (CPU backends).
+    as_pytorch_counts: Option<spec::event::PhasePeaks>,
+    /// The protocol it ran under and the bytes held after the build, for
+    /// the figures that protocol's script printed.
+    held_after_build: Option<(Protocol, u64)>,
+}
+
 /// Write the result (unless the signal thread got there first) and build the outcome.
-/// `live_peak` is the open phase window's peak, counted where the run stopped early.
 fn finish(
     log: &EventLog,
     path: &Path,
     params: u64,
     start: f64,
-    (live_peak, as_pytorch_counts, group): (u64, Option<spec::event::PhasePeaks>, Option<(Protocol, u64)>),
+    measured: Measured,
     ended: Result<(), (RunStatus, String)>,
 ) -> Result<Outcome, RunError> {
+    let Measured { live_peak, as_pytorch_counts, held_after_build } = measured;
     let (status, message) = match ended {
         Ok(()) => (RunStatus::Ok, None),
         Err((s, m)) => (s, Some(m)),
@@ -326,7 +339,7 @@ fn finish(
     // Counted as PyTorch would only where every phase's window closed.
     let as_pytorch_counts = as_pytorch_counts.filter(|_| status == RunStatus::Ok);
     // The figures the protocol's script printed, for a run that ended ok.
-    let group = group.filter(|_| status == RunStatus::Ok).and_then(|(p, held)| p.columns(&peaks, held));
+    let group = held_after_build.filter(|_| status == RunStatus::Ok).and_then(|(p, held)| p.columns(&peaks, held));
     let result = RunResult {
         t,
         status,

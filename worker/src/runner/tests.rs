@@ -188,7 +188,7 @@ fn gpu_oom_result_carries_phase_and_peak_reached() {
         log.path(),
         7,
         now(),
-        (79 << 30, None, None),
+        Measured { live_peak: 79 << 30, ..Measured::default() },
         Err(classify("out of device memory allocating 4294967296 bytes")),
     )
     .unwrap();
