@@ -248,7 +248,8 @@ fn print_side_by_side(
 }
 
 /// The bands `plan` widens each prediction by: one line per family and what
-/// sets its peak (the pooled family band stands in for fewer records).
+/// sets its peak (`plan` takes the widest of a family's bands in place of
+/// one with fewer than five runs).
 fn print_bands(rt: &str, u: &crate::precheck::Uncertainty, out: &mut impl Write) -> Result<()> {
     use crate::precheck::uncertainty::Regime;
     let kind = if u.method.starts_with("cross-validated") { "held-out" } else { "in-sample" };
