@@ -165,9 +165,12 @@ fn rows(sweep: &Sweep, records: &BTreeMap<ConfigHash, ConfigRecord>) -> Vec<Stat
         let live =
             latest.filter(|a| a.state().is_some_and(|s| s.activity() == Activity::Running)).and_then(|a| a.live());
         // A run that failed or was cancelled measured nothing: no figure (the
-        // report shows none either), its cause below the table.
+        // report shows none either), its cause below the table. An OOM shows
+        // the peak it reached, where one is known (a replayed record's OOM
+        // often has none).
         let peak = match result {
-            Some(v) if matches!(v.status, RunStatus::Ok | RunStatus::Oom) => Some(gib(v.peak_bytes)),
+            Some(v) if v.status == RunStatus::Ok => Some(gib(v.peak_bytes)),
+            Some(v) if v.status == RunStatus::Oom && v.peak_bytes > 0 => Some(gib(v.peak_bytes)),
             Some(_) => None,
             None => live.map(|l| gib(l.peak_bytes)),
         };
@@ -470,6 +473,30 @@ mod tests {
         let line = table.lines().nth(1).expect("row");
         assert!(line.trim_end().ends_with(" failed") && !line.contains("0.0000G"), "{table}");
         assert!(table.contains(&format!("why {} failed:\n  replay: no record of this config\n", c.name)), "{table}");
+    }
+
+    /// An OOM without a figure (a replayed record that reports none) reads
+    /// `oom`, not `oom 0.0000G`; one with a figure keeps it.
+    #[test]
+    fn an_oom_without_a_figure_shows_none() {
+        let sweep = demo();
+        let c = &sweep.configs[0];
+        let row = |peak_bytes: u64| {
+            let a =
+                attempt(SlurmState::Failed, None).with_worker(crate::collect::WorkerOutcome::Result(RunStatus::Oom));
+            let mut oom = result_of("oom");
+            oom.peak_bytes = peak_bytes;
+            let r = ConfigRecord::fixture(&c.hash, &c.name)
+                .with_verdict(Some(crate::precheck::VerdictKind::Risky), Some(68.0))
+                .with_attempt(a)
+                .with_result(Some(oom));
+            let rows = rows(&sweep, &BTreeMap::from([(c.hash.clone(), r)]));
+            let report = StatusReport { rows, poll: PollSummary::default(), settled: true, interrupted: false };
+            report.table().lines().nth(1).expect("row").trim_end().to_string()
+        };
+        let none = row(0);
+        assert!(none.ends_with(" oom") && !none.contains("0.0000G"), "{none}");
+        assert!(row(3 << 30).ends_with(" oom 3.0G"), "{}", row(3 << 30));
     }
 
     /// The worker wrote `ok`; SLURM calls the task FAILED (another config of
