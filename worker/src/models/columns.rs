@@ -42,10 +42,9 @@ pub trait NativeConv: Backend {
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        stride: [usize; 3],
-        padding: [usize; 3],
+        steps: Steps,
     ) -> FloatTensor<Self> {
-        Self::conv3d(x, weight, Some(bias), options(stride, padding))
+        Self::conv3d(x, weight, Some(bias), steps.options())
     }
     /// The gradient of [`NativeConv::conv3d_native`] with respect to its
     /// input (`weight_grad` false) or its weight (true), from `dy`.
@@ -53,21 +52,29 @@ pub trait NativeConv: Backend {
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         dy: FloatTensor<Self>,
-        stride: [usize; 3],
-        padding: [usize; 3],
+        steps: Steps,
         weight_grad: bool,
     ) -> FloatTensor<Self> {
-        let options = options(stride, padding);
         if weight_grad {
-            Self::conv3d_weight_backward(x, weight, dy, options)
+            Self::conv3d_weight_backward(x, weight, dy, steps.options())
         } else {
-            Self::conv3d_x_backward(x, weight, dy, options)
+            Self::conv3d_x_backward(x, weight, dy, steps.options())
         }
     }
 }
 
-fn options(stride: [usize; 3], padding: [usize; 3]) -> ConvOptions<3> {
-    ConvOptions::new(stride, padding, [1; 3], 1)
+/// How a kernel moves over the input: its stride and the input's zero
+/// padding, per spatial axis (dilation and groups are 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steps {
+    pub stride: [usize; 3],
+    pub padding: [usize; 3],
+}
+
+impl Steps {
+    fn options(self) -> ConvOptions<3> {
+        ConvOptions::new(self.stride, self.padding, [1; 3], 1)
+    }
 }
 
 #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "cuda"))]
@@ -79,20 +86,18 @@ impl NativeConv for burn::backend::Flex {
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        stride: [usize; 3],
-        padding: [usize; 3],
+        steps: Steps,
     ) -> FloatTensor<Self> {
-        cpu::forward(x, weight, bias, stride, padding)
+        cpu::forward(x, weight, bias, steps)
     }
     fn conv3d_native_grad(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         dy: FloatTensor<Self>,
-        stride: [usize; 3],
-        padding: [usize; 3],
+        steps: Steps,
         weight_grad: bool,
     ) -> FloatTensor<Self> {
-        cpu::grad(x, weight, dy, stride, padding, weight_grad)
+        cpu::grad(x, weight, dy, steps, weight_grad)
     }
 }
 
@@ -101,8 +106,7 @@ impl NativeConv for burn::backend::Flex {
 struct ConvState<B: Backend> {
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
-    stride: [usize; 3],
-    padding: [usize; 3],
+    steps: Steps,
 }
 
 #[derive(Debug)]
@@ -113,17 +117,14 @@ impl<B: Backend + NativeConv> Backward<B, 3> for ConvBackward {
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let dy = grads.consume::<B>(&ops.node);
-        let ConvState { x, weight, stride, padding } = ops.state;
+        let ConvState { x, weight, steps } = ops.state;
         let [px, pw, pb] = ops.parents;
         // PyTorch's order: the input's gradient, then the weight's, then the bias's.
         if let Some(node) = px {
-            grads.register::<B>(
-                node.id,
-                B::conv3d_native_grad(x.clone(), weight.clone(), dy.clone(), stride, padding, false),
-            );
+            grads.register::<B>(node.id, B::conv3d_native_grad(x.clone(), weight.clone(), dy.clone(), steps, false));
         }
         if let Some(node) = pw {
-            grads.register::<B>(node.id, B::conv3d_native_grad(x, weight, dy.clone(), stride, padding, true));
+            grads.register::<B>(node.id, B::conv3d_native_grad(x, weight, dy.clone(), steps, true));
         }
         if let Some(node) = pb {
             let db = B::float_sum_dim(B::float_reshape(dy.clone(), flat_channels(&dy.shape())), 2);
@@ -144,14 +145,13 @@ impl<B: Backend + NativeConv, C: CheckpointStrategy> NativeConv for Autodiff<B, 
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        stride: [usize; 3],
-        padding: [usize; 3],
+        steps: Steps,
     ) -> FloatTensor<Self> {
         let prep = ConvBackward.prepare::<C>([x.node(), weight.node(), bias.node()]).compute_bound().stateful();
         let (x, weight, bias) = (x.into_primitive(), weight.into_primitive(), bias.into_primitive());
-        let y = B::conv3d_native(x.clone(), weight.clone(), bias, stride, padding);
+        let y = B::conv3d_native(x.clone(), weight.clone(), bias, steps);
         match prep {
-            OpsKind::Tracked(prep) => prep.finish(ConvState { x, weight, stride, padding }, y),
+            OpsKind::Tracked(prep) => prep.finish(ConvState { x, weight, steps }, y),
             OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
@@ -164,8 +164,7 @@ pub fn conv3d(x: Tensor<5>, weight: Tensor<5>, bias: Tensor<1>, stride: [usize; 
         x.into_dispatch(),
         weight.into_dispatch(),
         bias.into_dispatch(),
-        stride,
-        padding,
+        Steps { stride, padding },
     ))
 }
 

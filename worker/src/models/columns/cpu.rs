@@ -13,6 +13,7 @@
 //! run on are bounded by [`TILE_BYTES`] (the weight's f32 copy, `C_out·K`,
 //! besides: at most 28 MB for a 512-wide 3x3x3 convolution).
 
+use super::Steps;
 use burn::backend::flex::{FlexTensor, Layout};
 use burn::tensor::{bf16, f16, Bytes, DType, Element, Shape};
 use rayon::prelude::*;
@@ -67,7 +68,7 @@ struct Geometry {
 }
 
 impl Geometry {
-    fn new(x: &Shape, w: &Shape, stride: [usize; 3], padding: [usize; 3]) -> Geometry {
+    fn new(x: &Shape, w: &Shape, Steps { stride, padding }: Steps) -> Geometry {
         assert_eq!(x[1], w[1], "native conv3d: input channels {} against the weight's {} (groups 1)", x[1], w[1]);
         let (input, kernel) = ([x[2], x[3], x[4]], [w[2], w[3], w[4]]);
         let output = std::array::from_fn(|i| (input[i] + 2 * padding[i] - kernel[i]) / stride[i] + 1);
@@ -143,14 +144,8 @@ macro_rules! typed {
     };
 }
 
-pub(super) fn forward(
-    x: FlexTensor,
-    w: FlexTensor,
-    b: FlexTensor,
-    stride: [usize; 3],
-    padding: [usize; 3],
-) -> FlexTensor {
-    let g = Geometry::new(x.layout().shape(), w.layout().shape(), stride, padding);
+pub(super) fn forward(x: FlexTensor, w: FlexTensor, b: FlexTensor, steps: Steps) -> FlexTensor {
+    let g = Geometry::new(x.layout().shape(), w.layout().shape(), steps);
     let (x, w, b) = (contiguous(x), contiguous(w), contiguous(b));
     typed!(x.dtype(), T => {
         let y = forward_typed::<T>(&g, data(&x), data(&w), data(&b));
@@ -160,15 +155,8 @@ pub(super) fn forward(
 
 /// The input's gradient (`weight_grad` false: `x` only gives its shape) or
 /// the weight's (true: `w` only gives its shape).
-pub(super) fn grad(
-    x: FlexTensor,
-    w: FlexTensor,
-    dy: FlexTensor,
-    stride: [usize; 3],
-    padding: [usize; 3],
-    weight_grad: bool,
-) -> FlexTensor {
-    let g = Geometry::new(x.layout().shape(), w.layout().shape(), stride, padding);
+pub(super) fn grad(x: FlexTensor, w: FlexTensor, dy: FlexTensor, steps: Steps, weight_grad: bool) -> FlexTensor {
+    let g = Geometry::new(x.layout().shape(), w.layout().shape(), steps);
     let dy = contiguous(dy);
     if weight_grad {
         let (shape, x) = (w.layout().shape().clone(), contiguous(x));

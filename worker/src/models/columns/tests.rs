@@ -23,7 +23,7 @@ fn the_native_convolution_equals_burns_forward_and_backward() {
     for (xs, ws, stride, padding) in cases {
         let (x, w, b) = (random(xs, &device), random(ws, &device), random([ws[0]], &device));
         let dy_weights = {
-            let y = burn_conv3d(x.clone(), w.clone(), Some(b.clone()), options(stride, padding));
+            let y = burn_conv3d(x.clone(), w.clone(), Some(b.clone()), Steps { stride, padding }.options());
             random(y.dims(), &device)
         };
         let run = |native: bool| {
@@ -31,7 +31,7 @@ fn the_native_convolution_equals_burns_forward_and_backward() {
             let y = if native {
                 conv3d(x.clone(), w.clone(), b.clone(), stride, padding)
             } else {
-                burn_conv3d(x.clone(), w.clone(), Some(b.clone()), options(stride, padding))
+                burn_conv3d(x.clone(), w.clone(), Some(b.clone()), Steps { stride, padding }.options())
             };
             let grads = (y.clone() * dy_weights.clone()).sum().backward();
             let flat = |t: Tensor<5>| t.flatten::<1>(0, 4).into_data();
@@ -61,7 +61,7 @@ fn a_bf16_convolution_accumulates_in_f32() {
         full(x.clone()),
         full(w.clone()),
         Some(b.clone().cast(burn::tensor::FloatDType::F32)),
-        options([1; 3], [1; 3]),
+        Steps { stride: [1; 3], padding: [1; 3] }.options(),
     );
     let y = conv3d(x, w, b, [1; 3], [1; 3]);
     assert_eq!(y.dtype(), burn::tensor::DType::BF16);
