@@ -1,17 +1,20 @@
 //! A map over a slice on all cores, in order: planning's per-config work
 //! (typing, hashing, predicting) is independent from config to config, and
 //! where a run of neighbours can share work (a cache, a document built up
-//! step by step), each core takes one run.
-//! Plain scoped threads: rayon would be one more dependency for this one loop.
+//! step by step), each core takes one run. Rayon's pool runs them.
+
+use rayon::prelude::*;
+
+/// Below this many items the work stays on the calling thread.
+const SERIAL_BELOW: usize = 2048;
 
 /// `items.iter().map(f).collect()`, the slice split across the cores; the
 /// results keep the items' order. Small inputs stay on this thread.
 pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let mut parts = chunks(items, |c| c.iter().map(&f).collect::<Vec<R>>()).into_iter();
-    let mut out = parts.next().unwrap_or_default();
-    out.reserve(items.len() - out.len());
-    parts.for_each(|p| out.extend(p));
-    out
+    if items.len() < SERIAL_BELOW {
+        return items.iter().map(f).collect();
+    }
+    items.par_iter().map(&f).collect()
 }
 
 /// `f` on each of a few contiguous runs of the slice, one run a core, the
@@ -19,17 +22,11 @@ pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
 /// one item to the next (a cache, a document built up step by step). Small
 /// inputs are one run, on this thread.
 pub fn chunks<T: Sync, R: Send>(items: &[T], f: impl Fn(&[T]) -> R + Sync) -> Vec<R> {
-    const SERIAL_BELOW: usize = 2048;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(16);
+    let threads = rayon::current_num_threads();
     if threads < 2 || items.len() < SERIAL_BELOW {
         return vec![f(items)];
     }
-    let chunk = items.len().div_ceil(threads);
-    let f = &f;
-    std::thread::scope(|s| {
-        let parts: Vec<_> = items.chunks(chunk).map(|c| s.spawn(move || f(c))).collect();
-        parts.into_iter().map(|p| p.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-    })
+    items.par_chunks(items.len().div_ceil(threads)).map(&f).collect()
 }
 
 #[cfg(test)]
