@@ -62,7 +62,13 @@ pub(crate) async fn record_answer(answered: Answered, site: &mut Site) -> Result
     protocol::advance(st, &mut sub, &IntentEvent::SbatchFailed)?;
     st.apply(Change::SbatchError { submission: sub.id.clone(), error: e.to_string() })?;
     // Did it reach SLURM anyway? Ask by name now; whatever stays open, every later command asks again.
-    let settled = protocol::reconcile(st, &site.target, false).await.ok();
+    let settled = match protocol::reconcile(st, &site.target, false).await {
+        Ok(settled) => Some(settled),
+        Err(asking) => {
+            tracing::warn!(submission = %sub.id, "asking SLURM by job name after the sbatch error failed: {asking}");
+            None
+        }
+    };
     let state = st.load_submissions()?.into_iter().find(|s| s.id == sub.id).map(|s| s.state());
     if let Some(IntentState::Submitted { job_id }) = state {
         return Ok(Recorded { job_id, configs: names(st, &sub), settled });
