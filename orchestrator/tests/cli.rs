@@ -190,6 +190,23 @@ fn a_fractional_input_scale_is_refused_in_words() {
     assert!(!err.contains("invalid digit"), "{err}");
 }
 
+/// A clusters file that does not parse stops `plan` and `status` with its
+/// path, line and field; it is never read as "no such cluster", which would
+/// judge a `local` sweep against the GPU it names instead of this machine.
+#[test]
+fn a_clusters_file_that_does_not_parse_is_an_error_not_a_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("clusters.yaml");
+    std::fs::write(&file, "clusters:\n  here:\n    transport: carrier-pigeon\n").unwrap();
+    for args in [&["plan", "experiments/demo.yaml"][..], &["status", "experiments/demo.yaml"][..]] {
+        let out = orchestrator().args(args).env("SWEEP_CLUSTERS", &file).output().expect("orchestrator runs");
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} read a broken clusters file as none: {}", text(&out.stdout));
+        let named = err.contains(&file.display().to_string()) && err.contains("clusters.here.transport");
+        assert!(named && err.contains("line 3"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn a_small_prediction_is_written_with_the_digits_that_matter() {
     let out = run(&["explain", "experiments/demo.yaml", "--config", "unet_2L", "--no-levers"]);

@@ -172,7 +172,7 @@ impl Command {
 fn where_it_runs(exp: &ExperimentArgs, cluster: Option<&str>) -> Result<(Sweep, ClusterChoice)> {
     let sweep = exp.load()?;
     let stored = crate::state::View::new(&exp.state_dir, &sweep.experiment.name)?.pinned_sweep()?;
-    Ok(crate::submit::where_it_runs(&sweep, cluster, stored.as_ref(), None))
+    Ok(crate::submit::where_it_runs(&sweep, cluster, stored.as_ref(), None)?)
 }
 
 /// Runs one command.

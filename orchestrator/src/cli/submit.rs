@@ -411,7 +411,7 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     if Path::new(experiment).is_file() && stored_sweep(&opts.state_root, &name).is_err() {
         // A file never submitted: every config, not submitted, nothing to
         // poll; each verdict judged where `submit` would run it, as `plan` does.
-        let (judged, _) = where_it_runs(&sweep, opts.cluster.as_deref(), None, opts.clusters_file.as_deref());
+        let (judged, _) = where_it_runs(&sweep, opts.cluster.as_deref(), None, opts.clusters_file.as_deref())?;
         let r = view::unsubmitted(&judged, &opts.state_root);
         if json {
             for row in &r.rows {

@@ -146,7 +146,7 @@ pub async fn run_until(
     let view = View::new(&opts.state_root, &name)?;
     // Held to its cluster once a submission may have reached it (as `submit`).
     let stored = view.pinned_sweep()?;
-    let (judged, _) = where_it_runs(sweep, opts.cluster.as_deref(), stored.as_ref(), opts.clusters_file.as_deref());
+    let (judged, _) = where_it_runs(sweep, opts.cluster.as_deref(), stored.as_ref(), opts.clusters_file.as_deref())?;
     let sweep = &judged;
     let mut seen = BTreeSet::new();
     let configs: Vec<(String, RunConfig)> = sweep

@@ -78,19 +78,19 @@ impl std::fmt::Display for ClusterChoice {
 /// The cluster `submit` would use for `sweep` ([`ClusterChoice::of`]: the
 /// command line's, the stored sweep's, the file's, else `local`), and the
 /// sweep judged there ([`as_run_on`]): what `plan`, `explain`, `fit`,
-/// `status`, `render`, `submit` and the active loop all judge.
+/// `status`, `render`, `submit` and the active loop all judge. A clusters
+/// file that cannot be read is an error; a cluster it does not name is
+/// judged against its GPU (`submit` then says the name is unknown).
 pub fn where_it_runs(
     sweep: &Sweep,
     cluster: Option<&str>,
     stored: Option<&StoredSweep>,
     clusters_file: Option<&Path>,
-) -> (Sweep, ClusterChoice) {
+) -> Result<(Sweep, ClusterChoice), ClusterError> {
     let choice = ClusterChoice::of(cluster, sweep, stored);
-    let local = ClustersFile::load_or_default(clusters_file)
-        .ok()
-        .and_then(|(file, label)| file.get(&choice.name, &label).ok())
-        .is_some_and(|(_, c)| c.transport == TransportKind::Local);
-    (as_run_on(sweep, &choice, local), choice)
+    let (file, label) = ClustersFile::load_or_default(clusters_file)?;
+    let local = file.get(&choice.name, &label).is_ok_and(|(_, c)| c.transport == TransportKind::Local);
+    Ok((as_run_on(sweep, &choice, local), choice))
 }
 
 /// `sweep` as `choice` runs it: where that is a cluster of transport `local`

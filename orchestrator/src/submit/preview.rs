@@ -31,7 +31,7 @@ pub struct Rendered {
 pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandError> {
     let view = state::View::new(&opts.state_root, &sweep.experiment.name)?;
     let prev = view.pinned_sweep()?;
-    let (judged, choice) = where_it_runs(sweep, opts.cluster.as_deref(), prev.as_ref(), opts.clusters_file.as_deref());
+    let (judged, choice) = where_it_runs(sweep, opts.cluster.as_deref(), prev.as_ref(), opts.clusters_file.as_deref())?;
     let sweep = &judged;
     let cluster = choice.name;
     let (file, label) = ClustersFile::load_or_default(opts.clusters_file.as_deref())?;
@@ -99,7 +99,7 @@ pub fn predictions_it_runs(sweep: &Sweep, opts: &Options) -> Result<Vec<String>,
     let Some(active) = view.active()? else { return Ok(Vec::new()) };
     let predicted = active.settled_predictions();
     let (judged, _) =
-        where_it_runs(sweep, opts.cluster.as_deref(), view.pinned_sweep()?.as_ref(), opts.clusters_file.as_deref());
+        where_it_runs(sweep, opts.cluster.as_deref(), view.pinned_sweep()?.as_ref(), opts.clusters_file.as_deref())?;
     let (todo, _) = would_send(&judged, opts)?;
     Ok(todo.into_iter().filter(|c| predicted.contains(c.name.as_str())).map(|c| c.name.clone()).collect())
 }
