@@ -22,9 +22,16 @@ pub struct PlanRow {
     pub per_level: Vec<u64>,
     /// Exact parameter count (absent when the config cannot be built).
     pub params: Option<u64>,
-    /// Predicted peak in GiB (profile mode; train mode adds optimizer state and EMA).
+    /// Predicted peak of the profiling step in GiB.
     pub predicted_gib: Option<f64>,
+    /// Predicted peak of the training run in GiB: the largest of its phases.
     pub train_gib: Option<f64>,
+    /// The phase expected to set it (`step`, `generation`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_phase: Option<&'static str>,
+    /// Its band, ± this fraction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_band: Option<f64>,
     /// The memory the verdict is judged against: the GPU's, or the worker's
     /// memory limit where lower.
     pub capacity_gib: f64,
@@ -103,6 +110,8 @@ fn row(sweep: &Sweep, c: &SweepConfig, predictor: &Predictor, dims: &mut Dims) -
         params,
         predicted_gib: prediction.as_ref().map(|p| p.peak_gib()),
         train_gib: prediction.as_ref().map(|p| p.train_peak_gib()),
+        train_phase: prediction.as_ref().map(|p| p.train.peak_phase.short()),
+        train_band: prediction.as_ref().map(|p| p.train.rel_uncertainty),
         capacity_gib: sweep.available_gib(c),
         status: c.status(),
         verdict,
@@ -112,6 +121,14 @@ fn row(sweep: &Sweep, c: &SweepConfig, predictor: &Predictor, dims: &mut Dims) -
 /// Counts per level, compact: `163840/20480/2560`.
 fn per_level(v: &[u64]) -> String {
     v.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("/")
+}
+
+/// `19.4G±13% gen`: the training figure, its band and the phase that sets it.
+fn train_cell(r: &PlanRow) -> String {
+    match (r.train_gib, r.train_band, r.train_phase) {
+        (Some(g), Some(b), Some(p)) => format!("{}±{:.0}% {p}", memory(g), 100.0 * b),
+        _ => "-".into(),
+    }
 }
 
 /// One row of the plan table, as text.
@@ -128,7 +145,7 @@ fn cells_of(r: &PlanRow) -> Vec<String> {
         per_level(&r.per_level),
         r.params.map(millions).unwrap_or_else(|| "-".into()),
         gib(r.predicted_gib),
-        gib(r.train_gib),
+        train_cell(r),
         memory(r.capacity_gib),
         verdict,
     ]

@@ -15,10 +15,13 @@ pub mod protocol;
 pub mod record;
 pub mod run;
 pub mod shape;
+pub mod training;
+pub mod training_record;
 pub mod validate;
 
 pub use gpu::Gpu;
 pub use model::{DitSpec, HditSpec, ModelSpec, PerLevel, TransformerDims, UnetSpec, UvitSpec, Variant};
 pub use run::{Mode, Precision, RunConfig};
 pub use shape::{Input, Spatial};
+pub use training::Training;
 pub use validate::Invalid;

@@ -254,6 +254,7 @@ impl MeasurementRecord {
             mode: crate::Mode::Profile,
             steps: 1,
             gpu: self.gpu().unwrap_or(Gpu::A100Sxm80),
+            training: None,
         })
     }
 }

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fmt;
 
+use crate::training::Training;
 use crate::{Gpu, Input, ModelSpec};
 
 /// Numeric precision of the run.
@@ -84,6 +85,10 @@ pub struct RunConfig {
     pub steps: u32,
     /// The GPU the experiment targets (capacity for verdicts).
     pub gpu: Gpu,
+    /// What a `mode: train` run holds besides the step (the experiment
+    /// file's `training:` block); `None` is the group's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<Training>,
 }
 
 fn one() -> u32 {
@@ -159,6 +164,7 @@ impl RunConfig {
             mode: Mode::Profile,
             steps: 1,
             gpu: Gpu::A100Sxm80,
+            training: None,
         }
     }
 
@@ -189,6 +195,11 @@ impl RunConfig {
         sorted(&mut h, b",\"precision\":", &self.precision);
         let steps = if self.mode == Mode::Profile { 1 } else { self.steps };
         scalar(&mut h, b",\"steps\":", &steps);
+        // Training facts change what a train run holds: a config with them
+        // is another config. Without them the hash is what it always was.
+        if let Some(t) = &self.training {
+            sorted(&mut h, b",\"training\":", t);
+        }
         h.update(b"}");
         ConfigHash(hex::encode(&h.finalize()[..6]))
     }
@@ -274,6 +285,7 @@ mod manifest_tests {
                 mode: Default::default(),
                 steps: 1,
                 gpu: crate::Gpu::A100Sxm80,
+                training: None,
             })
             .collect();
         Manifest { experiment: "t".into(), task_offset, configs_per_task, memory_limit: None, configs }

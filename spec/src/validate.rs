@@ -230,6 +230,7 @@ mod limit_tests {
             mode: Default::default(),
             steps: 1,
             gpu: crate::Gpu::A100Sxm80,
+            training: None,
         }
     }
 

@@ -45,6 +45,11 @@ pub struct Explanation {
     pub peak_gib: f64,
     pub peak_phase: PeakPhase,
     pub train_peak_gib: f64,
+    /// The training run phase by phase (`train_peak_gib` is its peak).
+    pub training: crate::precheck::training::TrainPrediction,
+    /// Whether the config is judged as a training run (`mode: train`): then
+    /// the phases are shown in full.
+    pub mode: spec::Mode,
     /// ± this fraction (the family's cross-validated p90 error, widened away from the data).
     pub rel_uncertainty: f64,
     /// Why the band is wider than the family's.
@@ -152,6 +157,8 @@ pub fn from_prediction(cfg: &RunConfig, pred: &Prediction, capacity: Capacity) -
         peak_gib: pred.peak_bytes / GIB,
         peak_phase: pred.peak_phase,
         train_peak_gib: mode_peak_gib(pred, spec::Mode::Train),
+        training: pred.train.clone(),
+        mode: cfg.mode,
         rel_uncertainty: pred.rel_uncertainty,
         band_reason: pred.distance.as_ref().map(|d| d.to_string()),
         peak,
@@ -183,14 +190,14 @@ pub fn render(e: &Explanation) -> String {
     let mut out = String::new();
     out.push_str(&format!("{}: {}  input {}  {} params\n", e.config, e.summary, e.input, millions(e.params)));
     out.push_str(&format!(
-        "predicted peak {} ({}){} {}, set by {}; the other phase peaks at {}; training (AdamW + EMA) {}\n\n",
+        "predicted peak {} ({}){} {}, set by {}; the other phase peaks at {}; {}\n\n",
         gib(e.peak_gib),
         crate::precheck::interval(e.peak_gib, e.rel_uncertainty),
         e.band_reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default(),
         where_judged(e),
         phase_words(e.peak_phase),
         gib(e.other.total_gib),
-        gib(e.train_peak_gib),
+        super::train_phases::headline(&e.training),
     ));
     let mut cells = vec![vec!["Term".to_string(), "Level".into(), "Kind".into(), "GiB".into(), "Share".into()]];
     for l in &e.peak.lines {
@@ -214,6 +221,9 @@ pub fn render(e: &Explanation) -> String {
     out.push_str("hotspots:\n");
     for (i, h) in e.hotspots.iter().enumerate() {
         out.push_str(&format!("  {}. {h}\n", i + 1));
+    }
+    if e.mode == spec::Mode::Train {
+        out.push_str(&super::train_phases::render(&e.training));
     }
     out
 }
@@ -242,6 +252,7 @@ mod tests {
             mode: spec::Mode::Profile,
             steps: 1,
             gpu: Gpu::H100_80,
+            training: None,
         }
     }
 

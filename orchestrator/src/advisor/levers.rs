@@ -218,6 +218,7 @@ mod tests {
             mode: spec::Mode::Profile,
             steps: 1,
             gpu: Gpu::A100Sxm80,
+            training: None,
         }
     }
 

@@ -12,6 +12,7 @@ pub mod fit;
 pub mod levers;
 pub mod plot;
 pub mod scale;
+mod train_phases;
 
 use spec::{Mode, RunConfig};
 

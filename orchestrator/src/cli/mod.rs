@@ -10,6 +10,7 @@ mod plan;
 pub mod precheck;
 mod report;
 mod submit;
+mod train_records;
 mod watch;
 
 use anyhow::{Context, Result};
@@ -77,11 +78,16 @@ pub enum Command {
         #[arg(long)]
         cluster: Option<String>,
     },
-    /// Predict the peak memory of measurement records (measured fields ignored): one JSON line each.
+    /// Predict the peak memory of measurement records, or of training-run records
+    /// (the whole run's peak, phase by phase), measured fields ignored: one JSON line each.
     Predict {
-        /// Measurement JSONL file(s) (format: data/README.md).
+        /// Measurement or training-run JSONL file(s) (formats: data/README.md).
         #[arg(long, required = true, num_args = 1..)]
         records: Vec<PathBuf>,
+        /// Training-run records: a markdown table of every run beside its
+        /// recorded peak and the scores of the predictors, instead of JSON lines.
+        #[arg(long)]
+        score: bool,
         /// Calibration file (default: the shipped orchestrator/calibration/runtimes.json).
         #[arg(long)]
         calibration: Option<PathBuf>,
@@ -179,8 +185,8 @@ fn where_it_runs(exp: &ExperimentArgs, cluster: Option<&str>) -> Result<(Sweep, 
 pub fn run(command: Command) -> Result<()> {
     match command {
         Command::Plan { exp, json, cluster } => plan::run(&exp, json, cluster.as_deref())?,
-        Command::Predict { records, calibration, budget_gb } => {
-            precheck::run_predict(&records, calibration.as_deref(), budget_gb)?;
+        Command::Predict { records, calibration, budget_gb, score } => {
+            precheck::run_predict(&records, calibration.as_deref(), budget_gb, score)?;
         }
         Command::Calibrate { check: true, state_dir, .. } => precheck::run_check(&state_dir)?,
         Command::Calibrate { records, out, no_loto, .. } => {

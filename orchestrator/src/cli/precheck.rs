@@ -115,13 +115,32 @@ pub fn predict_record(cal: &Calibration, r: &MeasurementRecord, budget_gib: Opti
     }
 }
 
-/// `orchestrator predict --records FILE... [--calibration FILE] [--budget-gb GB]`:
-/// one JSON line per record on stdout.
-pub fn run_predict(records: &[PathBuf], calibration: Option<&Path>, budget_gib: Option<f64>) -> Result<()> {
-    let cal = load_calibration(calibration)?;
-    let recs = read_records(records)?;
+/// `orchestrator predict --records FILE... [--calibration FILE] [--budget-gb GB] [--score]`:
+/// one JSON line per record on stdout; a training-run file's lines are its
+/// runs' training figures ([`super::train_records`]).
+pub fn run_predict(
+    records: &[PathBuf],
+    calibration: Option<&Path>,
+    budget_gib: Option<f64>,
+    score: bool,
+) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut measurements = Vec::new();
+    for p in records {
+        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        if super::train_records::is_training_file(&text) {
+            match score {
+                true => super::train_records::run_score(p, &mut out)?,
+                false => super::train_records::run(p, budget_gib, &mut out)?,
+            }
+        } else {
+            anyhow::ensure!(!score, "{}: --score reads training-run records (data/training-runs.jsonl)", p.display());
+            measurements.push(p.clone());
+        }
+    }
+    let cal = load_calibration(calibration)?;
+    let recs = read_records(&measurements)?;
     let written = (|| -> std::io::Result<()> {
         for r in &recs {
             let line = predict_record(&cal, r, budget_gib);

@@ -183,6 +183,9 @@ pub(crate) struct RawExperiment {
     pub mode: Mode,
     #[serde(default = "one")]
     pub steps: u32,
+    /// What a `mode: train` run holds besides the step (spec::training).
+    #[serde(default)]
+    pub training: Option<spec::Training>,
     #[serde(default)]
     pub budget_gb: Option<f64>,
     pub input: Input,
@@ -223,6 +226,8 @@ pub(crate) struct RawConfig {
     pub mode: Mode,
     #[serde(default = "one")]
     pub steps: u32,
+    #[serde(default)]
+    pub training: Option<spec::Training>,
     pub input: Input,
     pub output_channels: u32,
     #[allow(dead_code)]
@@ -238,7 +243,7 @@ fn one() -> u32 {
 
 /// Keys a sweep may vary per config; the rest are shared by the job array.
 pub const PER_CONFIG_KEYS: &[&str] =
-    &["model", "input", "output_channels", "batch", "precision", "grad_ckpt", "mode", "steps", "gpu"];
+    &["model", "input", "output_channels", "batch", "precision", "grad_ckpt", "mode", "steps", "training", "gpu"];
 
 impl RawExperiment {
     pub(crate) fn experiment(&self) -> Experiment {

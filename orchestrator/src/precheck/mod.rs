@@ -29,6 +29,7 @@ mod dit;
 mod hdit;
 pub mod overlay;
 mod prediction;
+pub mod training;
 pub mod uncertainty;
 mod unet;
 mod uvit;
@@ -249,6 +250,7 @@ fn moment_terms(segs: &[Seg], moment: Moment, cache_bpp: f64, grad_bpp: f64, ter
 pub struct Predictor {
     runtime: String,
     coeffs: Coefficients,
+    training: training::TrainCoefficients,
     uncertainty: Option<Arc<Uncertainty>>,
     local: Option<Arc<LocalFit>>,
 }
@@ -276,11 +278,23 @@ impl Predictor {
     pub fn from_calibration(cal: &Calibration, framework: &str, precision: Precision) -> Result<Self, PrecheckError> {
         let fit = cal.resolve(framework, precision)?;
         let uncertainty = cal.uncertainty.get(&fit.key).cloned().map(Arc::new);
-        Ok(Predictor { runtime: runtime_key(framework, precision), coeffs: fit.coefficients, uncertainty, local: None })
+        Ok(Predictor {
+            runtime: runtime_key(framework, precision),
+            coeffs: fit.coefficients,
+            training: training::TrainCoefficients::builtin(),
+            uncertainty,
+            local: None,
+        })
     }
     /// Coefficients alone: the band is their single `rel_uncertainty`.
     pub fn new(runtime: impl Into<String>, coeffs: Coefficients) -> Self {
-        Predictor { runtime: runtime.into(), coeffs, uncertainty: None, local: None }
+        Predictor {
+            runtime: runtime.into(),
+            coeffs,
+            training: training::TrainCoefficients::builtin(),
+            uncertainty: None,
+            local: None,
+        }
     }
     /// Predicts configs of `families` with `coeffs` and `uncertainty` (a
     /// local fit), every other config as before.
@@ -308,6 +322,11 @@ impl Predictor {
     }
     pub fn coefficients(&self) -> &Coefficients {
         &self.coeffs
+    }
+    /// The same predictor with other training coefficients (a refit).
+    pub fn with_training(mut self, training: training::TrainCoefficients) -> Self {
+        self.training = training;
+        self
     }
 
     /// The full breakdown for one config (profiling mode: one forward, backward, step).
@@ -393,10 +412,15 @@ impl Predictor {
         let fwd = resident + dynamic;
         let stp = resident + (3.0 + c.opt_temp) * dt.weight * trainable;
         let (peak_phase, peak) = if fwd >= stp { (PeakPhase::FwdBwd, fwd) } else { (PeakPhase::Step, stp) };
-        // Training: moments and an fp32 EMA copy stay resident through forward/backward.
-        let ema = 4.0 * trainable;
-        let moments = 2.0 * dt.weight * trainable;
-        let train = (fwd + moments + ema).max(stp + ema);
+        let walk = training::StepWalk {
+            segs,
+            params: trainable,
+            weight_bytes: dt.weight,
+            dynamic,
+            resident,
+            opt_temp: c.opt_temp,
+        };
+        let train = training::predict(cfg, &walk, &self.training);
         let (rel_uncertainty, distance) = match uncertainty {
             Some(u) => {
                 let a = u.assess(cfg, peak_phase);
@@ -411,7 +435,8 @@ impl Predictor {
             step_bytes: stp,
             peak_phase,
             peak_bytes: peak,
-            train_peak_bytes: train,
+            train_peak_bytes: train.peak_bytes,
+            train,
             rel_uncertainty,
             distance,
         }
@@ -459,7 +484,11 @@ impl Predictor {
             spec::Mode::Profile => pred.peak_gib(),
             spec::Mode::Train => pred.train_peak_gib(),
         };
-        judge(gib, capacity_gib, budget_gib, pred.rel_uncertainty, pred.distance.as_ref())
+        let (rel, distance) = match cfg.mode {
+            spec::Mode::Profile => (pred.rel_uncertainty, pred.distance.as_ref()),
+            spec::Mode::Train => (pred.train.rel_uncertainty, None),
+        };
+        judge(gib, capacity_gib, budget_gib, rel, distance)
     }
 }
 
@@ -508,6 +537,7 @@ mod tests {
             mode: spec::Mode::Profile,
             steps: 1,
             gpu: spec::Gpu::A100Sxm80,
+            training: None,
         }
     }
 

@@ -92,8 +92,10 @@ pub struct Prediction {
     pub peak_phase: PeakPhase,
     /// The profiling peak: max of the two phases.
     pub peak_bytes: f64,
-    /// Steady-state training with AdamW moments and an EMA copy resident all the time.
+    /// The training run's peak: the largest of its phases (`train`).
     pub train_peak_bytes: f64,
+    /// The training run phase by phase ([`super::training`]).
+    pub train: super::training::TrainPrediction,
     /// Relative band of `peak_bytes`: the family's cross-validated p90 error
     /// in the regime that sets the peak, widened by the distance from the
     /// calibration data (see [`uncertainty`]).

@@ -394,6 +394,7 @@ mod tests {
             mode: spec::Mode::Profile,
             steps: 1,
             gpu: spec::Gpu::H100_80,
+            training: None,
         }
     }
 

@@ -223,6 +223,7 @@ impl Expander<'_> {
             mode: raw.mode,
             steps: raw.steps,
             gpu: raw.gpu,
+            training: raw.training,
         };
         let name = match filled {
             None => axes::from_labels(combo, Some(doc), &self.experiment.name),

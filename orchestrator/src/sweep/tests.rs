@@ -318,10 +318,14 @@ fn config_hashes_are_the_canonical_json_of_what_a_config_computes() {
     // The hash as first defined: serde_json's sorted map as compact text, of
     // what was written. State directories are keyed by it.
     let as_written = |c: &spec::RunConfig| {
-        let content = serde_json::json!({
+        let mut content = serde_json::json!({
             "model": c.model, "input": c.input, "out_channels": c.out_channels, "batch": c.batch,
             "precision": c.precision, "grad_ckpt": c.grad_ckpt, "mode": c.mode, "steps": c.steps,
         });
+        // Training facts are part of what a config computes where it has them.
+        if let Some(t) = &c.training {
+            content["training"] = serde_json::to_value(t).expect("plain data");
+        }
         hex::encode(&Sha256::digest(content.to_string().as_bytes())[..6])
     };
     // Now of the model's one notation (and a profile run's one step): a
