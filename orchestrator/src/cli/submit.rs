@@ -123,6 +123,7 @@ pub enum ClusterCommand {
     Resume {
         /// Experiment name (its stored sweep) or experiment file (re-read, with overrides).
         experiment: String,
+        /// `key.path=value` overrides applied to every config (with the experiment file only).
         overrides: Vec<String>,
         #[command(flatten)]
         select: Selection,
@@ -163,7 +164,9 @@ pub enum ClusterCommand {
     },
     /// Print the sbatch scripts `submit` would send, without submitting (kept in state/<exp>/render/).
     Render {
+        /// Experiment YAML.
         file: PathBuf,
+        /// `key.path=value` overrides applied to every config.
         overrides: Vec<String>,
         #[command(flatten)]
         select: Selection,
