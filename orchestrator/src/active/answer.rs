@@ -178,9 +178,32 @@ pub fn failures_text(answers: &BTreeMap<String, Answer>) -> String {
     }
     let mut s = format!("{} could not be measured:\n", configs(n));
     for (cause, names) in &groups {
-        s += &format!("  {} ({}): {cause}\n", configs(names.len()), some_names(names));
+        let said = match names.as_slice() {
+            [one] => answers.get(one).map_or_else(|| cause.clone(), |a| own_cause(a, cause)),
+            _ => for_several(cause),
+        };
+        s += &format!("  {} ({}): {said}\n", configs(names.len()), some_names(names));
     }
     s
+}
+
+/// A lone config's cause as it came (the first line, its name and hash in it).
+fn own_cause(a: &Answer, generic: &str) -> String {
+    match a {
+        Answer::Failed { cause } => cause.lines().next().unwrap_or(generic).trim().to_string(),
+        _ => generic.to_string(),
+    }
+}
+
+/// A cause shared by several configs, the placeholders of their names and
+/// hashes worded: `has no record of config <config> (hash <hash>)` becomes
+/// `has no record of these configs`.
+fn for_several(generic: &str) -> String {
+    generic
+        .replace(" (hash <hash>)", "")
+        .replace("config <config>", "these configs")
+        .replace("<config>", "each config")
+        .replace("<hash>", "its hash")
 }
 
 /// `a, b, c and 4 more`.
