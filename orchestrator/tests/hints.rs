@@ -4,7 +4,9 @@
 //! and each, pasted into a shell in another directory, reaches the same
 //! sweep: the active loop goes on where it stopped with no config submitted
 //! twice, `status --watch` shows the configs that run, `cancel` stops them.
-//! And a sweep remembers the clusters file it was submitted with.
+//! A sweep remembers the clusters file it was submitted with. And an active
+//! round stopped by `cancel` is said as cancelled, not as failed, with the
+//! command that runs it again.
 
 mod common;
 
@@ -168,4 +170,55 @@ fn the_status_and_cancel_an_interrupted_sweep_prints_reach_its_running_configs_f
     let out = paste(&cancel, &w.elsewhere, None);
     assert!(common::text(&out).contains("cancelled 1 job array(s)"), "`{cancel}`:\n{}", common::text(&out));
     assert!(w.elsewhere_is_empty(), "nothing written where they were pasted");
+}
+
+#[test]
+fn an_active_round_stopped_by_cancel_is_said_as_cancelled_with_the_command_that_runs_it_again() {
+    use std::io::BufRead;
+    let w = World::new(30.0);
+    let args = ["submit", "tiny.yaml", "--active", "--poll-interval", "0.2", "--round-size", "2"];
+    let mut child = w.command(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || stdout.lines().map_while(Result::ok).try_for_each(|l| tx.send(l)));
+    let mut text = String::new();
+    while !text.contains("round 1:") {
+        text += &format!("{}\n", lines.recv_timeout(std::time::Duration::from_secs(60)).expect("round 1 begins"));
+    }
+    // Its round submitted (the state says so), `cancel`.
+    let running = || common::text(&w.run(&["status", "tiny"], None)).contains("RUNNING");
+    let t0 = std::time::Instant::now();
+    while !running() {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "round 1 never ran");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let cancel = w.run(&["cancel", "tiny"], None);
+    assert!(common::text(&cancel).contains("cancelled 1 job array(s)"), "{}", common::text(&cancel));
+    let out = child.wait_with_output().expect("the loop ends");
+    text += &lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    text += &common::text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("round 1: 0 measured, 1 stopped by `cancel`"), "{text}");
+    assert!(text.contains("stopped after 1 round: `cancel` stopped the last round's runs"), "{text}");
+    assert!(text.contains("1 config was stopped by `cancel` before it measured (b6)"), "{text}");
+    assert!(!text.contains("failed") && !text.contains("could not be measured"), "cancelled is not failed:\n{text}");
+    // How to run them again, as a command that runs as printed.
+    let again = printed(&text, "resume");
+    assert!(again.contains(" --retry-cancelled") && again.contains(" --state-dir /"), "{again}");
+    let out = paste(&again, &w.elsewhere, None);
+    let resumed = common::text(&out);
+    assert!(out.status.success() && resumed.contains("submitted "), "`{again}`:\n{resumed}");
+    assert!(!resumed.contains("cancelled by `cancel`"), "`{again}` runs the cancelled configs:\n{resumed}");
+    w.run(&["cancel", "tiny"], None);
+    // The report says the same.
+    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(["report", "tiny", "--state-dir", "runs"])
+        .current_dir(&w.dir)
+        .output()
+        .expect("report runs");
+    let md = std::fs::read_to_string(w.dir.join("runs/tiny/report/report.md"))
+        .unwrap_or_else(|_| panic!("{}", common::text(&out)));
+    let section = md.split("## Active sweep").nth(1).expect("the active section");
+    assert!(section.contains("1 config was stopped by `cancel` before it measured (b6)"), "{section}");
+    assert!(!section.contains("could not be measured"), "{section}");
 }

@@ -33,6 +33,11 @@ impl Hint {
         }
     }
 
+    /// Only the state root: for commands that read the state alone (`report`).
+    pub(super) fn state_only(&self) -> Hint {
+        Hint { state_dir: self.state_dir.clone(), ..Hint::default() }
+    }
+
     /// Whether every path must be absolute (a flag names a place).
     fn placed(&self) -> bool {
         self.state_dir.is_some() || self.clusters.is_some() || self.templates.is_some()

@@ -255,6 +255,10 @@ fn run_active(
         println!("{}", serde_json::to_string_pretty(&r).context("serialising the answers")?);
     } else {
         print!("{r}");
+        if r.savings.cancelled > 0 {
+            let again = hint.command(&format!("resume {} --retry-cancelled", r.experiment));
+            println!("`{again}` runs {} again", if r.savings.cancelled == 1 { "it" } else { "them" });
+        }
     }
     Ok(())
 }
@@ -467,7 +471,7 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     });
     // --watch: a bar in a terminal, only what changed when piped (super::watch).
     let mut printer = super::watch::Printer::new(json, watch.then(crate::progress::watch_bar));
-    let (root, exp) = (opts.state_root.clone(), name.clone());
+    let (root, exp, report_hint) = (opts.state_root.clone(), name.clone(), hint.state_only());
     let mut show = move |r: &StatusReport| {
         let active = crate::state::View::new(&root, &exp).ok().and_then(|v| v.active().ok().flatten());
         let predicted = active.as_ref().map(crate::active::ActiveReport::predictions).unwrap_or_default();
@@ -485,7 +489,8 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
             }
             if let Some(a) = &active {
                 let submitted = r.rows.iter().filter(|row| row.state != "-").map(|row| row.name.clone()).collect();
-                println!("{}", a.status_line(&submitted));
+                let report = report_hint.command(&format!("report {}", a.experiment));
+                println!("{}", a.status_line(&submitted, &report));
             }
         }
     };
