@@ -23,13 +23,19 @@ pub(super) struct Hint {
 }
 
 impl Hint {
-    /// The hint flags of a command run with `common`.
-    pub(super) fn of(common: &super::submit::Common) -> Hint {
+    /// The hint flags of a command run with these `--state-dir`, `--clusters`,
+    /// `--cluster` and `--templates`.
+    pub(super) fn new(
+        state_dir: &Path,
+        clusters: Option<&Path>,
+        cluster: Option<&str>,
+        templates: Option<&Path>,
+    ) -> Hint {
         Hint {
-            state_dir: (common.state_dir != Path::new("state")).then(|| absolute(&common.state_dir)),
-            clusters: common.clusters.as_deref().map(absolute),
-            cluster: common.cluster.clone(),
-            templates: common.templates.as_deref().map(absolute),
+            state_dir: (state_dir != Path::new("state")).then(|| absolute(state_dir)),
+            clusters: clusters.map(absolute),
+            cluster: cluster.map(String::from),
+            templates: templates.map(absolute),
         }
     }
 

@@ -339,7 +339,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
         ClusterCommand::Submit { file, overrides, select, common, active } if active.active => {
             let sweep = crate::sweep::load(&file, &overrides)?;
             let opts = options(&common, Some(&select), None).remembering_clusters(&sweep.experiment.name)?;
-            run_active(&sweep, &opts, &active, (&file, &overrides), &Hint::of(&common))?;
+            run_active(&sweep, &opts, &active, (&file, &overrides), &hint(&common))?;
         }
         ClusterCommand::Submit { file, overrides, select, common, .. } => {
             let sweep = crate::sweep::load(&file, &overrides)?;
@@ -447,7 +447,7 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     let sweep = experiment_of(experiment, &[], &opts)?;
     let name = sweep.experiment.name.clone();
     let opts = opts.remembering_clusters(&name)?;
-    let hint = Hint::of(common);
+    let hint = hint(common);
     if Path::new(experiment).is_file() && stored_sweep(&opts.state_root, &name).is_err() {
         // A file never submitted: every config, not submitted, nothing to
         // poll; each verdict judged where `submit` would run it, as `plan` does.
@@ -520,9 +520,15 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     Ok(())
 }
 
+/// The flags the commands a command with `common` prints carry ([`Hint`]).
+fn hint(common: &Common) -> Hint {
+    let c = common;
+    Hint::new(&c.state_dir, c.clusters.as_deref(), c.cluster.as_deref(), c.templates.as_deref())
+}
+
 /// `orchestrator resume NAME --retry-cancelled`, with the flags that reach the sweep.
 fn retry_cancelled(sweep: &Sweep, common: &Common) -> String {
-    Hint::of(common).command(&format!("resume {} --retry-cancelled", sweep.experiment.name))
+    hint(common).command(&format!("resume {} --retry-cancelled", sweep.experiment.name))
 }
 
 /// `resume --all`, before it submits: how many configs the active sweep
