@@ -304,6 +304,41 @@ fn install_help_says_the_cluster_is_required() {
     assert!(text(&out.stderr).contains("install needs --cluster NAME"), "{}", text(&out.stderr));
 }
 
+/// Every argument of every command says what it is in `--help`: `resume
+/// --help` listed `[OVERRIDES]...` with no text (issue 52). Checked on the
+/// help each command prints, an argument's line, or the next in clap's long layout.
+#[test]
+fn every_argument_of_every_command_has_help_text() {
+    let top = text(&run(&["--help"]).stdout);
+    let commands: Vec<String> = top
+        .split("Commands:")
+        .nth(1)
+        .and_then(|c| c.split("\n\n").next())
+        .expect("a Commands: section")
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(String::from)
+        .collect();
+    assert!(commands.len() > 10 && commands.iter().any(|c| c == "resume"), "{top}");
+    let mut bare = Vec::new();
+    for name in commands {
+        let help = run(&[&name, "--help"]);
+        let said = text(&help.stdout);
+        assert!(help.status.success(), "{name} --help: {said}");
+        for line in said.lines().map(str::trim_start).filter(|l| l.starts_with('<') || l.starts_with('[')) {
+            // `  [OVERRIDES]...  text` has text after the argument's name; `  [OVERRIDES]...` alone does not.
+            let after = line.split_once(char::is_whitespace).map(|(_, rest)| rest.trim()).unwrap_or("");
+            let next = said.lines().skip_while(|l| l.trim_start() != line).nth(1).unwrap_or("");
+            let long = next.starts_with("          ") && !next.trim().is_empty();
+            if after.is_empty() && !long {
+                bare.push(format!("{name}: {line}"));
+            }
+        }
+    }
+    assert!(bare.is_empty(), "arguments without help text: {bare:?}");
+}
+
 /// The Capacity column shows what each verdict is judged against (issue 34):
 /// under `worker: {memory_limit: 20MiB}` that is the limit, not the GPU's
 /// 39.4 GiB (the column said 39G beside a verdict of "0.020 GiB available").

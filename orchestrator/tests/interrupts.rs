@@ -404,15 +404,19 @@ fn ctrl_c_in_every_phase_of_an_active_round_stops_the_loop_with_exit_130_and_no_
         if out.status.code() != Some(130) || text.contains("round 2:") {
             return Err(format!("{:?}, a second round or none stopped:\n{text}", out.status));
         }
+        // Each command as printed, with the clusters file named (absolute: it runs from anywhere).
+        let clusters = format!("--clusters {}", w.dir.join("clusters.yaml").display());
         let said = match rounds {
             0 => "interrupted: no round is chosen; nothing is running.".to_string(),
             _ => format!(
                 "interrupted after round 1: no new round is chosen; still running: 2 configs (b19, b20); \
-                 `orchestrator status {0} --watch` follows them, `orchestrator cancel {0}` stops them.",
+                 `orchestrator status {0} --watch {clusters}` follows them, `orchestrator cancel {0} {clusters}` stops them.",
                 w.exp
             ),
         };
-        if !text.contains(&said) || !text.contains(&format!("`orchestrator submit {}.yaml --active` goes on", w.exp)) {
+        let goes_on =
+            format!("`orchestrator submit {}.yaml --active {clusters}` goes on", w.dir.join(&w.exp).display());
+        if !text.contains(&said) || !text.contains(&goes_on) {
             return Err(format!("does not say `{said}`:\n{text}"));
         }
         if rounds_and_submissions(&w) != (rounds, rounds) {

@@ -307,7 +307,9 @@ fn resume_after_cancel_runs_nothing_cancelled_unless_asked() {
     let resumed = ok(dir, &["resume", "truths"]);
     assert!(resumed.contains("skip   unet_2L: cancelled by `cancel` (--retry-cancelled runs it)\n"), "{resumed}");
     assert!(
-        resumed.contains("\n2 configs were cancelled by `cancel`; run them again with --retry-cancelled\n"),
+        resumed.contains(
+            "\n2 configs were cancelled by `cancel`; `orchestrator resume truths --retry-cancelled` runs them again\n"
+        ),
         "{resumed}"
     );
     assert!(resumed.contains("submitted 0 configs: nothing left to send (2 skipped)"), "{resumed}");

@@ -38,7 +38,7 @@ fn status_of_a_submitted_file_uses_its_state() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/demo.yaml");
     let sweep = orchestrator::sweep::load(&file, &[]).expect("demo loads");
-    let stored = orchestrator::state::StoredSweep { cluster: "local".into(), sweep };
+    let stored = orchestrator::state::StoredSweep { cluster: "local".into(), sweep, clusters_file: None };
     orchestrator::fsio::write_json(&tmp.path().join("demo").join("sweep.json"), &stored).expect("sweep.json");
     let (ok, out, err) = status(tmp.path(), &file);
     assert!(ok, "status FILE with state: {err}");

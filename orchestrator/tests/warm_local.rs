@@ -94,22 +94,50 @@ fn cpu_only_worker(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-#[test]
-fn install_refuses_a_worker_without_the_backend_it_names_before_uploading() {
-    let worker = common::worker_binary();
+/// The backends `worker` says it has (`worker backends`, one a line).
+fn backends_of(worker: &Path) -> Vec<String> {
+    let out = Command::new(worker).arg("backends").output().expect("the worker runs");
+    assert!(out.status.success(), "{} backends: {}", worker.display(), common::text(&out));
+    String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect()
+}
+
+/// `install --backend B` of `worker` on a GPU partition: refused before the
+/// upload for a backend it lacks (the message names what it has and the
+/// build that has it), uploaded for one it has. Judged against the backends
+/// the worker itself lists, so it holds however the worker was built.
+fn refuses_a_missing_backend_and_takes_one_it_has(worker: &Path) {
+    let has = backends_of(worker);
     let dir = tempfile::tempdir().expect("tempdir");
     let installed = login_cluster(dir.path(), "{partition: gpu}");
-    let out = install(dir.path(), &worker, &["--backend", "cuda"]);
-    let said = common::text(&out);
-    assert!(!out.status.success(), "{said}");
-    assert!(said.contains("was built without the `cuda` backend `install --backend` names (it has: flex"), "{said}");
-    assert!(said.contains("nothing was uploaded to `login`"), "{said}");
-    assert!(said.contains("cargo build --release -p worker --features cuda"), "{said}");
-    assert!(!installed.exists(), "a refused worker was uploaded");
-    // A backend it has goes up.
-    let out = install(dir.path(), &worker, &["--backend", "vulkan"]);
+    match ["cuda", "vulkan", "wgpu", "flex"].into_iter().find(|b| !has.iter().any(|h| h == b)) {
+        Some(missing) => {
+            let out = install(dir.path(), worker, &["--backend", missing]);
+            let said = common::text(&out);
+            assert!(!out.status.success(), "{said}");
+            let names =
+                format!("was built without the `{missing}` backend `install --backend` names (it has: {}", has[0]);
+            assert!(said.contains(&names), "{said}");
+            assert!(said.contains("nothing was uploaded to `login`"), "{said}");
+            assert!(said.contains(&format!("cargo build --release -p worker --features {missing}")), "{said}");
+            assert!(!installed.exists(), "a refused worker was uploaded");
+        }
+        None => eprintln!("{} has every backend ({has:?}): no refusal to check", worker.display()),
+    }
+    // A backend it has goes up (a GPU one where it has one).
+    let gpu = has.iter().find(|b| *b != "flex").unwrap_or(&has[0]);
+    let out = install(dir.path(), worker, &["--backend", gpu]);
     assert!(out.status.success(), "{}", common::text(&out));
     assert!(installed.is_file());
+}
+
+#[test]
+fn install_refuses_a_worker_without_the_backend_it_names_before_uploading() {
+    // This build's worker, with whatever backends it was built with
+    // (`cargo build --workspace` gives `flex` alone; scripts/test.sh every one).
+    refuses_a_missing_backend_and_takes_one_it_has(&common::worker_binary());
+    // A worker as `cargo build -p worker` builds it (`flex` alone), as a fresh clone has.
+    let dir = tempfile::tempdir().expect("tempdir");
+    refuses_a_missing_backend_and_takes_one_it_has(&cpu_only_worker(dir.path()));
 }
 
 #[test]
@@ -132,8 +160,15 @@ fn install_refuses_a_cpu_only_worker_where_the_jobs_ask_for_a_gpu() {
     let out = install(dir.path(), &cpu, &["--backend", "flex"]);
     assert!(out.status.success(), "{}", common::text(&out));
     assert!(installed.is_file());
-    // This build's worker has a GPU backend: it goes up without a word.
-    let out = install(dir.path(), &common::worker_binary(), &[]);
+    // This build's worker goes up without a word where it has a GPU backend,
+    // and is refused as the CPU one is where it was built with `flex` alone.
+    let worker = common::worker_binary();
+    let out = install(dir.path(), &worker, &[]);
     let said = common::text(&out);
-    assert!(out.status.success() && said.starts_with("installed "), "{said}");
+    if backends_of(&worker).iter().any(|b| b != "flex") {
+        assert!(out.status.success() && said.starts_with("installed "), "{said}");
+    } else {
+        eprintln!("{} has no GPU backend (`cargo build -p worker --features vulkan` builds one)", worker.display());
+        assert!(!out.status.success() && said.contains("has no GPU backend (it has: flex)"), "{said}");
+    }
 }

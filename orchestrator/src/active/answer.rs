@@ -37,6 +37,10 @@ pub enum Answer {
     /// Submitted, and no measurement came back (the job or the worker
     /// failed): neither measured nor settled, and no run saved.
     Failed { cause: String },
+    /// Submitted, and stopped by `orchestrator cancel` before it measured:
+    /// not a failure, neither measured nor settled (`resume
+    /// --retry-cancelled` runs it again).
+    Cancelled,
     /// No prediction possible (an invalid config): never run, never settled.
     Invalid { reason: String },
 }
@@ -46,7 +50,7 @@ impl Answer {
         match self {
             Answer::Measured { .. } | Answer::Invalid { .. } => true,
             Answer::Predicted { settled, .. } => *settled,
-            Answer::Failed { .. } => false,
+            Answer::Failed { .. } | Answer::Cancelled => false,
         }
     }
     pub fn is_measured(&self) -> bool {
@@ -54,6 +58,9 @@ impl Answer {
     }
     pub fn is_failed(&self) -> bool {
         matches!(self, Answer::Failed { .. })
+    }
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Answer::Cancelled)
     }
     /// A prediction that answers for its config without a run.
     pub fn is_settled_prediction(&self) -> bool {
@@ -178,9 +185,43 @@ pub fn failures_text(answers: &BTreeMap<String, Answer>) -> String {
     }
     let mut s = format!("{} could not be measured:\n", configs(n));
     for (cause, names) in &groups {
-        s += &format!("  {} ({}): {cause}\n", configs(names.len()), some_names(names));
+        let said = match names.as_slice() {
+            [one] => answers.get(one).map_or_else(|| cause.clone(), |a| own_cause(a, cause)),
+            _ => for_several(cause),
+        };
+        s += &format!("  {} ({}): {said}\n", configs(names.len()), some_names(names));
     }
     s
+}
+
+/// A lone config's cause as it came (the first line, its name and hash in it).
+fn own_cause(a: &Answer, generic: &str) -> String {
+    match a {
+        Answer::Failed { cause } => cause.lines().next().unwrap_or(generic).trim().to_string(),
+        _ => generic.to_string(),
+    }
+}
+
+/// A cause shared by several configs, the placeholders of their names and
+/// hashes worded: `has no record of config <config> (hash <hash>)` becomes
+/// `has no record of these configs`.
+fn for_several(generic: &str) -> String {
+    generic
+        .replace(" (hash <hash>)", "")
+        .replace("config <config>", "these configs")
+        .replace("<config>", "each config")
+        .replace("<hash>", "its hash")
+}
+
+/// `2 configs were stopped by `cancel` before they measured (a, b)` and a
+/// newline, or nothing.
+pub fn cancelled_text(answers: &BTreeMap<String, Answer>) -> String {
+    let names: Vec<String> = answers.iter().filter(|(_, a)| a.is_cancelled()).map(|(n, _)| n.clone()).collect();
+    match names.len() {
+        0 => String::new(),
+        1 => format!("1 config was stopped by `cancel` before it measured ({})\n", names[0]),
+        n => format!("{n} configs were stopped by `cancel` before they measured ({})\n", some_names(&names)),
+    }
 }
 
 /// `a, b, c and 4 more`.
@@ -217,6 +258,9 @@ pub struct Savings {
     /// Submitted without a measurement coming back.
     #[serde(default)]
     pub failed: usize,
+    /// Submitted, and stopped by `cancel` before they measured.
+    #[serde(default)]
+    pub cancelled: usize,
     /// Settled predictions of configs never submitted.
     pub runs_saved: usize,
     /// Mean wall seconds of the measured runs (`None`: none measured a time).
@@ -237,6 +281,7 @@ impl Savings {
             predicted,
             settled,
             failed: count(Answer::is_failed),
+            cancelled: count(Answer::is_cancelled),
             runs_saved: settled,
             seconds_per_run,
             gpu_seconds_saved: seconds_per_run.map(|s| s * settled as f64),
@@ -254,6 +299,9 @@ impl Savings {
         parts.push(format!("{} predicted without a run{settled}", self.predicted));
         if self.failed > 0 {
             parts.push(format!("{} could not be measured", self.failed));
+        }
+        if self.cancelled > 0 {
+            parts.push(format!("{} stopped by `cancel`", self.cancelled));
         }
         format!("{}: {}; {} saved", configs(self.configs), parts.join(", "), plural(self.runs_saved, "run", "runs"))
     }

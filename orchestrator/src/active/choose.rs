@@ -31,6 +31,9 @@ pub enum Stop {
     /// Every run of the last round failed: a worker that measures nothing is
     /// not asked again (until the loop is run again).
     RoundFailed,
+    /// `orchestrator cancel` stopped runs of the last round: no further round
+    /// is submitted (until the loop is run again).
+    Cancelled,
 }
 
 impl std::fmt::Display for Stop {
@@ -40,6 +43,7 @@ impl std::fmt::Display for Stop {
             Stop::Unmeasured => "every other config is measured or settled by its prediction",
             Stop::Budget => "the run budget is spent",
             Stop::RoundFailed => "every run of the last round failed, so no further round was submitted",
+            Stop::Cancelled => "`cancel` stopped the last round's runs, so no further round was submitted",
         })
     }
 }

@@ -34,7 +34,9 @@ use crate::precheck::overlay::Overlay;
 use crate::precheck::uncertainty::{Distance, Regime};
 use crate::precheck::{runtime_key, Calibration, Predictor, RiskReason, Runtime, Verdict, VerdictKind};
 
-pub use answer::{configs, failures, failures_text, interval_words, peak_interval, plural, Answer, Savings};
+pub use answer::{
+    cancelled_text, configs, failures, failures_text, interval_words, peak_interval, plural, Answer, Savings,
+};
 pub use choose::{choose, round_failed, Choice, Stop};
 pub use outcome::ActiveReport;
 

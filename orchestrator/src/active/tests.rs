@@ -105,7 +105,7 @@ fn a_round_whose_runs_all_failed_stops_the_loop_with_nothing_settled_or_saved() 
     // The failures, grouped by cause with the config's own name taken out.
     let text = failures_text(&ans);
     assert!(text.starts_with(&format!("{} could not be measured:\n", configs_words(first.len()))), "{text}");
-    assert!(text.contains("worker crashed on <config>"), "{text}");
+    assert!(text.contains("worker crashed on each config"), "{text}");
     // Chosen again, the loop never asks for a failed config.
     let tried: BTreeSet<String> = first.iter().cloned().collect();
     if let Choice::Measure(next) = choose(&cfgs, &ans, &refit, &s, first.len(), &tried) {
@@ -199,6 +199,19 @@ fn causes_group_without_the_configs_names_and_hashes() {
     let text = failures_text(&ans);
     assert!(text.starts_with("3 configs could not be measured:\n  2 configs (a, bb): replay"), "{text}");
     assert!(text.contains("\n  1 config (c): exit code 1:0\n"), "{text}");
+    // Said to the user: one config's own name and hash, several worded; never a placeholder.
+    assert!(text.contains("  2 configs (a, bb): replay: f has no record of these configs\n"), "{text}");
+    let one = failures_text(&BTreeMap::from([("a".to_string(), ans["a"].clone())]));
+    assert_eq!(
+        one,
+        "1 config could not be measured:\n  1 config (a): replay: f has no record of config a (hash 0123456789ab)\n"
+    );
+    let elsewhere = ans
+        .keys()
+        .map(|n| (n.clone(), fail(&format!("replay: f has config {n} (hash 0123456789ab) only on H100, not on A100"))));
+    let text = failures_text(&elsewhere.collect());
+    assert!(text.contains(": replay: f has these configs only on H100, not on A100\n"), "{text}");
+    assert!(!text.contains('<'), "{text}");
 }
 
 #[test]

@@ -46,10 +46,36 @@ pub struct Candidate {
     pub peak_gib: f64,
     /// Predicted at or under the limit.
     pub fits: bool,
-    /// Fits, but the limit is within the predictor's uncertainty band.
+    /// Fits, but the precheck's verdict is `risky` (the capacity or the
+    /// budget within its band, or the allocator's fragmentation margin).
     pub risky: bool,
+    /// Why the verdict is `risky`, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub risk: Option<String>,
+    /// A measurement record of the same config that ran out of memory (where it is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded_oom: Option<String>,
     #[serde(skip)]
     pub config: RunConfig,
+}
+
+impl Candidate {
+    /// Fits, and neither `risky` nor recorded `oom`: what may be advised as best.
+    pub fn viable(&self) -> bool {
+        self.fits && !self.risky && self.recorded_oom.is_none()
+    }
+
+    /// Why a config that fits is not advised (`risky: ...`, `recorded oom: ...`), if it is not.
+    pub fn not_viable_because(&self) -> Option<String> {
+        let mut why = Vec::new();
+        if let Some(r) = &self.recorded_oom {
+            why.push(format!("recorded oom ({r})"));
+        }
+        if self.risky {
+            why.push(format!("risky ({})", self.risk.as_deref().unwrap_or("near the limit")));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
 }
 
 /// The answer for one input shape.
@@ -63,8 +89,12 @@ pub struct Group {
     /// Names of the fitting configs on the Pareto front (no other fitting config
     /// has more parameters at a lower or equal peak), lowest peak first.
     pub pareto: Vec<String>,
-    /// The largest fitting config per variant (UNet: level count; transformers: variant).
+    /// The largest viable config per variant (UNet: level count;
+    /// transformers: variant): fits, not `risky`, not recorded `oom`.
     pub best_per_variant: Vec<Candidate>,
+    /// Fitting configs larger than their variant's best that are not
+    /// viable ([`Candidate::not_viable_because`]), largest first.
+    pub passed_over: Vec<Candidate>,
     /// The smallest config that does not fit, to show how far off the next step is.
     pub smallest_misfit: Option<Candidate>,
 }
@@ -125,6 +155,9 @@ fn variant_key(cfg: &RunConfig) -> String {
     }
 }
 
+/// Where a config's measurement ran out of memory (`file:line`), if a record says so.
+pub type RecordedOom<'a> = &'a dyn Fn(&RunConfig) -> Option<String>;
+
 /// Judge named configs against the options and group them by input shape.
 pub fn fit(
     predictor: &Predictor,
@@ -132,6 +165,19 @@ pub fn fit(
     configs: &[(String, RunConfig)],
     opts: FitOptions,
     searched: bool,
+) -> Result<FitReport, AdvisorError> {
+    fit_with_records(predictor, experiment, configs, opts, searched, &|_| None)
+}
+
+/// [`fit`], each config looked up in measurement records (`recorded_oom`):
+/// one recorded `oom` is never advised as best.
+pub fn fit_with_records(
+    predictor: &Predictor,
+    experiment: &str,
+    configs: &[(String, RunConfig)],
+    opts: FitOptions,
+    searched: bool,
+    recorded_oom: RecordedOom,
 ) -> Result<FitReport, AdvisorError> {
     let limit = opts.limit_gib();
     let mut groups: Vec<(String, Vec<Candidate>, usize, usize)> = Vec::new();
@@ -158,6 +204,13 @@ pub fn fit(
         };
         let pred = predictor.predict_peak(&cfg)?;
         let peak = mode_peak_gib(&pred, opts.mode);
+        // The precheck's verdict, on the capacity and the budget as `plan` judges them.
+        let risk = match crate::precheck::judge(peak, opts.capacity.gib, opts.budget_gb, pred.rel_uncertainty, None) {
+            crate::precheck::Verdict::Risky { reason, .. } if peak <= limit => Some(reason.words().to_string()),
+            _ => None,
+        };
+        // A record measured the profiling peak: its OOM holds for training too.
+        let profiled = RunConfig { mode: Mode::Profile, ..cfg.clone() };
         groups[gi].1.push(Candidate {
             name: name.clone(),
             variant: variant_key(&cfg),
@@ -165,12 +218,9 @@ pub fn fit(
             params,
             peak_gib: peak,
             fits: peak <= limit,
-            // The same band the verdicts use: the limit inside it.
-            risky: peak <= limit
-                && matches!(
-                    crate::precheck::judge(peak, limit, None, pred.rel_uncertainty, None),
-                    crate::precheck::Verdict::Risky { .. }
-                ),
+            risky: risk.is_some(),
+            risk,
+            recorded_oom: recorded_oom(&profiled),
             config: cfg,
         });
     }
@@ -180,17 +230,28 @@ pub fn fit(
             let mut fitting: Vec<Candidate> = cands.iter().filter(|c| c.fits).cloned().collect();
             fitting.sort_by(|a, b| b.params.cmp(&a.params).then(a.peak_gib.total_cmp(&b.peak_gib)));
             let pareto = pareto_front(&fitting);
-            let mut best_per_variant: Vec<Candidate> = Vec::new();
-            for c in &fitting {
-                if !best_per_variant.iter().any(|b| b.variant == c.variant) {
-                    best_per_variant.push(c.clone());
-                }
-            }
+            let (best_per_variant, passed_over) = best_of_each_variant(&fitting);
             let smallest_misfit = cands.iter().filter(|c| !c.fits).min_by_key(|c| c.params).cloned();
-            Group { input, considered, invalid, fitting, pareto, best_per_variant, smallest_misfit }
+            Group { input, considered, invalid, fitting, pareto, best_per_variant, passed_over, smallest_misfit }
         })
         .collect();
     Ok(FitReport { experiment: experiment.to_string(), options: opts, limit_gib: limit, searched, groups })
+}
+
+/// Of `fitting` (largest first), the largest viable config per variant, and
+/// the fitting configs passed over for it (larger, but `risky` or recorded `oom`).
+fn best_of_each_variant(fitting: &[Candidate]) -> (Vec<Candidate>, Vec<Candidate>) {
+    let (mut best, mut passed_over): (Vec<Candidate>, Vec<Candidate>) = (Vec::new(), Vec::new());
+    for c in fitting {
+        if best.iter().any(|b| b.variant == c.variant) {
+            continue;
+        }
+        match c.viable() {
+            true => best.push(c.clone()),
+            false => passed_over.push(c.clone()),
+        }
+    }
+    (best, passed_over)
 }
 
 /// Names of the configs no other config beats on both parameters (more) and peak (lower or equal).
@@ -355,7 +416,7 @@ pub fn render(r: &FitReport, top: usize) -> String {
                 millions(c.params),
                 crate::precheck::gib(c.peak_gib),
                 crate::precheck::gib(r.limit_gib - c.peak_gib),
-                if c.risky { ", within the predictor's uncertainty of the limit" } else { "" }
+                c.not_viable_because().map(|why| format!(", {why}")).unwrap_or_default()
             )),
             None => out.push_str("nothing fits\n"),
         }
@@ -399,6 +460,13 @@ fn tables(r: &FitReport, g: &Group, top: usize) -> String {
         ]);
     }
     out.push_str(&render_table(&cells));
+    if !g.passed_over.is_empty() {
+        out.push_str("not advised, though predicted under the limit:\n");
+        for c in &g.passed_over {
+            let why = c.not_viable_because().unwrap_or_default();
+            out.push_str(&format!("  {} ({}, {}): {why}\n", c.name, c.variant, crate::precheck::memory(c.peak_gib)));
+        }
+    }
     out.push_str(&format!(
         "\nfitting configs by parameters (* = Pareto front of parameters vs peak){}:\n",
         if g.fitting.len() > top { format!(", top {top} of {}", g.fitting.len()) } else { String::new() }
@@ -411,12 +479,25 @@ fn tables(r: &FitReport, g: &Group, top: usize) -> String {
             c.name.clone(),
             c.summary.clone(),
             millions(c.params),
-            format!("{}{}", crate::precheck::memory(c.peak_gib), if c.risky { " (risky)" } else { "" }),
+            format!("{}{}", crate::precheck::memory(c.peak_gib), mark(c)),
             if g.pareto.contains(&c.name) { "*".into() } else { String::new() },
         ]);
     }
     out.push_str(&render_table(&cells));
     out
+}
+
+/// ` (risky)`, ` (recorded oom)`, ` (recorded oom, risky)` or nothing.
+fn mark(c: &Candidate) -> String {
+    let marks: Vec<&str> = [(c.recorded_oom.is_some(), "recorded oom"), (c.risky, "risky")]
+        .into_iter()
+        .filter_map(|(on, m)| on.then_some(m))
+        .collect();
+    if marks.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", marks.join(", "))
+    }
 }
 
 #[cfg(test)]
@@ -439,6 +520,8 @@ mod tests {
             peak_gib: peak,
             fits: true,
             risky: false,
+            risk: None,
+            recorded_oom: None,
             config: cfg,
         }
     }

@@ -13,6 +13,7 @@ use crate::advisor::levers::{self, Lever};
 use crate::advisor::scale::{self, NewInput, Scaling};
 use crate::precheck::Predictor;
 use crate::sweep::Sweep;
+use crate::transport::replay::Records;
 
 /// Options of `orchestrator explain`.
 #[derive(Args, Debug, Clone)]
@@ -70,6 +71,10 @@ pub struct FitArgs {
     /// Rows of the ranked table per input shape.
     #[arg(long, default_value_t = 15)]
     pub top: usize,
+    /// Measurement records: a config they record as `oom` is never advised
+    /// (default: the group's data/vram-measurements.jsonl, where it is).
+    #[arg(long, value_name = "JSONL")]
+    pub records: Option<PathBuf>,
     /// The report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -180,7 +185,21 @@ pub fn run_fit(sweep: &Sweep, args: &FitArgs, predictor: &Predictor) -> Result<(
     } else {
         fit::sweep_configs(sweep)
     };
-    let report = fit::fit(predictor, &sweep.experiment.name, &configs, opts, args.search)?;
+    let records = match &args.records {
+        Some(path) => Some(Records::load(path)?),
+        None => crate::cluster::ClusterConfig::replay()
+            .records
+            .filter(|p| p.is_file())
+            .map(|p| Records::load(&p))
+            .transpose()?,
+    };
+    let recorded_oom = |cfg: &spec::RunConfig| {
+        let r = records.as_ref()?;
+        let found = r.find(cfg).ok().filter(|f| f.record.status == spec::record::MeasuredStatus::Oom)?;
+        Some(format!("{}:{}", r.source, found.line))
+    };
+    let name = &sweep.experiment.name;
+    let report = fit::fit_with_records(predictor, name, &configs, opts, args.search, &recorded_oom)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).context("serialising the fit report")?);
     } else {

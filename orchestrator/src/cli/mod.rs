@@ -5,6 +5,7 @@
 
 mod advise;
 mod evidence;
+mod hint;
 mod interrupt;
 mod plan;
 pub mod precheck;
@@ -178,7 +179,9 @@ impl Command {
 fn where_it_runs(exp: &ExperimentArgs, cluster: Option<&str>) -> Result<(Sweep, ClusterChoice)> {
     let sweep = exp.load()?;
     let stored = crate::state::View::new(&exp.state_dir, &sweep.experiment.name)?.pinned_sweep()?;
-    Ok(crate::submit::where_it_runs(&sweep, cluster, stored.as_ref(), None)?)
+    // The clusters file the sweep was submitted with, where it still exists.
+    let file = stored.as_ref().and_then(|s| s.clusters_file.clone()).filter(|p| p.is_file());
+    Ok(crate::submit::where_it_runs(&sweep, cluster, stored.as_ref(), file.as_deref())?)
 }
 
 /// Runs one command.

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::hint::Hint;
 use crate::slurm::RetryPolicy;
 use crate::submit::*;
 use crate::sweep::Sweep;
@@ -14,7 +15,8 @@ pub struct Common {
     /// Local state root; each experiment gets `<dir>/<experiment>/`.
     #[arg(long, default_value = "state", global = true)]
     pub state_dir: PathBuf,
-    /// Clusters file (default: $SWEEP_CLUSTERS, then ./clusters.yaml).
+    /// Clusters file (default: the one the sweep was submitted with, then
+    /// $SWEEP_CLUSTERS, then ./clusters.yaml).
     #[arg(long, global = true)]
     pub clusters: Option<PathBuf>,
     /// Cluster to use instead of the experiment's `cluster:` (default `local`).
@@ -123,6 +125,7 @@ pub enum ClusterCommand {
     Resume {
         /// Experiment name (its stored sweep) or experiment file (re-read, with overrides).
         experiment: String,
+        /// `key.path=value` overrides applied to every config (with the experiment file only).
         overrides: Vec<String>,
         #[command(flatten)]
         select: Selection,
@@ -163,7 +166,9 @@ pub enum ClusterCommand {
     },
     /// Print the sbatch scripts `submit` would send, without submitting (kept in state/<exp>/render/).
     Render {
+        /// Experiment YAML.
         file: PathBuf,
+        /// `key.path=value` overrides applied to every config.
         overrides: Vec<String>,
         #[command(flatten)]
         select: Selection,
@@ -212,7 +217,14 @@ fn experiment_of(arg: &str, overrides: &[String], opts: &Options) -> Result<Swee
     Ok(stored_sweep(&opts.state_root, arg)?.sweep)
 }
 
-fn run_active(sweep: &Sweep, opts: &Options, a: &ActiveArgs, file: &Path) -> Result<()> {
+/// `submit --active` of `file` with `overrides`; `hint`: the flags its printed commands carry.
+fn run_active(
+    sweep: &Sweep,
+    opts: &Options,
+    a: &ActiveArgs,
+    (file, overrides): (&Path, &[String]),
+    hint: &Hint,
+) -> Result<()> {
     let settings = crate::active::Settings {
         runtime: sweep.experiment.runtime.clone(),
         target_error: a.target_error,
@@ -221,11 +233,11 @@ fn run_active(sweep: &Sweep, opts: &Options, a: &ActiveArgs, file: &Path) -> Res
     };
     let every = Duration::from_secs_f64(a.poll_interval.max(0.1));
     let watch = Watch { min: every, max: every.mul_f64(5.0), max_polls: None };
-    let name = sweep.experiment.name.clone();
+    let (name, leave) = (sweep.experiment.name.clone(), hint.clone());
     let ended = block_on(async {
         let interrupt = Interrupt::listen(move |n| match n {
             1 => eprintln!("Ctrl-C: no new round; the step in flight finishes (Ctrl-C again leaves at once)"),
-            _ => super::interrupt::leave_at_once(&name),
+            _ => super::interrupt::leave_at_once(&name, &leave),
         });
         active::run_until(sweep, opts, &settings, watch, interrupt.as_ref(), &mut |line| println!("{line}")).await
     })?
@@ -233,7 +245,9 @@ fn run_active(sweep: &Sweep, opts: &Options, a: &ActiveArgs, file: &Path) -> Res
     let r = match ended {
         active::Ended::Done(r) => r,
         active::Ended::Interrupted(stopped) => {
-            println!("{}", super::interrupt::stopped_text(&stopped, file));
+            let flags = loop_flags(a);
+            let words = (file, overrides, flags.as_slice());
+            println!("{}", super::interrupt::stopped_text(&stopped, words, hint));
             std::process::exit(130);
         }
     };
@@ -241,11 +255,33 @@ fn run_active(sweep: &Sweep, opts: &Options, a: &ActiveArgs, file: &Path) -> Res
         println!("{}", serde_json::to_string_pretty(&r).context("serialising the answers")?);
     } else {
         print!("{r}");
+        if r.savings.cancelled > 0 {
+            let again = hint.command(&format!("resume {} --retry-cancelled", r.experiment));
+            println!("`{again}` runs {} again", if r.savings.cancelled == 1 { "it" } else { "them" });
+        }
     }
     Ok(())
 }
 
-fn print_submit(r: &SubmitReport) {
+/// The flags of `submit --active` that shape its loop, where not the defaults
+/// (a printed `submit --active` carries them to go on with the same loop).
+fn loop_flags(a: &ActiveArgs) -> Vec<String> {
+    let mut out = Vec::new();
+    if crate::active::parse_share(crate::active::DEFAULT_TARGET_ERROR).ok() != Some(a.target_error) {
+        out.extend(["--target-error".to_string(), a.target_error.to_string()]);
+    }
+    if let Some(n) = a.max_runs {
+        out.extend(["--max-runs".to_string(), n.to_string()]);
+    }
+    if let Some(n) = a.round_size {
+        out.extend(["--round-size".to_string(), n.to_string()]);
+    }
+    out
+}
+
+/// What `submit` and `resume` did; `again`: the `resume` that runs what
+/// `cancel` stopped (`orchestrator resume NAME --retry-cancelled` and the flags that reach the sweep).
+fn print_submit(r: &SubmitReport, again: &str) {
     if let Some(c) = &r.cluster {
         println!("cluster: {c}");
     }
@@ -254,8 +290,8 @@ fn print_submit(r: &SubmitReport) {
     }
     match r.cancelled_by_cancel.len() {
         0 => {}
-        1 => println!("1 config was cancelled by `cancel`; run it again with --retry-cancelled"),
-        n => println!("{n} configs were cancelled by `cancel`; run them again with --retry-cancelled"),
+        1 => println!("1 config was cancelled by `cancel`; `{again}` runs it again"),
+        n => println!("{n} configs were cancelled by `cancel`; `{again}` runs them again"),
     }
     let cluster = if r.slurm { "SLURM" } else { "the cluster" };
     for s in &r.adopted {
@@ -301,13 +337,13 @@ fn print_submit(r: &SubmitReport) {
 pub fn run(cmd: ClusterCommand) -> Result<()> {
     match cmd {
         ClusterCommand::Submit { file, overrides, select, common, active } if active.active => {
-            let opts = options(&common, Some(&select), None);
             let sweep = crate::sweep::load(&file, &overrides)?;
-            run_active(&sweep, &opts, &active, &file)?;
+            let opts = options(&common, Some(&select), None).remembering_clusters(&sweep.experiment.name)?;
+            run_active(&sweep, &opts, &active, (&file, &overrides), &hint(&common))?;
         }
         ClusterCommand::Submit { file, overrides, select, common, .. } => {
-            let opts = options(&common, Some(&select), None);
             let sweep = crate::sweep::load(&file, &overrides)?;
+            let opts = options(&common, Some(&select), None).remembering_clusters(&sweep.experiment.name)?;
             let spin = crate::progress::spinner(&format!(
                 "submitting {} ({} configs)",
                 sweep.experiment.name,
@@ -316,16 +352,17 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             let r = block_on(submit(&sweep, &opts, false))?.context("submit");
             spin.finish_and_clear();
             let r = r?;
-            print_submit(&r);
+            print_submit(&r, &retry_cancelled(&sweep, &common));
         }
         ClusterCommand::Resume { experiment, overrides, select, retry, all, common } => {
             let opts = Options { all, ..options(&common, Some(&select), Some(&retry)) };
             let sweep = experiment_of(&experiment, &overrides, &opts)?;
+            let opts = opts.remembering_clusters(&sweep.experiment.name)?;
             if all {
                 say_all(&sweep, &opts)?;
             }
             let r = block_on(submit(&sweep, &opts, true))?.context("resume")?;
-            print_submit(&r);
+            print_submit(&r, &retry_cancelled(&sweep, &common));
         }
         ClusterCommand::Status { experiment, watch, interval, max_interval, json, common } => {
             let every = watch.then_some((interval, max_interval));
@@ -334,6 +371,7 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
         ClusterCommand::Cancel { experiment, common } => {
             let opts = options(&common, None, None);
             let name = experiment_of(&experiment, &[], &opts)?.experiment.name;
+            let opts = opts.remembering_clusters(&name)?;
             let done = block_on(cancel(&name, &opts))?.context("cancel")?;
             print!("{}", cancelled_text(&name, &done));
         }
@@ -408,6 +446,8 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     let opts = options(common, None, None);
     let sweep = experiment_of(experiment, &[], &opts)?;
     let name = sweep.experiment.name.clone();
+    let opts = opts.remembering_clusters(&name)?;
+    let hint = hint(common);
     if Path::new(experiment).is_file() && stored_sweep(&opts.state_root, &name).is_err() {
         // A file never submitted: every config, not submitted, nothing to
         // poll; each verdict judged where `submit` would run it, as `plan` does.
@@ -431,7 +471,7 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     });
     // --watch: a bar in a terminal, only what changed when piped (super::watch).
     let mut printer = super::watch::Printer::new(json, watch.then(crate::progress::watch_bar));
-    let (root, exp) = (opts.state_root.clone(), name.clone());
+    let (root, exp, report_hint) = (opts.state_root.clone(), name.clone(), hint.state_only());
     let mut show = move |r: &StatusReport| {
         let active = crate::state::View::new(&root, &exp).ok().and_then(|v| v.active().ok().flatten());
         let predicted = active.as_ref().map(crate::active::ActiveReport::predictions).unwrap_or_default();
@@ -449,16 +489,17 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
             }
             if let Some(a) = &active {
                 let submitted = r.rows.iter().filter(|row| row.state != "-").map(|row| row.name.clone()).collect();
-                println!("{}", a.status_line(&submitted));
+                let report = report_hint.command(&format!("report {}", a.experiment));
+                println!("{}", a.status_line(&submitted, &report));
             }
         }
     };
-    let leave = name.clone();
+    let (leave, leave_hint) = (name.clone(), hint.clone());
     let r = block_on(async {
         let interrupt = w.and_then(|_| {
             Interrupt::listen(move |n| {
                 if n > 1 {
-                    super::interrupt::leave_at_once(&leave)
+                    super::interrupt::leave_at_once(&leave, &leave_hint)
                 }
             })
         });
@@ -470,12 +511,24 @@ fn run_status(experiment: &str, every: Option<(f64, f64)>, json: bool, common: &
     }
     if r.interrupted {
         eprintln!(
-            "stopped watching; the sweep goes on (`orchestrator status {name} --watch` follows it again, \
-             `orchestrator cancel {name}` stops it)"
+            "stopped watching; the sweep goes on (`{}` follows it again, `{}` stops it)",
+            hint.command(&format!("status {name} --watch")),
+            hint.command(&format!("cancel {name}"))
         );
         std::process::exit(130);
     }
     Ok(())
+}
+
+/// The flags the commands a command with `common` prints carry ([`Hint`]).
+fn hint(common: &Common) -> Hint {
+    let c = common;
+    Hint::new(&c.state_dir, c.clusters.as_deref(), c.cluster.as_deref(), c.templates.as_deref())
+}
+
+/// `orchestrator resume NAME --retry-cancelled`, with the flags that reach the sweep.
+fn retry_cancelled(sweep: &Sweep, common: &Common) -> String {
+    hint(common).command(&format!("resume {} --retry-cancelled", sweep.experiment.name))
 }
 
 /// `resume --all`, before it submits: how many configs the active sweep

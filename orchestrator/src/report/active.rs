@@ -1,6 +1,7 @@
 //! The report's section on an active sweep: the configs measured, those
 //! answered by a prediction without a run (with the interval and the
-//! calibration), those that could not be measured, and what that saved.
+//! calibration), those that could not be measured, those `cancel` stopped,
+//! and what that saved.
 
 use std::fmt::Write;
 
@@ -23,6 +24,11 @@ pub fn section(out: &mut String, a: &ActiveReport) {
     let failures = crate::active::failures_text(&a.answers);
     if !failures.is_empty() {
         let _ = writeln!(out, "{failures}");
+    }
+    let cancelled = crate::active::cancelled_text(&a.answers);
+    if !cancelled.is_empty() {
+        let _ =
+            writeln!(out, "{}`orchestrator resume {} --retry-cancelled` runs them again.\n", cancelled, a.experiment);
     }
     let predicted: Vec<(&String, &Answer)> =
         a.answers.iter().filter(|(_, a)| matches!(a, Answer::Predicted { .. })).collect();

@@ -164,7 +164,8 @@ fn fixture() -> Fixture {
     let root = dir.path().join("state");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), SWEEP, &[]).expect("sweep parses");
     let mut st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    st.save_sweep(&StoredSweep { cluster: "local".into(), sweep: sweep.clone() }).expect("sweep.json");
+    st.save_sweep(&StoredSweep { cluster: "local".into(), sweep: sweep.clone(), clusters_file: None })
+        .expect("sweep.json");
     let p = Predictor::pytorch();
     for (task, c) in sweep.configs.iter().enumerate() {
         let v = if c.is_valid() {
@@ -434,7 +435,8 @@ fn an_oom_under_a_worker_memory_limit_is_at_that_limit() {
     let text = SWEEP.replace("budget_gb: 60\n", "budget_gb: 60\nworker: {memory_limit: 512MiB}\n");
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), &text, &[]).expect("sweep parses");
     let mut st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    st.save_sweep(&StoredSweep { cluster: "local".into(), sweep: sweep.clone() }).expect("sweep.json");
+    st.save_sweep(&StoredSweep { cluster: "local".into(), sweep: sweep.clone(), clusters_file: None })
+        .expect("sweep.json");
     let c = &sweep.configs[0];
     let result = serde_json::from_value(serde_json::json!({
         "event": "result", "t": 1795215789.0, "status": "oom", "params": 32912384,
@@ -464,7 +466,8 @@ fn a_model_under_two_names_is_reported_under_each() {
     let sweep = crate::sweep::parse(Path::new("rep.yaml"), &text, &[]).expect("sweep parses");
     assert_eq!(sweep.collapsed, [("unet_3L_again".to_string(), "unet_3L".to_string())]);
     let mut st = StateDir::open(&root, "rep", Duration::ZERO).expect("state opens");
-    st.save_sweep(&StoredSweep { cluster: "local".into(), sweep: sweep.clone() }).expect("sweep.json");
+    st.save_sweep(&StoredSweep { cluster: "local".into(), sweep: sweep.clone(), clusters_file: None })
+        .expect("sweep.json");
     let c = sweep.get("unet_3L").expect("kept under its first name");
     let fits = Verdict::Fits { predicted_gib: 4.0, available_gib: 80.0 };
     record(&mut st, c, &fits, Some((0, SlurmState::Completed, Some(stored_result()))));

@@ -60,6 +60,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
 pub struct StoredSweep {
     pub cluster: String,
     pub sweep: crate::sweep::Sweep,
+    /// The clusters file it was submitted with, absolute (none: no file was
+    /// read, or a state written before it was kept): where `status`,
+    /// `resume` and `cancel` look for its cluster when none is named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters_file: Option<PathBuf>,
 }
 
 /// A state directory read without its lock: what `report`, progress and

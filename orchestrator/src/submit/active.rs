@@ -44,6 +44,8 @@ use crate::transport::replay::Records;
 struct Known {
     measured: BTreeMap<String, MeasurementRecord>,
     failed: BTreeMap<String, String>,
+    /// Of `failed`, the configs `orchestrator cancel` stopped.
+    cancelled: BTreeSet<String>,
     tried: BTreeSet<String>,
     rounds: u32,
     last_round: Vec<String>,
@@ -64,11 +66,17 @@ fn known(opts: &Options, experiment: &str) -> Result<Known, CommandError> {
     let records = st.records().values();
     let submitted = |r: &&ConfigRecord| r.attempts().iter().any(|a| !a.abandoned());
     let tried: BTreeSet<String> = records.clone().filter(submitted).map(|r| r.hash().to_string()).collect();
-    let failed = records
+    let failed: BTreeMap<String, String> = records
         .clone()
         .filter(submitted)
         .filter(|r| !r.occupied() && !measured.contains_key(r.hash().as_str()))
         .map(|r| (r.hash().to_string(), cause(r)))
+        .collect();
+    let asked = super::cancel::asked_to_cancel(st.view())?;
+    let cancelled = records
+        .clone()
+        .filter(|r| failed.contains_key(r.hash().as_str()) && super::cancel::cancelled_by_cancel(r, &asked))
+        .map(|r| r.hash().to_string())
         .collect();
     let seconds = records.filter_map(|r| r.result().map(|x| x.wall_s)).collect();
     let lines = st.view().journal()?;
@@ -80,7 +88,7 @@ fn known(opts: &Options, experiment: &str) -> Result<Known, CommandError> {
         })
         .collect();
     let last_round = rounds.last().map(|c| c.iter().map(ConfigHash::to_string).collect()).unwrap_or_default();
-    Ok(Known { measured, failed, tried, rounds: rounds.len() as u32, last_round, seconds })
+    Ok(Known { measured, failed, cancelled, tried, rounds: rounds.len() as u32, last_round, seconds })
 }
 
 /// Why a submitted config measured nothing: the worker's message or the
@@ -156,8 +164,8 @@ pub async fn run_until(
         .map(|c| (c.hash.to_string(), c.config.clone()))
         .collect();
     let prior = Calibration::builtin();
-    // A stop on failures already said (the loop run again): one new round first.
-    let said = view.active()?.filter(|r| r.stop == Stop::RoundFailed).map(|r| r.rounds);
+    // A stop on failures or on `cancel` already said (the loop run again): one new round first.
+    let said = view.active()?.filter(|r| matches!(r.stop, Stop::RoundFailed | Stop::Cancelled)).map(|r| r.rounds);
     let replay = replay_records(sweep, opts)?;
     let mut submitted_round = None;
     let pressed = || interrupt.is_some_and(Interrupt::pressed);
@@ -176,11 +184,17 @@ pub async fn run_until(
         let refit = Refit::new(&prior, &settings.runtime, &list)
             .with_limit(sweep.memory_limit_gib())
             .with_budget(sweep.experiment.budget_gb);
-        let answers = active::answers_after(&configs, &k.measured, &k.failed, &refit, settings.target_error);
+        let mut answers = active::answers_after(&configs, &k.measured, &k.failed, &refit, settings.target_error);
+        for hash in &k.cancelled {
+            answers.insert(hash.clone(), Answer::Cancelled);
+        }
         if submitted_round == Some(k.rounds) {
             say(&round_outcome(k.rounds, &k.last_round, &answers));
         }
-        let choice = if said != Some(k.rounds) && active::round_failed(&k.last_round, &answers) {
+        let stopped_by_cancel = k.last_round.iter().any(|h| k.cancelled.contains(h));
+        let choice = if said != Some(k.rounds) && stopped_by_cancel {
+            Choice::Done(Stop::Cancelled)
+        } else if said != Some(k.rounds) && active::round_failed(&k.last_round, &answers) {
             Choice::Done(Stop::RoundFailed)
         } else {
             choose_measurable(&configs, &answers, &refit, settings, &k.tried, replay.as_ref())
@@ -290,10 +304,13 @@ fn choose_measurable(
 /// `round 2: 3 measured, 1 could not be measured`.
 fn round_outcome(round: u32, chosen: &[String], answers: &BTreeMap<String, Answer>) -> String {
     let of = |f: fn(&Answer) -> bool| chosen.iter().filter(|k| answers.get(*k).is_some_and(f)).count();
-    let failed = of(Answer::is_failed);
+    let (failed, cancelled) = (of(Answer::is_failed), of(Answer::is_cancelled));
     let mut s = format!("round {round}: {} measured", of(Answer::is_measured));
     if failed > 0 {
         s += &format!(", {failed} could not be measured");
+    }
+    if cancelled > 0 {
+        s += &format!(", {cancelled} stopped by `cancel`");
     }
     s
 }

@@ -215,7 +215,10 @@ fn record(sweep: &Sweep, site: &mut Site) -> Result<(), CommandError> {
             )));
         }
     }
-    st.save_sweep(&StoredSweep { cluster: cluster.to_string(), sweep: merged(prev, sweep, st.records()) })?;
+    let clusters_file = clusters_file_used(site.opts.clusters_file.as_deref())
+        .or_else(|| prev.as_ref().and_then(|p| p.clusters_file.clone()));
+    let merged = merged(prev, sweep, st.records());
+    st.save_sweep(&StoredSweep { cluster: cluster.to_string(), sweep: merged, clusters_file })?;
     let v = judged(sweep, st.root().parent().unwrap_or(Path::new(".")));
     let mut seen = BTreeSet::new();
     for c in &sweep.configs {
@@ -233,6 +236,14 @@ fn record(sweep: &Sweep, site: &mut Site) -> Result<(), CommandError> {
         }))?;
     }
     Ok(())
+}
+
+/// The clusters file a command with `named` (`--clusters`) reads, absolute:
+/// that one, else the default (`$SWEEP_CLUSTERS`, `./clusters.yaml`) where
+/// it exists; `None` when none is read (the built-in clusters only).
+fn clusters_file_used(named: Option<&Path>) -> Option<std::path::PathBuf> {
+    let path = named.map(Path::to_path_buf).or_else(|| Some(crate::cluster::default_path()).filter(|p| p.is_file()))?;
+    Some(std::path::absolute(&path).unwrap_or(path))
 }
 
 /// The sweep to store: the new file's configs, then every config of the
@@ -266,7 +277,7 @@ mod tests {
         let attempt = Attempt::intended("s001-x", 0, 0.0).in_array("5");
         let rec = ConfigRecord::fixture(&removed_submitted.hash, &removed_submitted.name).with_attempt(attempt);
         let records = BTreeMap::from([(removed_submitted.hash.clone(), rec)]);
-        let prev = StoredSweep { cluster: "local".into(), sweep: full };
+        let prev = StoredSweep { cluster: "local".into(), sweep: full, clusters_file: None };
         let m = merged(Some(prev), &edited, &records);
         let names: Vec<&str> = m.configs.iter().map(|c| c.name.as_str()).collect();
         assert!(names.contains(&removed_submitted.name.as_str()), "a submitted config stays: {names:?}");

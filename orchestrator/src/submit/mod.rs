@@ -119,6 +119,19 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// With no clusters file named, the one `experiment`'s sweep was
+    /// submitted with (its state keeps it), where that file still exists: a
+    /// sweep submitted with `--clusters FILE` is found again without it.
+    pub fn remembering_clusters(mut self, experiment: &str) -> Result<Options, CommandError> {
+        if self.clusters_file.is_none() {
+            let stored = crate::state::View::new(&self.state_root, experiment)?.sweep()?;
+            self.clusters_file = stored.and_then(|s| s.clusters_file).filter(|p| p.is_file());
+        }
+        Ok(self)
+    }
+}
+
 pub(crate) use crate::target::blocking;
 pub use crate::target::{block_on, Target};
 
