@@ -79,7 +79,7 @@ fn the_launchers_table_is_what_plan_says_beside_the_recorded_peaks() {
     for line in page.lines().filter(|l| l.starts_with("| exp")) {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         let (name, peak, train, phase) = (cells[1], cells[2], cells[3], cells[4]);
-        let file = format!("experiments/{name}.yaml");
+        let file = format!("experiments/train/{name}.yaml");
         let planned = run(&["plan", &file, "--json"]);
         let row: serde_json::Value = serde_json::from_str(planned.lines().next().unwrap()).unwrap();
         let gib = row["train_gib"].as_f64().unwrap();

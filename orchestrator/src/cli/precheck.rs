@@ -130,9 +130,19 @@ pub fn run_predict(
     for p in records {
         let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         if super::train_records::is_training_file(&text) {
-            match score {
-                true => super::train_records::run_score(p, &mut out)?,
-                false => super::train_records::run(p, budget_gib, &mut out)?,
+            let written = match score {
+                true => super::train_records::run_score(p, &mut out),
+                false => super::train_records::run(p, budget_gib, &mut out),
+            };
+            // A closed pipe (`| head`) is the reader's choice, not an error.
+            match written {
+                Err(e)
+                    if e.downcast_ref::<std::io::Error>()
+                        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+                {
+                    return Ok(())
+                }
+                other => other?,
             }
         } else {
             anyhow::ensure!(!score, "{}: --score reads training-run records (data/training-runs.jsonl)", p.display());

@@ -180,7 +180,10 @@ pub(crate) struct StepWalk<'a> {
     pub opt_temp: f64,
 }
 
-const T: fn(&'static str, f64) -> PhaseTerm = |name, bytes| PhaseTerm { name, bytes };
+/// One named quantity.
+fn term(name: &'static str, bytes: f64) -> PhaseTerm {
+    PhaseTerm { name, bytes }
+}
 
 /// The phases of `cfg`'s training run.
 pub(crate) fn predict(cfg: &RunConfig, walk: &StepWalk, c: &TrainCoefficients) -> TrainPrediction {
@@ -238,11 +241,11 @@ impl State {
     }
     fn training_state(&self) -> Vec<PhaseTerm> {
         vec![
-            T("weights, data, overhead", self.resident),
-            T("ControlNet's trainable copy", self.controlnet),
-            T("AdamW moments", self.moments),
-            T("EMA copies", self.ema),
-            T("compression model (fp32)", self.compression),
+            term("weights, data, overhead", self.resident),
+            term("ControlNet's trainable copy", self.controlnet),
+            term("AdamW moments", self.moments),
+            term("EMA copies", self.ema),
+            term("compression model (fp32)", self.compression),
         ]
     }
 }
@@ -254,11 +257,11 @@ fn startup(t: &Training, s: &State) -> PhasePeak {
     PhasePeak::new(
         TrainPhase::Startup,
         vec![
-            T("weights, data, overhead", s.resident),
-            T("ControlNet's trainable copy", s.controlnet),
-            T("EMA copies", s.ema),
-            T("compression model (fp32)", s.compression),
-            T("checkpoint loaded onto the GPU", checkpoint),
+            term("weights, data, overhead", s.resident),
+            term("ControlNet's trainable copy", s.controlnet),
+            term("EMA copies", s.ema),
+            term("compression model (fp32)", s.compression),
+            term("checkpoint loaded onto the GPU", checkpoint),
         ],
     )
 }
@@ -268,14 +271,14 @@ fn step(t: &Training, w: &StepWalk, s: &State, c: &TrainCoefficients) -> PhasePe
     let carried = t.grad_accum > 1 || t.extra_forwards > 0;
     let pool = if t.compile == Compile::ReduceOverhead { c.graph_pool * w.dynamic } else { 0.0 };
     let mut terms = s.training_state();
-    terms.push(T("forward/backward activations and buffers", keep * w.dynamic));
-    terms.push(T("gradients kept across micro-batches", if carried { s.grads } else { 0.0 }));
-    terms.push(T("CUDA-graph private pool", pool));
+    terms.push(term("forward/backward activations and buffers", keep * w.dynamic));
+    terms.push(term("gradients kept across micro-batches", if carried { s.grads } else { 0.0 }));
+    terms.push(term("CUDA-graph private pool", pool));
     let fwd = PhasePeak::new(TrainPhase::Step, terms);
     // The optimizer step itself: gradients, moments and temporaries.
     let mut opt = s.training_state();
-    opt.push(T("gradients", s.grads));
-    opt.push(T("optimizer temporaries", w.opt_temp * s.grads));
+    opt.push(term("gradients", s.grads));
+    opt.push(term("optimizer temporaries", w.opt_temp * s.grads));
     let opt = PhasePeak::new(TrainPhase::Step, opt);
     if fwd.bytes >= opt.bytes {
         fwd
@@ -329,13 +332,13 @@ fn validation(cfg: &RunConfig, t: &Training, w: &StepWalk, s: &State, c: &TrainC
         return PhasePeak::new(TrainPhase::Validation, vec![]);
     }
     let mut terms = s.training_state();
-    terms.push(T("gradients of the last step", s.grads));
+    terms.push(term("gradients of the last step", s.grads));
     let fwd = inference(w, cfg, cfg.batch.max(1) as f64, c);
     let dec = decode(cfg, t, c);
     if dec > fwd {
-        terms.push(T("decoding the prediction", dec));
+        terms.push(term("decoding the prediction", dec));
     } else {
-        terms.push(T("no-grad forward", fwd));
+        terms.push(term("no-grad forward", fwd));
     }
     PhasePeak::new(TrainPhase::Validation, terms)
 }
@@ -348,20 +351,20 @@ fn generation(cfg: &RunConfig, t: &Training, w: &StepWalk, s: &State, c: &TrainC
     let mut terms = if g.offload {
         // Optimizer state and model on the CPU, the model back for sampling.
         vec![
-            T("weights, data, overhead", s.resident),
-            T("ControlNet's trainable copy", s.controlnet),
-            T("EMA copies", s.ema),
-            T("compression model (fp32)", s.compression),
+            term("weights, data, overhead", s.resident),
+            term("ControlNet's trainable copy", s.controlnet),
+            term("EMA copies", s.ema),
+            term("compression model (fp32)", s.compression),
         ]
     } else {
         let mut v = s.training_state();
-        v.push(T("gradients of the last step", s.grads));
+        v.push(term("gradients of the last step", s.grads));
         v
     };
     let extractors: f64 = g.extractors.iter().map(|e| 4.0 * e.params() as f64).sum();
-    terms.push(T("feature extractors' weights", extractors));
+    terms.push(term("feature extractors' weights", extractors));
     if g.compiled_extractors {
-        terms.push(T("extractors' CUDA-graph pools", c.extractor_graphs_gib * GIB));
+        terms.push(term("extractors' CUDA-graph pools", c.extractor_graphs_gib * GIB));
     }
     // Sampling: a no-grad forward per step (a batch of two under guidance),
     // and cuDNN timing the new shapes with what the cache holds free.
@@ -374,12 +377,12 @@ fn generation(cfg: &RunConfig, t: &Training, w: &StepWalk, s: &State, c: &TrainC
     let dec = decode(cfg, t, c);
     let buffers = c.generation_buffers_gib * GIB;
     if sampling + workspace >= dec.max(buffers) {
-        terms.push(T("sampling (no-grad forward)", sampling));
-        terms.push(T("cuDNN benchmark workspace at the sampling batch", workspace));
+        terms.push(term("sampling (no-grad forward)", sampling));
+        terms.push(term("cuDNN benchmark workspace at the sampling batch", workspace));
     } else if dec >= buffers {
-        terms.push(T("decoding the samples", dec));
+        terms.push(term("decoding the samples", dec));
     } else {
-        terms.push(T("extractor activations and metric buffers", buffers));
+        terms.push(term("extractor activations and metric buffers", buffers));
     }
     PhasePeak::new(TrainPhase::Generation, terms)
 }
