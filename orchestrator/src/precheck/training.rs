@@ -187,16 +187,19 @@ fn term(name: &'static str, bytes: f64) -> PhaseTerm {
 
 /// The phases of `cfg`'s training run.
 pub(crate) fn predict(cfg: &RunConfig, walk: &StepWalk, c: &TrainCoefficients) -> TrainPrediction {
-    let t = cfg.training.clone().unwrap_or_default();
-    let s = State::of(&t, walk);
+    // The group's defaults where the config names none (shared: a sweep
+    // predicts thousands of configs).
+    static DEFAULTS: std::sync::OnceLock<Training> = std::sync::OnceLock::new();
+    let t = cfg.training.as_ref().unwrap_or_else(|| DEFAULTS.get_or_init(Training::default));
+    let s = State::of(t, walk);
     let phases = vec![
-        startup(&t, &s),
-        step(&t, walk, &s, c),
-        validation(cfg, &t, walk, &s, c),
-        generation(cfg, &t, walk, &s, c),
+        startup(t, &s),
+        step(t, walk, &s, c),
+        validation(cfg, t, walk, &s, c),
+        generation(cfg, t, walk, &s, c),
     ];
     let peak = phases.iter().max_by(|a, b| a.bytes.total_cmp(&b.bytes)).expect("four phases");
-    let uncovered = uncovered(cfg, &t);
+    let uncovered = uncovered(cfg, t);
     TrainPrediction {
         peak_phase: peak.phase,
         peak_bytes: peak.bytes,
