@@ -21,6 +21,7 @@ pub mod nvml;
 pub mod optim;
 pub mod runner;
 pub mod task;
+pub mod vulkan_driver;
 pub mod warm;
 
 pub use backend::Backend;

@@ -417,6 +417,41 @@ fn every_phase_reads_a_value_back() {
     assert!(readbacks[2].1 > 0.0);
 }
 
+/// `worker fidelity --json` writes each row with the figure it is scored on,
+/// `on_card_gib`: the counted peak of each phase plus the cuBLAS workspaces
+/// the record's card (an A100: 8.125 MiB each) holds in it, the largest.
+#[test]
+fn fidelity_json_rows_carry_the_peak_on_the_record_s_card() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records.jsonl");
+    std::fs::write(
+        &records,
+        r#"{"id":"u","family":"unet","framework":"pytorch","gpu":"A100-SXM4-80GB","precision":"bf16-amp","grad_ckpt":false,"batch":1,"in_channels":1,"out_channels":1,"spatial":[8,8,8],"channels":[8,16],"attention_levels":[false,false],"num_res_blocks":[1,1],"num_head_channels":8,"peak_gb":0.5,"status":"ok"}"#,
+    )
+    .unwrap();
+    let rows = dir.path().join("rows.jsonl");
+    let out = worker()
+        .args(["fidelity", "--backend", "flex", "--records"])
+        .arg(&records)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--json")
+        .arg(&rows)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&rows).unwrap();
+    let row: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(row["status"], "ok", "{row}");
+    let counted: Vec<f64> = row["counted_phases_gib"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect();
+    let workspace = 8.125 / 1024.0;
+    let expected = [counted[0], counted[1] + workspace, counted[2] + 2.0 * workspace, counted[3] + 2.0 * workspace]
+        .into_iter()
+        .fold(f64::MIN, f64::max);
+    let on_card = row["on_card_gib"].as_f64().unwrap_or_else(|| panic!("no on_card_gib in {row}"));
+    assert!((on_card - expected).abs() < 1e-12, "{on_card} against {expected}: {row}");
+}
+
 /// docs/gpu.md's fidelity table is what `worker fidelity --from-json` makes
 /// of the rows, predictions and earlier rows kept in docs/fidelity/, and of
 /// PyTorch's own run of the same configs on the H200 (data/gpu-check/).

@@ -169,6 +169,71 @@ mod lavapipe {
         peak(&events)
     }
 
+    /// Whether a Vulkan loader is here to break: the Debian root's
+    /// (`SWEEP_VULKAN_ROOT`), else this machine's `libvulkan.so.1`.
+    fn vulkan_loader_present() -> bool {
+        if let Some(root) = std::env::var_os("SWEEP_VULKAN_ROOT") {
+            return Path::new(&root).join("usr/lib/x86_64-linux-gnu/libvulkan.so.1").exists();
+        }
+        // SAFETY: dlopen of a NUL-terminated name, closed at once.
+        unsafe {
+            let handle = libc::dlopen(c"libvulkan.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            !handle.is_null() && libc::dlclose(handle) == 0
+        }
+    }
+
+    /// The Vulkan loader pointed at a driver manifest that is not there, then
+    /// at one naming a driver library that is not there: the device's own
+    /// thread panics (no adapter) and the run's thread sees only its channel
+    /// close (`RecvError`, all the H100 check of 2026-11-27 recorded). The
+    /// result is `failed` in device setup, and its message says there is no
+    /// Vulkan adapter and what is wrong with the driver path.
+    #[test]
+    fn a_broken_driver_path_is_named_in_the_result() {
+        if !vulkan_loader_present() {
+            eprintln!(
+                "skipped: no Vulkan loader (libvulkan.so.1) on this machine and no SWEEP_VULKAN_ROOT; \
+                 SWEEP_VULKAN_ROOT=$(scripts/lavapipe.sh) makes one"
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no_such_icd.json");
+        let bogus = dir.path().join("bogus_icd.json");
+        std::fs::write(
+            &bogus,
+            r#"{"file_format_version": "1.0.0", "ICD": {"library_path": "/nonexistent/libvulkan_bogus.so", "api_version": "1.3.0"}}"#,
+        )
+        .unwrap();
+        let cases = [
+            (missing.clone(), format!("{} does not exist", missing.display())),
+            (
+                bogus.clone(),
+                format!(
+                    "{} names the driver library /nonexistent/libvulkan_bogus.so, which does not exist",
+                    bogus.display()
+                ),
+            ),
+        ];
+        for (i, (manifest, problem)) in cases.into_iter().enumerate() {
+            let state = dir.path().join(format!("state{i}"));
+            std::fs::create_dir_all(&state).unwrap();
+            let mut worker = common::gpu_worker();
+            worker.env("VK_DRIVER_FILES", &manifest).env("VK_ICD_FILENAMES", &manifest);
+            let cfg = four_families(Spatial::new(8, 8, 8)).remove(0);
+            let (out, events) =
+                common::run_worker_as(worker, &state, &cfg, &["--backend", "vulkan", "--cache-dir", &kernel_cache()]);
+            let (status, phase, message) = result(&events);
+            let message = message.unwrap_or_default();
+            eprintln!("{}: {message}", manifest.display());
+            assert_eq!(status, RunStatus::Failed, "{message}\n{}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(phase, None, "device setup: {message}");
+            assert_eq!(out.status.code(), Some(1));
+            assert!(message.starts_with("device setup panicked: no Vulkan adapter: "), "{message}");
+            assert!(message.contains(&format!("VK_DRIVER_FILES={}: {problem}", manifest.display())), "{message}");
+        }
+    }
+
     /// Two processes of one node starting on one empty cache at once (array
     /// tasks on a multi-GPU node): each runs on its own copy of CubeCL's database
     /// and merges what it compiled back, one at a time, so both end `ok` and the

@@ -79,6 +79,12 @@ pub struct Row {
     /// The card the group's record ran on.
     #[serde(default)]
     pub gpu: Option<Gpu>,
+    /// The figure scored against the record: the peak a CUDA PyTorch run on
+    /// the record's card would print ([`Row::on_record_card`]), GiB; set as
+    /// the row is written ([`Row::scored`]) and filled in as rows written
+    /// before it are read.
+    #[serde(default)]
+    pub on_card_gib: Option<f64>,
 }
 
 impl Row {
@@ -111,6 +117,11 @@ impl Row {
     /// [`Row::on_card`] on the record's own card.
     pub fn on_record_card(&self) -> Option<f64> {
         self.on_card(self.gpu?)
+    }
+
+    /// The row with [`Row::on_card_gib`] set from its counted phases and card.
+    pub fn scored(self) -> Row {
+        Row { on_card_gib: self.on_record_card(), ..self }
     }
 
     /// Signed relative error of the peak on the record's card.
@@ -179,7 +190,8 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 done.insert(key, rows.len());
                 run_one(&exe, r, opts)?
             }
-        };
+        }
+        .scored();
         eprintln!(
             "[{}/{}] {}: {:?} {}",
             i + 1,
@@ -198,12 +210,16 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Rows as `--json` wrote them.
+/// Rows as `--json` wrote them; a row written before rows carried
+/// [`Row::on_card_gib`] gets it from its counted phases and card.
 pub fn read_rows(text: &str) -> Result<Vec<Row>> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .enumerate()
-        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("row line {}", i + 1)))
+        .map(|(i, l)| {
+            let row: Row = serde_json::from_str(l).with_context(|| format!("row line {}", i + 1))?;
+            Ok(if row.on_card_gib.is_none() { row.scored() } else { row })
+        })
         .collect()
 }
 
@@ -240,6 +256,7 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
             wall_s: 0.0,
             counted_phases_gib: [None; 4],
             gpu: r.gpu(),
+            on_card_gib: None,
         });
     };
     let gib = |b: Option<u64>| b.map(|b| b as f64 / GIB);
@@ -257,5 +274,6 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
         wall_s: res.wall_s,
         counted_phases_gib: [gib(counted.model), gib(counted.fwd), gib(counted.bwd), gib(counted.step)],
         gpu: r.gpu(),
+        on_card_gib: None,
     })
 }

@@ -46,6 +46,7 @@ fn pytorchs_run_is_matched_by_config_and_set_beside_the_worker() {
         // On the H200, the step's 0.5375 GiB and its two 32 MiB cuBLAS workspaces set the peak.
         counted_phases_gib: [Some(0.1), Some(0.3), Some(0.4), Some(0.6 - H200_WORKSPACES)],
         gpu: Some(Gpu::A100Sxm80),
+        on_card_gib: None,
     };
     let md = reference.markdown(&[row("a"), row("b")]);
     assert!(md.contains("(NVIDIA H200, the project's reference models), 1 configs"), "{md}");
@@ -74,6 +75,7 @@ fn an_error_within_the_reports_rounding_counts_as_none() {
         wall_s: 1.0,
         counted_phases_gib: [None, None, None, Some(on_card - A100_WORKSPACES)],
         gpu: Some(Gpu::A100Sxm80),
+        on_card_gib: None,
     };
     let beyond = |on_card: f64| row(on_card).error_beyond_rounding().unwrap();
     assert_eq!(beyond(0.66), 0.0);
@@ -98,6 +100,7 @@ fn table_gives_signed_errors_and_family_summaries() {
         counted_phases_gib: [Some(0.25), Some(worker / 2.0), Some(worker / 2.0), Some(worker)]
             .map(|g| g.map(|g| g * 1.05)),
         gpu: Some(Gpu::A100Sxm80),
+        on_card_gib: None,
     };
     let rows = [row("a", 1.0, 1.1), row("b", 2.0, 1.8)];
     let predictions = read_predictions(
@@ -130,4 +133,47 @@ fn table_gives_signed_errors_and_family_summaries() {
     let beyond = section("beyond the reports' rounding to 0.1 GiB (0 within 0.05 GiB of the figure):");
     assert!(beyond.contains("| dit | 2 | 12.1% | 12.1% | +12.1% |"), "{md}");
     assert!(section("Before (the earlier").contains("| all | 1 | 30.0% | 30.0% | -30.0% |"), "{md}");
+}
+
+/// A row as `--json` writes it carries the figure it is scored on, the peak
+/// on the record's card, beside the raw peak; a row written before it was
+/// carried gets it when read.
+#[test]
+fn a_written_row_carries_its_on_card_figure() {
+    let row = Row {
+        id: "a".into(),
+        family: Family::Dit,
+        measured_gib: 0.7,
+        worker_gib: Some(0.6),
+        status: RunStatus::Ok,
+        message: None,
+        params: 1,
+        phases_gib: [Some(0.1), Some(0.3), Some(0.4), Some(0.6)],
+        wall_s: 1.0,
+        counted_phases_gib: [Some(0.1), Some(0.3), Some(0.4), Some(0.62)],
+        gpu: Some(Gpu::A100Sxm80),
+        on_card_gib: None,
+    };
+    let written = serde_json::to_value(row.clone().scored()).unwrap();
+    let on_card = written["on_card_gib"].as_f64().unwrap_or_else(|| panic!("{written}"));
+    assert!((on_card - (0.62 + A100_WORKSPACES)).abs() < 1e-12, "{written}");
+    let mut old = serde_json::to_value(&row).unwrap();
+    old.as_object_mut().unwrap().remove("on_card_gib");
+    let read = read_rows(&old.to_string()).unwrap();
+    assert_eq!(read[0].on_card_gib, Some(on_card));
+    // No card, or no run that ended ok: nothing to score.
+    assert_eq!(Row { gpu: None, ..row.clone() }.scored().on_card_gib, None);
+    assert_eq!(Row { status: RunStatus::Oom, ..row }.scored().on_card_gib, None);
+}
+
+/// The rows kept in docs/fidelity/ carry the figure as `--json` writes it now.
+#[test]
+fn the_docs_rows_carry_their_on_card_figure() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fidelity/cpu-rows.jsonl");
+    let text = std::fs::read_to_string(path).unwrap();
+    for line in text.lines() {
+        let row: Row = serde_json::from_str(line).unwrap();
+        let kept = row.on_card_gib.unwrap_or_else(|| panic!("no on_card_gib: {line}"));
+        assert_eq!(Some(kept), Row { on_card_gib: None, ..row }.scored().on_card_gib, "{line}");
+    }
 }

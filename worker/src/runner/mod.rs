@@ -26,10 +26,7 @@ use std::time::{Duration, Instant};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use spec::event::{
-    AttentionKernel, CacheState, Checkpointing, DtypePolicy, Event, MemoryMeter, Phase, RunEnvironment, RunResult,
-    RunStatus,
-};
+use spec::event::{AttentionKernel, CacheState, Checkpointing, Event, Phase, RunResult, RunStatus};
 use spec::protocol::Protocol;
 use spec::{Mode, RunConfig};
 
@@ -42,10 +39,13 @@ use crate::models::checkpoint::Tape;
 use crate::models::Model;
 use crate::optim::ForeachAdamW;
 
+mod environment;
 mod failure;
+mod panics;
 mod progress;
 mod readback;
 
+use environment::run_environment;
 use failure::{classify, panic_message};
 
 use progress::{current_phase, oom_hook, peaks_so_far, phase_index, NONE, PROGRESS, SETUP};
@@ -120,18 +120,6 @@ pub enum RunError {
     Backend(#[from] backend::BackendError),
 }
 
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or truncates.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc == 0 {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
-        "unknown".into()
-    }
-}
-
 /// Touch every parameter so Burn's lazy initialisation happens inside the
 /// `model` phase (otherwise the weights would appear in `fwd`).
 struct Materialise;
@@ -183,11 +171,7 @@ fn run_with_setup(
     // fall between that line and its run becoming the one to record.
     set_current(Some((log.clone(), None)));
 
-    // Device setup is the first thing to fail on a node without a GPU or
-    // driver, often as a panic inside the backend: guarded like the phases.
-    let prepared = catch_unwind(AssertUnwindSafe(setup))
-        .map_err(|payload| format!("device setup panicked: {}", panic_message(payload.as_ref())))
-        .and_then(|r| r.map_err(|e| format!("device setup failed: {e}")));
+    let prepared = set_up(opts.backend, setup);
     let env = run_environment(cfg, opts, &prepared);
     log.emit(&Event::Start { t: start, config: cfg.name.clone(), config_hash: cfg.hash(), env }).map_err(ev_err)?;
 
@@ -220,6 +204,8 @@ fn run_with_setup(
         block_checkpoints: checkpointing_of(cfg) == Checkpointing::Block,
         protocol: opts.protocol,
     };
+    // A phase's failure, too, is the first panic on any thread where there is one.
+    let watch = panics::Watch::start();
     let result = catch_unwind(AssertUnwindSafe(|| phases(cfg, kernels, &device, &meter, &log)));
     alloc::set_limit(None);
     let as_pytorch_counts = alloc::trace_stop().map(|t| crate::caching::replay(&t));
@@ -229,9 +215,10 @@ fn run_with_setup(
     }
     let (ended, after_build) = match result {
         Ok(Ok(held)) => (Ok(()), Some(held)),
-        Ok(Err(msg)) => (Err(classify(&msg)), None),
-        Err(payload) => (Err(classify(&panic_message(payload.as_ref()))), None),
+        Ok(Err(msg)) => (Err(classify(&watch.explain(&msg))), None),
+        Err(payload) => (Err(classify(&watch.explain(&panic_message(payload.as_ref())))), None),
     };
+    drop(watch);
     // A GPU OOM ends the phase by error or panic; its open window's sampled
     // peak is the peak it reached.
     let live_peak = if opts.backend.is_gpu() { meter.peak() } else { alloc::peak() };
@@ -249,6 +236,25 @@ fn run_with_setup(
     out
 }
 
+/// Set the device up. It is the first thing to fail on a node without a GPU
+/// or driver, often as a panic inside the backend, on a thread of its own:
+/// guarded like the phases, the first panic on any thread kept as the cause,
+/// and a missing adapter named with what the Vulkan loader was given.
+fn set_up(
+    backend: Backend,
+    setup: impl FnOnce() -> Result<backend::Prepared, backend::BackendError>,
+) -> Result<backend::Prepared, String> {
+    let watch = panics::Watch::start();
+    let named = |cause: String| crate::vulkan_driver::name_setup_failure(backend, cause);
+    match catch_unwind(AssertUnwindSafe(setup)) {
+        Ok(Ok(prepared)) => Ok(prepared),
+        Ok(Err(e)) => Err(format!("device setup failed: {}", named(watch.explain(&e.to_string())))),
+        Err(payload) => {
+            Err(format!("device setup panicked: {}", named(watch.explain(&panic_message(payload.as_ref())))))
+        }
+    }
+}
+
 /// A fresh run in [`PROGRESS`]: no phase reached, nothing finished, this
 /// run's start, event file, meter kind and limit.
 fn reset_progress(opts: &RunOptions, log: &EventLog, start: f64, params: u64) {
@@ -264,45 +270,6 @@ fn reset_progress(opts: &RunOptions, log: &EventLog, start: f64, params: u64) {
     PROGRESS.nvml_peak.store(0, Ordering::Relaxed);
     PROGRESS.pool_window_peak.store(0, Ordering::Relaxed);
     PROGRESS.params.store(params, Ordering::Relaxed);
-}
-
-/// The `start` event's environment: the device as set up, or what was asked
-/// for when setup failed (`prepared` holds the failure's message then).
-fn run_environment(cfg: &RunConfig, opts: &RunOptions, prepared: &Result<backend::Prepared, String>) -> RunEnvironment {
-    let requested = backend::compute_dtype(cfg.precision);
-    let (device_name, driver, device_memory) = match prepared {
-        Ok(p) => catch_unwind(AssertUnwindSafe(|| backend::describe(opts.backend, &p.device)))
-            .unwrap_or_else(|_| (opts.backend.name().to_string(), None, None)),
-        Err(_) => (opts.backend.name().to_string(), None, None),
-    };
-    RunEnvironment {
-        host: hostname(),
-        device: device_name,
-        driver,
-        backend: opts.backend.name().to_string(),
-        dtype: backend::dtype_name(prepared.as_ref().map(|p| p.dtype).unwrap_or(requested)).to_string(),
-        grad_ckpt: cfg.grad_ckpt,
-        requested_dtype: prepared
-            .as_ref()
-            .ok()
-            .and_then(|p| p.fell_back_from)
-            .map(|d| backend::dtype_name(d).to_string()),
-        checkpointing: prepared.as_ref().ok().map(|_| checkpointing_of(cfg)),
-        dtype_policy: prepared.as_ref().ok().map(|p| {
-            if p.autocast.is_some() {
-                DtypePolicy::Autocast
-            } else {
-                DtypePolicy::Uniform
-            }
-        }),
-        attention: Some(attention_of(cfg, opts)),
-        meter: Some(if opts.backend.is_gpu() { MemoryMeter::CubeclPool } else { MemoryMeter::HostAllocator }),
-        device_memory_bytes: device_memory,
-        memory_limit_bytes: opts.memory_limit,
-        kernel_cache: opts.kernel_cache,
-        slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
-        slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
-    }
 }
 
 /// What a run measured besides its closed phases, for [`finish`].

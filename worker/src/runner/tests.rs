@@ -59,6 +59,51 @@ fn device_setup_panic_is_recorded_as_failed() {
     assert_eq!(RunResult { t, wall_s, ..written }, r);
 }
 
+/// The backend panics on a thread of its own (CubeCL's device runner, as on
+/// the H100 check of 2026-11-27) and the thread that asked sees only its
+/// channel close: the result names the first panic, its thread and place,
+/// never a bare `RecvError`.
+#[test]
+fn a_panic_on_the_backend_s_own_thread_is_the_recorded_cause() {
+    let _one = ONE_RUN.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let opts = RunOptions::new(dir.path(), Backend::available()[0]);
+    let out = run_with_setup(&tiny_config(), &opts, || {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let runner = std::thread::Builder::new()
+            .name("DSD-4-8192".into())
+            .spawn(move || {
+                let _tx = tx;
+                panic!("Unable to acquire wgpu device: AdapterUnavailable {{ message: \"no adapter found\" }}")
+            })
+            .unwrap();
+        let _ = runner.join();
+        rx.recv().unwrap();
+        unreachable!("the channel closed")
+    })
+    .unwrap();
+    assert_eq!(out.result.status, RunStatus::Failed);
+    let msg = out.result.message.unwrap();
+    assert!(
+        msg.starts_with("device setup panicked: Unable to acquire wgpu device: AdapterUnavailable"),
+        "the backend thread's panic comes first: {msg}"
+    );
+    assert!(msg.contains("panicked on thread 'DSD-4-8192' at worker/src/runner/tests.rs:"), "{msg}");
+    assert!(msg.ends_with("then on this thread: called `Result::unwrap()` on an `Err` value: RecvError)"), "{msg}");
+}
+
+/// A panic before the run, or on another thread before its watch began, is
+/// no run's cause: a setup that fails on its own thread keeps its own message.
+#[test]
+fn a_panic_before_the_run_is_not_its_cause() {
+    let _one = ONE_RUN.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = std::thread::spawn(|| panic!("an earlier panic elsewhere")).join();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = RunOptions::new(dir.path(), Backend::available()[0]);
+    let out = run_with_setup(&tiny_config(), &opts, || panic!("no device here")).unwrap();
+    assert_eq!(out.result.message.as_deref(), Some("device setup panicked: no device here"));
+}
+
 /// A driver that answers but refuses the configuration: `failed`, with the error.
 #[test]
 fn device_setup_error_is_recorded_as_failed() {
