@@ -42,6 +42,8 @@ pub enum BuildError {
     Spec(#[from] spec::Invalid),
     #[error("{0}")]
     Shape(String),
+    #[error("the worker has no {0} model: MambaDiff is planned and predicted by the orchestrator, not built here")]
+    NoWorkerModel(spec::model::Family),
 }
 
 /// One model of any family, so the runner handles them alike.
@@ -72,6 +74,7 @@ impl Model {
             ModelSpec::Dit(m) => Model::Dit(dit::Dit::new(m, input, out_channels, attention, device)?),
             ModelSpec::Hdit(m) => Model::Hdit(hdit::Hdit::new(m, input, out_channels, attention, device)?),
             ModelSpec::Uvit(m) => Model::Uvit(uvit::Uvit::new(m, input, attention, device)?),
+            ModelSpec::Mamba(_) => return Err(BuildError::NoWorkerModel(spec.family())),
         })
     }
 
