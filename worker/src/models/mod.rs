@@ -456,6 +456,18 @@ mod tests {
         }
     }
 
+    /// The worker has no MambaDiff: a Mamba config is refused at build, with the reason, not a panic.
+    #[test]
+    fn a_mamba_config_is_refused_at_build_with_the_reason() {
+        let device = test_util::device();
+        let input = Input { channels: 2, spatial: Spatial::new(16, 16, 16) };
+        let mamba: ModelSpec =
+            serde_json::from_value(serde_json::json!({"family": "mamba", "variant": "S", "patch_size": 2})).unwrap();
+        let err = Model::build(&mamba, &input, 1, AttentionKernel::MemoryEfficient, &device).unwrap_err();
+        assert!(matches!(err, BuildError::NoWorkerModel(spec::model::Family::Mamba)), "{err}");
+        assert!(err.to_string().starts_with("the worker has no mamba model"), "{err}");
+    }
+
     #[test]
     fn merge_then_split_is_identity() {
         let device = test_util::device();
