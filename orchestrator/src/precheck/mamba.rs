@@ -17,8 +17,9 @@
 //! - f32 whatever the precision: the scan's `u`, the K directions'
 //!   `.float()` copies of the bf16 stack (K·E, `:297`; in fp32 they are the
 //!   stack itself), B and C (2KN, `:300-301`), the LayerNorms' row statistics
-//!   (4 norms x 8 bytes), and the selective scan's saved state (per direction
-//!   E x ceil(L / 2048) chunks x 2N, mamba_ssm's chunked kernel);
+//!   (4 norms x 8 bytes), and the selective scan's saved state (mamba_ssm's
+//!   `SelectiveScanFn` without `z` saves u, delta, A, B, C, D, delta_bias and
+//!   its chunk states x, per direction E x ceil(L / 2048) chunks x 2N f32);
 //! - half (the matmul type): in_proj's cast (C), the depthwise conv's
 //!   contiguous input and its output, SiLU's input (2E, `:249-254`), the
 //!   stacked scans x_proj reads (K·E, `:257-264`), x_dbl, read by the dt
