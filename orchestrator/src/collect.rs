@@ -302,8 +302,15 @@ fn model_fields(r: &mut MeasurementRecord, cfg: &RunConfig) {
                     r.variant = m.variant;
                     r.level_depths = Some(m.level_depths.clone());
                 }
-                ModelSpec::Unet(_) => {}
+                ModelSpec::Unet(_) | ModelSpec::Mamba(_) => {}
             }
+        }
+        // The measurement format has no MambaDiff fields (no worker builds
+        // one): its variant, patch and first grid's tokens are what it can hold.
+        ModelSpec::Mamba(m) => {
+            r.variant = m.variant;
+            r.patch = Some(m.patch_size);
+            r.tokens = Some(cfg.input.spatial.div(m.patch_size.max(1)).voxels());
         }
     }
 }

@@ -88,6 +88,7 @@ fn config_of<'a>(sweep: &'a Sweep, t: &Table, row: &[String]) -> &'a SweepConfig
             ModelSpec::Dit(d) => d.variant,
             ModelSpec::Hdit(h) => h.variant,
             ModelSpec::Uvit(u) => u.variant,
+            ModelSpec::Mamba(m) => m.variant,
             ModelSpec::Unet(_) => None,
         };
         v.map(|v| v.to_string()).as_deref() == Some(variant)

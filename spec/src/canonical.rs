@@ -16,6 +16,10 @@
 //! - a transformer is its resolved width, heads and depth: written as the
 //!   family's variant when one has exactly those (`variant: S` alone), else as
 //!   the three numbers without a variant;
+//! - a MambaDiff is its resolved stage widths and heads, written as its
+//!   variant when one gives exactly those, else `num_heads` with `embed_dim`
+//!   (widths on the schedule) or `stage_dims`; its ratios are thousandths
+//!   (`4` and `4.0` are one value);
 //! - a profile run's `steps` is 1 (it runs one step whatever it says).
 //!
 //! A model that does not resolve (a list of the wrong length, an unknown
@@ -25,7 +29,7 @@
 //! omitted one hash alike.
 
 use crate::model::{resolve_variant, Family, PerLevel, UnetSpec};
-use crate::{ModelSpec, TransformerDims, Variant};
+use crate::{MambaSpec, ModelSpec, TransformerDims, Variant};
 
 impl ModelSpec {
     /// This model in its one notation (see the module docs).
@@ -54,8 +58,28 @@ impl ModelSpec {
                 }
                 ModelSpec::Hdit(c)
             }
+            ModelSpec::Mamba(m) => ModelSpec::Mamba(canonical_mamba(m)),
         }
     }
+}
+
+/// A MambaDiff is its resolved stage widths and heads: the variant whose
+/// sizes give exactly those, else `num_heads` and `embed_dim` (when the
+/// widths follow the schedule from it) or `stage_dims`.
+fn canonical_mamba(m: &MambaSpec) -> MambaSpec {
+    let mut c = m.clone();
+    let Ok(d) = m.dims() else { return c };
+    let (n, skip) = (m.stages(), m.skip);
+    let scheduled = |embed: u32| MambaSpec::schedule(embed, n, skip).as_ref() == Some(&d.stage_dims);
+    let variant = [Variant::S, Variant::B, Variant::L, Variant::XL]
+        .into_iter()
+        .find(|v| v.mamba_sizes().is_some_and(|(embed, heads)| heads == d.heads && scheduled(embed)));
+    (c.variant, c.embed_dim, c.stage_dims, c.num_heads) = match variant {
+        Some(v) => (Some(v), None, None, None),
+        None if scheduled(d.stage_dims[0]) => (None, Some(d.stage_dims[0]), None, Some(d.heads)),
+        None => (None, None, Some(d.stage_dims), Some(d.heads)),
+    };
+    c
 }
 
 /// (variant, hidden, heads, depth) as the canonical form writes `d`: the
@@ -172,5 +196,26 @@ mod tests {
         assert_eq!(hdit.canonical(), hdit_s);
         let unknown = model(serde_json::json!({"family": "dit", "variant": "M", "patch": 2}));
         assert_eq!(unknown.canonical(), unknown, "an unknown variant keeps its notation");
+    }
+
+    #[test]
+    fn a_mamba_is_its_widths_and_heads_named_by_its_variant() {
+        let records = model(serde_json::json!({
+            "family": "mamba", "variant": "L", "embed_dim": 256, "stage_dims": [256, 512, 1024, 1024],
+            "num_heads": 16, "patch_size": 4, "mlp_ratio": 4.0, "ssm_ratio": 2, "conditioning": "concat"
+        }));
+        let named = model(serde_json::json!({"family": "mamba", "variant": "L", "patch_size": 4}));
+        assert_eq!(records.canonical(), named);
+        assert_eq!(named.canonical(), named);
+        // L's heads at XL's width is XL; at a width no variant has, the numbers.
+        let xl = model(serde_json::json!({"family": "mamba", "variant": "L", "embed_dim": 320, "patch_size": 4}));
+        assert_eq!(xl.canonical(), model(serde_json::json!({"family": "mamba", "variant": "XL", "patch_size": 4})));
+        let wider = model(serde_json::json!({"family": "mamba", "variant": "L", "embed_dim": 384, "patch_size": 4}));
+        let numbers = model(serde_json::json!({"family": "mamba", "embed_dim": 384, "num_heads": 16, "patch_size": 4}));
+        assert_eq!(wider.canonical(), numbers);
+        let custom = model(
+            serde_json::json!({"family": "mamba", "stage_dims": [64, 64, 128, 128], "num_heads": 4, "patch_size": 2}),
+        );
+        assert_eq!(custom.canonical(), custom, "widths off the schedule stay a list");
     }
 }

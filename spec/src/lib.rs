@@ -9,6 +9,7 @@ pub mod canonical;
 pub mod event;
 pub mod gpu;
 pub mod jsonl;
+pub mod mamba;
 pub mod model;
 pub mod params;
 pub mod protocol;
@@ -20,6 +21,7 @@ pub mod training_record;
 pub mod validate;
 
 pub use gpu::Gpu;
+pub use mamba::{MambaSpec, Ratio};
 pub use model::{DitSpec, HditSpec, ModelSpec, PerLevel, TransformerDims, UnetSpec, UvitSpec, Variant};
 pub use run::{Mode, Precision, RunConfig};
 pub use shape::{Input, Spatial};

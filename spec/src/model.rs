@@ -1,10 +1,11 @@
-//! Model configs of the four families, as users write them in YAML and as the
+//! Model configs of the five families, as users write them in YAML and as the
 //! worker receives them in the manifest.
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use std::fmt;
 
+use crate::mamba::MambaSpec;
 use crate::validate::Invalid;
 
 /// One value for every level, or one per level (`num_res_blocks: 2` or `[2, 2, 3]`).
@@ -205,15 +206,20 @@ pub enum Family {
     Dit,
     Hdit,
     Uvit,
+    Mamba,
 }
 
 impl Family {
+    /// Every family, in the order reports list them.
+    pub const ALL: [Family; 5] = [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit, Family::Mamba];
+
     pub fn name(self) -> &'static str {
         match self {
             Family::Unet => "unet",
             Family::Dit => "dit",
             Family::Hdit => "hdit",
             Family::Uvit => "uvit",
+            Family::Mamba => "mamba",
         }
     }
 }
@@ -344,7 +350,7 @@ impl UvitSpec {
     }
 }
 
-/// A model of one of the four families; `family` is the YAML tag.
+/// A model of one of the five families; `family` is the YAML tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "family", rename_all = "lowercase")]
 pub enum ModelSpec {
@@ -352,6 +358,7 @@ pub enum ModelSpec {
     Dit(DitSpec),
     Hdit(HditSpec),
     Uvit(UvitSpec),
+    Mamba(MambaSpec),
 }
 
 impl ModelSpec {
@@ -361,23 +368,26 @@ impl ModelSpec {
             ModelSpec::Dit(_) => Family::Dit,
             ModelSpec::Hdit(_) => Family::Hdit,
             ModelSpec::Uvit(_) => Family::Uvit,
+            ModelSpec::Mamba(_) => Family::Mamba,
         }
     }
 
-    /// Transformer sizes; `None` for the UNet.
+    /// Transformer sizes; `None` for the UNet and MambaDiff (stages of
+    /// several widths: [`MambaSpec::dims`]).
     pub fn transformer_dims(&self) -> Option<Result<TransformerDims, Invalid>> {
         match self {
-            ModelSpec::Unet(_) => None,
+            ModelSpec::Unet(_) | ModelSpec::Mamba(_) => None,
             ModelSpec::Dit(m) => Some(m.dims()),
             ModelSpec::Hdit(m) => Some(m.dims()),
             ModelSpec::Uvit(m) => Some(m.dims()),
         }
     }
 
-    /// Patch size of the transformer families.
+    /// Patch size of the transformer families and MambaDiff.
     pub fn patch(&self) -> Option<u32> {
         match self {
             ModelSpec::Unet(_) => None,
+            ModelSpec::Mamba(m) => Some(m.patch_size),
             ModelSpec::Dit(m) => Some(m.patch),
             ModelSpec::Hdit(m) => Some(m.patch),
             ModelSpec::Uvit(m) => Some(m.patch),
@@ -401,8 +411,19 @@ impl ModelSpec {
             ModelSpec::Dit(m) => transformer_summary(m.variant, m.dims(), m.patch, None),
             ModelSpec::Hdit(m) => transformer_summary(m.variant, m.dims(), m.patch, Some(&m.level_depths)),
             ModelSpec::Uvit(m) => transformer_summary(m.variant, m.dims(), m.patch, None),
+            ModelSpec::Mamba(m) => mamba_summary(m),
         }
     }
+}
+
+/// `L (dims [256, 512, 1024, 1024] x16 d[2, 2, 2, 2]+2) p4`.
+fn mamba_summary(m: &MambaSpec) -> String {
+    let name = m.variant.map(|v| v.name().to_string()).unwrap_or_else(|| "custom".into());
+    let sizes = match m.dims() {
+        Ok(d) => format!("dims {} x{}", join(&d.stage_dims), d.heads),
+        Err(_) => "?".into(),
+    };
+    format!("{name} ({sizes} d{}+{}) p{}", join(&m.depths), m.bottleneck_depth, m.patch_size)
 }
 
 fn transformer_summary(

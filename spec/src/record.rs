@@ -225,6 +225,14 @@ impl MeasurementRecord {
                 patch: self.patch.ok_or_else(|| missing("patch"))?,
                 level_depths: self.level_depths.clone().ok_or_else(|| missing("level_depths"))?,
             }),
+            // No profiling report of the group's measures a MambaDiff: the
+            // measurement format has no fields for one.
+            Family::Mamba => {
+                return Err(RecordError {
+                    id: self.id.clone(),
+                    what: "family `mamba` has no measurement-record fields (no profiling record carries one)".into(),
+                })
+            }
         })
     }
 

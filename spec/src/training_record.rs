@@ -91,7 +91,7 @@ impl TrainingRecord {
     }
 
     fn model_spec(&self) -> Result<ModelSpec, TrainingRecordError> {
-        if !["unet", "dit", "hdit", "uvit"].contains(&self.family.as_str()) {
+        if !["unet", "dit", "hdit", "uvit", "mamba"].contains(&self.family.as_str()) {
             return Err(TrainingRecordError::UnknownFamily { id: self.id.clone(), family: self.family.clone() });
         }
         let mut m = self.model.clone();

@@ -30,6 +30,14 @@ pub enum Invalid {
     UnknownVariant { family: Family, variant: Variant },
     #[error("{field} is missing: give a variant or the size explicitly")]
     MissingSize { field: String },
+    #[error(
+        "skip {skip} must be from 1 to the {stages} stages (the last `skip` stages of a MambaDiff do not downsample)"
+    )]
+    MambaSkip { skip: u32, stages: usize },
+    #[error("MambaDiff builds a square in-plane token grid (H = W), got D,H,W = {d},{h},{w}")]
+    MambaSquare { d: u32, h: u32, w: u32 },
+    #[error("MambaDiff stage {stage} downsamples 2x2x2 but its token grid D,H,W = {d},{h},{w} is not even")]
+    MambaDownsample { stage: usize, d: u32, h: u32, w: u32 },
     #[error("{field} is {value}, above the limit of {limit} (a typo? nothing that large can be planned)")]
     TooLarge { field: String, value: u64, limit: u64 },
 }
@@ -85,8 +93,35 @@ pub fn too_large(cfg: &RunConfig) -> Option<Invalid> {
             ));
             checks.push(transformer_limits(m.dims(), m.patch));
         }
+        ModelSpec::Mamba(m) => mamba_limits(m, &mut checks),
     }
     checks.into_iter().flatten().next()
+}
+
+fn mamba_limits(m: &crate::MambaSpec, checks: &mut Vec<Option<Invalid>>) {
+    let over = |field: &str, value: u64, limit: u64| {
+        (value > limit).then(|| Invalid::TooLarge { field: field.into(), value, limit })
+    };
+    let widest = |v: &Option<Vec<u32>>| v.iter().flatten().copied().max().unwrap_or(0) as u64;
+    // Encoder d, decoder d + 1 a stage, and the bottleneck.
+    let blocks = m.depths.iter().map(|&d| 2 * d as u64 + 1).sum::<u64>() + m.bottleneck_depth as u64;
+    checks.extend([
+        over("model.depths (stages)", m.depths.len() as u64, limits::LEVELS),
+        over("model.depths (blocks)", blocks, limits::BLOCKS),
+        over("model.patch_size", m.patch_size as u64, limits::WIDTH),
+        over("model.embed_dim", m.embed_dim.unwrap_or(0) as u64, limits::WIDTH),
+        over("model.stage_dims", widest(&m.stage_dims), limits::WIDTH),
+        over("model.num_heads", m.num_heads.unwrap_or(0) as u64, limits::WIDTH),
+        over("model.window_size", m.window_size as u64, limits::WIDTH),
+        over("model.ssm_d_state", m.ssm_d_state as u64, limits::WIDTH),
+        // Ratios of more than 1000x the width are typos (the group's are 2 and 4).
+        over("model.ssm_ratio (thousandths)", m.ssm_ratio.thousandths() as u64, 1_000_000),
+        over("model.mlp_ratio (thousandths)", m.mlp_ratio.thousandths() as u64, 1_000_000),
+    ]);
+    // The schedule doubles the width a stage: its widest is embed_dim x 2^(stages - skip).
+    if let (Ok(d), true) = (m.dims(), m.depths.len() as u64 <= limits::LEVELS) {
+        checks.push(over("model.stage_dims", d.stage_dims.iter().copied().max().unwrap_or(0) as u64, limits::WIDTH));
+    }
 }
 
 fn transformer_limits(dims: Result<crate::TransformerDims, Invalid>, patch: u32) -> Option<Invalid> {
@@ -147,8 +182,56 @@ pub fn validate(cfg: &RunConfig) -> Vec<Invalid> {
                 }
             }
         }
+        ModelSpec::Mamba(m) => mamba(m, sp, &mut out),
     }
     out
+}
+
+/// MambaDiff's rules: resolvable widths and heads, heads dividing every
+/// stage's width, the patch dividing the input, a square in-plane grid (the
+/// position table is `(D/p, H/p, H/p)`: `mamba_diff.py@0d7f625:346-351`), an
+/// even grid wherever a stage downsamples (the decoder's 2x upsample must meet
+/// the skip it is added to), positive window, state and inner widths.
+fn mamba(m: &crate::MambaSpec, sp: Spatial, out: &mut Vec<Invalid>) {
+    let dims = match m.dims() {
+        Ok(d) => d,
+        Err(e) => return out.push(e),
+    };
+    for (field, v) in [
+        ("model.patch_size", m.patch_size),
+        ("model.num_heads", dims.heads),
+        ("model.window_size", m.window_size),
+        ("model.ssm_d_state", m.ssm_d_state),
+    ] {
+        if v == 0 {
+            out.push(Invalid::Zero { field: field.into() });
+        }
+    }
+    for (stage, &width) in dims.stage_dims.iter().enumerate() {
+        let inner = m.inner(width);
+        if width == 0 || inner.ssm == 0 || inner.mlp == 0 {
+            out.push(Invalid::Zero { field: format!("model.stage_dims[{stage}] (or its SSM/MLP inner width)") });
+        } else if dims.heads > 0 && width % dims.heads != 0 {
+            out.push(Invalid::HeadsNotDividing { heads: dims.heads, hidden: width });
+        }
+    }
+    if sp.h != sp.w {
+        out.push(Invalid::MambaSquare { d: sp.d, h: sp.h, w: sp.w });
+    }
+    if m.patch_size == 0 {
+        return;
+    }
+    if !sp.divisible_by(m.patch_size) {
+        return out.push(Invalid::PatchNotDividing { patch: m.patch_size, d: sp.d, h: sp.h, w: sp.w });
+    }
+    let mut grid = sp.div(m.patch_size);
+    for stage in 0..dims.stage_dims.len() - m.skip as usize {
+        if !grid.divisible_by(2) {
+            let [d, h, w] = grid.dims();
+            return out.push(Invalid::MambaDownsample { stage, d, h, w });
+        }
+        grid = grid.div(2);
+    }
 }
 
 fn unet(u: &crate::UnetSpec, sp: Spatial, out: &mut Vec<Invalid>) {
@@ -264,5 +347,42 @@ mod limit_tests {
             [16, 16, 16],
         );
         assert!(matches!(&validate(&res)[..], [Invalid::TooLarge { limit: limits::BLOCKS, .. }]));
+    }
+
+    #[test]
+    fn mamba_rules_name_the_stage_and_the_grid() {
+        let m = |extra: serde_json::Value| {
+            let mut v = serde_json::json!({"family": "mamba", "variant": "L", "patch_size": 4});
+            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            v
+        };
+        assert!(validate(&cfg(m(serde_json::json!({})), [160, 256, 256])).is_empty());
+        // 40x64x64 tokens halve to 20x32x32, then 10x16x16: 152 deep gives 38, then 19, odd.
+        assert_eq!(
+            validate(&cfg(m(serde_json::json!({})), [152, 256, 256])),
+            vec![Invalid::MambaDownsample { stage: 1, d: 19, h: 32, w: 32 }]
+        );
+        assert_eq!(
+            validate(&cfg(m(serde_json::json!({})), [160, 256, 128])),
+            vec![Invalid::MambaSquare { d: 160, h: 256, w: 128 }]
+        );
+        assert_eq!(
+            validate(&cfg(m(serde_json::json!({"skip": 5})), [160, 256, 256])),
+            vec![Invalid::MambaSkip { skip: 5, stages: 4 }]
+        );
+        assert_eq!(
+            validate(&cfg(m(serde_json::json!({"num_heads": 24})), [160, 256, 256])),
+            vec![
+                Invalid::HeadsNotDividing { heads: 24, hidden: 256 },
+                Invalid::HeadsNotDividing { heads: 24, hidden: 512 },
+                Invalid::HeadsNotDividing { heads: 24, hidden: 1024 },
+                Invalid::HeadsNotDividing { heads: 24, hidden: 1024 },
+            ]
+        );
+        let m_variant = serde_json::json!({"family": "mamba", "variant": "M", "patch_size": 4});
+        assert_eq!(
+            validate(&cfg(m_variant, [160, 256, 256])),
+            vec![Invalid::UnknownVariant { family: Family::Mamba, variant: Variant::M }]
+        );
     }
 }

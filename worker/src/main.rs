@@ -333,8 +333,7 @@ fn this_worker() -> Result<(PathBuf, Vec<std::ffi::OsString>)> {
 /// A family by its name, for `--family`.
 fn family(name: &str) -> Result<spec::model::Family, String> {
     use spec::model::Family;
-    [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit]
-        .into_iter()
-        .find(|f| f.name() == name)
-        .ok_or_else(|| format!("unknown family `{name}` (unet, dit, hdit or uvit)"))
+    [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit].into_iter().find(|f| f.name() == name).ok_or_else(|| {
+        format!("unknown family `{name}` (the worker builds unet, dit, hdit or uvit; mamba has no worker model)")
+    })
 }

@@ -140,6 +140,14 @@ impl Default for SearchSpace {
     }
 }
 
+/// Whether `family` has a variant `v` (MambaDiff's table sets widths and heads only).
+fn has_variant(family: Family, v: Variant) -> bool {
+    match family {
+        Family::Mamba => v.mamba_sizes().is_some(),
+        f => v.dims(f).is_some(),
+    }
+}
+
 fn variant_key(cfg: &RunConfig) -> String {
     match &cfg.model {
         ModelSpec::Unet(u) => format!("unet {}L", u.levels()),
@@ -148,6 +156,7 @@ fn variant_key(cfg: &RunConfig) -> String {
                 ModelSpec::Dit(x) => x.variant,
                 ModelSpec::Hdit(x) => x.variant,
                 ModelSpec::Uvit(x) => x.variant,
+                ModelSpec::Mamba(x) => x.variant,
                 ModelSpec::Unet(_) => None,
             };
             format!("{} {}", m.family(), v.map(|v| v.name().to_string()).unwrap_or_else(|| "custom".into()))
@@ -346,10 +355,10 @@ fn around(base: &RunConfig, space: &SearchSpace) -> Vec<(String, RunConfig)> {
             let variants: Vec<Variant> = if space.variants.is_empty() {
                 [Variant::S, Variant::SDeep, Variant::M, Variant::B, Variant::L, Variant::XL]
                     .into_iter()
-                    .filter(|v| v.dims(family).is_some())
+                    .filter(|&v| has_variant(family, v))
                     .collect()
             } else {
-                space.variants.iter().copied().filter(|v| v.dims(family).is_some()).collect()
+                space.variants.iter().copied().filter(|&v| has_variant(family, v)).collect()
             };
             for v in variants {
                 for &p in &space.patches {
@@ -364,6 +373,10 @@ fn around(base: &RunConfig, space: &SearchSpace) -> Vec<(String, RunConfig)> {
                         ModelSpec::Hdit(x) => {
                             (x.variant, x.hidden, x.heads, x.patch) = (Some(v), None, None, p);
                         }
+                        ModelSpec::Mamba(x) => {
+                            (x.variant, x.embed_dim, x.stage_dims, x.num_heads, x.patch_size) =
+                                (Some(v), None, None, None, p);
+                        }
                         ModelSpec::Unet(_) => {}
                     }
                     let prefix = match family {
@@ -371,6 +384,7 @@ fn around(base: &RunConfig, space: &SearchSpace) -> Vec<(String, RunConfig)> {
                         Family::Uvit => "UViT",
                         Family::Hdit => "HDiT",
                         Family::Unet => "UNet",
+                        Family::Mamba => "MambaDiff",
                     };
                     out.push((format!("{prefix}-{}_p{p}", v.name()), c));
                 }

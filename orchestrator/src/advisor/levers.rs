@@ -63,6 +63,10 @@ pub fn candidates(cfg: &RunConfig) -> Vec<(String, RunConfig)> {
             let p = m.patch;
             with(format!("patch {p} → {}", p * 2), &|c| set_patch(c, p * 2));
         }
+        ModelSpec::Mamba(m) => {
+            let p = m.patch_size;
+            with(format!("patch {p} → {}", p * 2), &|c| set_patch(c, p * 2));
+        }
     }
     out
 }
@@ -72,6 +76,7 @@ fn set_patch(c: &mut RunConfig, p: u32) {
         ModelSpec::Dit(m) => m.patch = p,
         ModelSpec::Uvit(m) => m.patch = p,
         ModelSpec::Hdit(m) => m.patch = p,
+        ModelSpec::Mamba(m) => m.patch_size = p,
         ModelSpec::Unet(_) => {}
     }
 }

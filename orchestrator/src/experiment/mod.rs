@@ -409,10 +409,13 @@ pub(crate) fn model_from_value(v: &Value) -> Result<ModelSpec, (KeyPath, String)
         return Err((here, "expected a mapping with a `family` key".into()));
     };
     let Some(family) = map.get("family") else {
-        return Err((here, "missing field `family` (unet, dit, hdit or uvit)".into()));
+        return Err((here, "missing field `family` (unet, dit, hdit, uvit or mamba)".into()));
     };
     let family: Family = serde_yaml::from_value(family.clone()).map_err(|_| {
-        (here.clone().key("family"), format!("unknown family {}, expected unet, dit, hdit or uvit", show(family)))
+        (
+            here.clone().key("family"),
+            format!("unknown family {}, expected unet, dit, hdit, uvit or mamba", show(family)),
+        )
     })?;
     let mut rest = map.clone();
     rest.remove("family");
@@ -422,6 +425,7 @@ pub(crate) fn model_from_value(v: &Value) -> Result<ModelSpec, (KeyPath, String)
         Family::Dit => ModelSpec::Dit(typed(rest)?),
         Family::Hdit => ModelSpec::Hdit(typed(rest)?),
         Family::Uvit => ModelSpec::Uvit(typed(rest)?),
+        Family::Mamba => ModelSpec::Mamba(typed(rest)?),
     })
 }
 

@@ -27,6 +27,7 @@ pub mod calibrate;
 mod calibration;
 mod dit;
 mod hdit;
+mod mamba;
 pub mod overlay;
 mod prediction;
 pub mod training;
@@ -360,6 +361,7 @@ impl Predictor {
             ModelSpec::Dit(m) => dit::walk(m, &cfg.input, cfg.out_channels, &mut w)?,
             ModelSpec::Hdit(m) => hdit::walk(m, &cfg.input, cfg.out_channels, &mut w)?,
             ModelSpec::Uvit(m) => uvit::walk(m, &cfg.input, &mut w)?,
+            ModelSpec::Mamba(m) => mamba::walk(m, &cfg.input, cfg.out_channels, &mut w)?,
         }
         // Every parameter trains (DiT's position table too: `dit.py@3140d97:109`).
         let trainable = params as f64;

@@ -209,6 +209,12 @@ impl<'a> Shape<'a> {
             ModelSpec::Dit(m) => (&[][..], hidden(), m.variant),
             ModelSpec::Uvit(m) => (&[][..], hidden(), m.variant),
             ModelSpec::Hdit(m) => (&[][..], hidden(), m.variant),
+            // Its widest stage stands for its width (stage widths are not borrowable when resolved from a variant).
+            ModelSpec::Mamba(m) => (
+                m.stage_dims.as_deref().unwrap_or(&[]),
+                m.dims().ok().and_then(|d| d.stage_dims.last().copied()),
+                m.variant,
+            ),
         };
         Shape { family: cfg.model.family(), per_level, channels, hidden, variant, batch: cfg.batch.max(1) }
     }
@@ -229,7 +235,7 @@ impl Uncertainty {
         calibrated: impl IntoIterator<Item = &'a RunConfig>,
     ) -> Self {
         let mut bands = Vec::new();
-        for family in [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit] {
+        for family in Family::ALL {
             for regime in [Regime::Activation, Regime::Optimizer] {
                 let errs: Vec<f64> = residuals.iter().filter(|r| r.0 == family && r.1 == regime).map(|r| r.2).collect();
                 if !errs.is_empty() {

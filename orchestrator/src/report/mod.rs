@@ -288,6 +288,14 @@ fn family_title(f: Family) -> &'static str {
         Family::Dit => "DiT",
         Family::Hdit => "HDiT",
         Family::Uvit => "U-ViT",
+        Family::Mamba => "MambaDiff",
+    }
+}
+
+fn mamba_variant(model: &ModelSpec) -> Option<spec::Variant> {
+    match model.canonical() {
+        ModelSpec::Mamba(c) => c.variant,
+        _ => None,
     }
 }
 
@@ -300,6 +308,12 @@ pub fn group_of(model: &ModelSpec) -> String {
         ModelSpec::Dit(m) => m.variant,
         ModelSpec::Hdit(m) => m.variant,
         ModelSpec::Uvit(m) => m.variant,
+        // Named by its variant only where the variant's sizes are what it resolves to.
+        ModelSpec::Mamba(m) => match (mamba_variant(model), m.dims()) {
+            (Some(v), _) => return format!("{title}-{v}"),
+            (None, Ok(d)) => return format!("{title} {} x{}", spec::model::join(&d.stage_dims), d.heads),
+            (None, Err(_)) => return format!("{title} (custom)"),
+        },
     };
     match (variant, model.transformer_dims()) {
         (Some(v), _) => format!("{title}-{v}"),

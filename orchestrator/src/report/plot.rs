@@ -34,7 +34,7 @@ pub fn write_all(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotError>
             out.extend(save(&f, &dir.join(stem))?);
         }
     }
-    for family in [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit] {
+    for family in Family::ALL {
         let m = VerdictMap::new(report, family);
         if m.len() >= 2 {
             out.extend(save(&m, &dir.join(format!("verdict_map_{}", family.name())))?);
@@ -52,6 +52,7 @@ fn family_color(f: Family) -> RGBColor {
         Family::Dit => PALETTE[1],
         Family::Hdit => PALETTE[2],
         Family::Uvit => PALETTE[4],
+        Family::Mamba => PALETTE[3],
     }
 }
 
@@ -251,7 +252,7 @@ impl PredVsMeasured {
         k: f64,
         max: f64,
     ) -> Result<(), PlotError> {
-        for f in [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit] {
+        for f in Family::ALL {
             let color = family_color(f);
             let ran: Vec<(f64, f64)> = self
                 .points

@@ -113,7 +113,7 @@ fn base_model_keys(src: &Source, base: &Value, cli_origins: &[(KeyPath, Origin)]
     let Some(Value::Mapping(model)) = base.get("model") else { return Ok(()) };
     let unknown_to_every_family = |key: &Value, value: &Value| {
         use spec::model::Family;
-        [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit].iter().all(|f| {
+        Family::ALL.iter().all(|f| {
             let mut one = serde_yaml::Mapping::new();
             one.insert("family".into(), serde_yaml::to_value(f).expect("a family is a YAML string"));
             one.insert(key.clone(), value.clone());

@@ -42,6 +42,8 @@ pub enum BuildError {
     Spec(#[from] spec::Invalid),
     #[error("{0}")]
     Shape(String),
+    #[error("the worker has no {0} model: MambaDiff is planned and predicted by the orchestrator, not built here")]
+    NoWorkerModel(spec::model::Family),
 }
 
 /// One model of any family, so the runner handles them alike.
@@ -72,6 +74,7 @@ impl Model {
             ModelSpec::Dit(m) => Model::Dit(dit::Dit::new(m, input, out_channels, attention, device)?),
             ModelSpec::Hdit(m) => Model::Hdit(hdit::Hdit::new(m, input, out_channels, attention, device)?),
             ModelSpec::Uvit(m) => Model::Uvit(uvit::Uvit::new(m, input, attention, device)?),
+            ModelSpec::Mamba(_) => return Err(BuildError::NoWorkerModel(spec.family())),
         })
     }
 
@@ -451,6 +454,18 @@ mod tests {
             let model = Model::build(&spec, &input, 1, AttentionKernel::MemoryEfficient, &device).unwrap();
             assert_eq!(model.num_params() as u64, expected, "{}", spec.summary());
         }
+    }
+
+    /// The worker has no MambaDiff: a Mamba config is refused at build, with the reason, not a panic.
+    #[test]
+    fn a_mamba_config_is_refused_at_build_with_the_reason() {
+        let device = test_util::device();
+        let input = Input { channels: 2, spatial: Spatial::new(16, 16, 16) };
+        let mamba: ModelSpec =
+            serde_json::from_value(serde_json::json!({"family": "mamba", "variant": "S", "patch_size": 2})).unwrap();
+        let err = Model::build(&mamba, &input, 1, AttentionKernel::MemoryEfficient, &device).unwrap_err();
+        assert!(matches!(err, BuildError::NoWorkerModel(spec::model::Family::Mamba)), "{err}");
+        assert!(err.to_string().starts_with("the worker has no mamba model"), "{err}");
     }
 
     #[test]
