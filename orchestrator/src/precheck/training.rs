@@ -192,12 +192,8 @@ pub(crate) fn predict(cfg: &RunConfig, walk: &StepWalk, c: &TrainCoefficients) -
     static DEFAULTS: std::sync::OnceLock<Training> = std::sync::OnceLock::new();
     let t = cfg.training.as_ref().unwrap_or_else(|| DEFAULTS.get_or_init(Training::default));
     let s = State::of(t, walk);
-    let phases = vec![
-        startup(t, &s),
-        step(t, walk, &s, c),
-        validation(cfg, t, walk, &s, c),
-        generation(cfg, t, walk, &s, c),
-    ];
+    let phases =
+        vec![startup(t, &s), step(t, walk, &s, c), validation(cfg, t, walk, &s, c), generation(cfg, t, walk, &s, c)];
     let peak = phases.iter().max_by(|a, b| a.bytes.total_cmp(&b.bytes)).expect("four phases");
     let uncovered = uncovered(cfg, t);
     TrainPrediction {
