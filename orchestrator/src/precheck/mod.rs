@@ -422,7 +422,13 @@ impl Predictor {
             resident,
             opt_temp: c.opt_temp,
         };
-        let train = training::predict(cfg, &walk, &self.training);
+        // The PyTorch runtime is the group's trainer; this project's worker
+        // (`burn-*`) runs repeated steps only.
+        let trainer = match self.runtime.starts_with("pytorch") {
+            true => training::Trainer::Group,
+            false => training::Trainer::Worker,
+        };
+        let train = training::predict(cfg, &walk, &self.training, trainer);
         let (rel_uncertainty, distance) = match uncertainty {
             Some(u) => {
                 let a = u.assess(cfg, peak_phase);

@@ -185,16 +185,28 @@ fn term(name: &'static str, bytes: f64) -> PhaseTerm {
     PhaseTerm { name, bytes }
 }
 
+/// Whose training process a `mode: train` run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trainer {
+    /// The group's `medgen.scripts.train` (the PyTorch runtime): every phase.
+    Group,
+    /// This project's worker: repeated steps, no validation or generation.
+    Worker,
+}
+
 /// The phases of `cfg`'s training run.
-pub(crate) fn predict(cfg: &RunConfig, walk: &StepWalk, c: &TrainCoefficients) -> TrainPrediction {
+pub(crate) fn predict(cfg: &RunConfig, walk: &StepWalk, c: &TrainCoefficients, trainer: Trainer) -> TrainPrediction {
     // The group's defaults where the config names none (shared: a sweep
     // predicts thousands of configs).
     static DEFAULTS: std::sync::OnceLock<Training> = std::sync::OnceLock::new();
     let t = cfg.training.as_ref().unwrap_or_else(|| DEFAULTS.get_or_init(Training::default));
     let s = State::of(t, walk);
-    let phases =
-        vec![startup(t, &s), step(t, walk, &s, c), validation(cfg, t, walk, &s, c), generation(cfg, t, walk, &s, c)];
-    let peak = phases.iter().max_by(|a, b| a.bytes.total_cmp(&b.bytes)).expect("four phases");
+    let mut phases = vec![startup(t, &s), step(t, walk, &s, c)];
+    if trainer == Trainer::Group {
+        phases.push(validation(cfg, t, walk, &s, c));
+        phases.push(generation(cfg, t, walk, &s, c));
+    }
+    let peak = phases.iter().max_by(|a, b| a.bytes.total_cmp(&b.bytes)).expect("start-up and step at least");
     let uncovered = uncovered(cfg, t);
     TrainPrediction {
         peak_phase: peak.phase,
