@@ -324,11 +324,6 @@ impl Predictor {
     pub fn coefficients(&self) -> &Coefficients {
         &self.coeffs
     }
-    /// The same predictor with other training coefficients (a refit).
-    pub fn with_training(mut self, training: training::TrainCoefficients) -> Self {
-        self.training = training;
-        self
-    }
 
     /// The full breakdown for one config (profiling mode: one forward, backward, step).
     pub fn predict(&self, cfg: &RunConfig) -> Result<Prediction, PrecheckError> {

@@ -77,10 +77,13 @@ pub struct TrainCoefficients {
 }
 
 impl TrainCoefficients {
-    /// The shipped coefficients.
+    /// The shipped coefficients (parsed once: every predictor carries them).
     pub fn builtin() -> Self {
-        let file: TrainingFile = serde_json::from_str(BUILTIN_TRAINING).expect("shipped training.json parses");
-        file.coefficients
+        static SHIPPED: std::sync::OnceLock<TrainCoefficients> = std::sync::OnceLock::new();
+        *SHIPPED.get_or_init(|| {
+            let file: TrainingFile = serde_json::from_str(BUILTIN_TRAINING).expect("shipped training.json parses");
+            file.coefficients
+        })
     }
 }
 
