@@ -59,8 +59,7 @@ pub struct PredictLine {
     pub reason: Option<String>,
 }
 
-/// `x` to `digits` decimals, as the JSON lines of `predict` write figures.
-pub(super) fn round(x: f64, digits: i32) -> f64 {
+fn round(x: f64, digits: i32) -> f64 {
     let f = 10f64.powi(digits);
     (x * f).round() / f
 }

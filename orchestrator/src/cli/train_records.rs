@@ -12,7 +12,6 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use spec::training_record::TrainingRecord;
 
-use super::precheck::round;
 use crate::precheck::{Predictor, GIB};
 
 /// Whether a JSONL file holds training-run records: its first record has
@@ -50,6 +49,11 @@ pub struct TrainLine {
     pub phases: std::collections::BTreeMap<&'static str, f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
 }
 
 /// The prediction of one run, and its two older answers in GiB (Train column
