@@ -12,7 +12,7 @@ use orchestrator::state::overlay;
 fn main() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/vram-measurements.jsonl");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let recs = spec::record::read_jsonl(&text).unwrap_or_else(|(l, e)| panic!("{}:{l}: {e}", path.display()));
+    let recs = facts::record::read_jsonl(&text).unwrap_or_else(|(l, e)| panic!("{}:{l}: {e}", path.display()));
     let state = tempfile::tempdir().expect("tempdir");
     let mut files = std::collections::BTreeMap::<String, String>::new();
     for (line, r) in text.lines().zip(&recs) {

@@ -5,13 +5,13 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use facts::RunConfig;
 use orchestrator::precheck::Predictor;
-use spec::RunConfig;
 
 fn configs() -> Vec<RunConfig> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/vram-measurements.jsonl");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let recs = spec::record::read_jsonl(&text).unwrap_or_else(|(l, e)| panic!("{}:{l}: {e}", path.display()));
+    let recs = facts::record::read_jsonl(&text).unwrap_or_else(|(l, e)| panic!("{}:{l}: {e}", path.display()));
     recs.iter().filter_map(|r| r.run_config().ok()).collect()
 }
 

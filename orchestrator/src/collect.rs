@@ -1,15 +1,15 @@
 //! Reading a worker's event stream (`<state>/<experiment>/runs/<config>/events.jsonl`,
-//! format `spec::event::Event`) into live progress, and a finished run into a
+//! format `facts::event::Event`) into live progress, and a finished run into a
 //! measurement record the precheck can calibrate on.
 //!
 //! The file may be read while the worker is still appending (locally or pulled
 //! over SFTP), so a torn last line is expected and skipped. A retried run
 //! appends a new `start`; only the last attempt counts.
 
-use spec::event::{Event, Phase, PhasePeaks, RunEnvironment, RunResult, RunStatus};
-use spec::record::{MeasuredStatus, MeasurementRecord};
-use spec::run::ConfigHash;
-use spec::{ModelSpec, RunConfig};
+use facts::event::{Event, Phase, PhasePeaks, RunEnvironment, RunResult, RunStatus};
+use facts::record::{MeasuredStatus, MeasurementRecord};
+use facts::run::ConfigHash;
+use facts::{ModelSpec, RunConfig};
 
 /// The group's policy: a run above this peak is flagged `>60GB` (over budget).
 pub const BUDGET_GIB: f64 = 60.0;
@@ -157,7 +157,7 @@ impl RunProgress {
 /// (where the next read starts); and how many complete lines did not parse.
 /// The text after the last newline is left for the next read, whole.
 pub fn complete_lines(bytes: &[u8]) -> (Vec<(Event, usize)>, usize, usize) {
-    let lines = spec::jsonl::read::<Event>(bytes);
+    let lines = facts::jsonl::read::<Event>(bytes);
     let mut skipped = 0;
     let mut events = Vec::new();
     for l in lines.complete {
@@ -173,7 +173,7 @@ pub fn complete_lines(bytes: &[u8]) -> (Vec<(Event, usize)>, usize, usize) {
 /// `skipped_lines` (a torn last line is the normal case while a run is live).
 pub fn parse_events(bytes: &[u8]) -> RunProgress {
     let mut p = RunProgress::default();
-    let lines = spec::jsonl::read::<Event>(bytes);
+    let lines = facts::jsonl::read::<Event>(bytes);
     p.skipped_lines += usize::from(lines.torn);
     for l in lines.all() {
         match l.value {
@@ -221,7 +221,7 @@ pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementR
         gpu: env.map(|e| e.device.clone()).unwrap_or_else(|| "unknown".into()),
         // What ran, not what was asked: a device without the type fell back to f32.
         precision: match env {
-            Some(e) if e.requested_dtype.is_some() && e.dtype == "f32" => spec::Precision::Fp32,
+            Some(e) if e.requested_dtype.is_some() && e.dtype == "f32" => facts::Precision::Fp32,
             _ => cfg.precision,
         },
         grad_ckpt: cfg.grad_ckpt,
@@ -318,7 +318,7 @@ fn model_fields(r: &mut MeasurementRecord, cfg: &RunConfig) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::{Input, PerLevel, Precision, Spatial, UnetSpec};
+    use facts::{Input, PerLevel, Precision, Spatial, UnetSpec};
 
     /// Lines as the worker writes them (a tiny UNet on flex, trimmed heartbeats).
     const START: &str = r#"{"event":"start","t":1760000000.5,"config":"tiny","config_hash":"0123456789ab","env":{"host":"node1","device":"cpu","backend":"flex","dtype":"f32","grad_ckpt":false}}"#;
@@ -376,7 +376,7 @@ mod tests {
         assert_eq!(r.config_name.as_deref(), Some("tiny"));
         // The record round-trips through the shared JSONL format.
         let line = serde_json::to_string(&r).unwrap();
-        assert_eq!(spec::record::read_jsonl(&line).unwrap()[0], r);
+        assert_eq!(facts::record::read_jsonl(&line).unwrap()[0], r);
     }
 
     /// A bf16 config the device ran in f32 (the worker's fallback, as seen on

@@ -1,9 +1,9 @@
 //! `orchestrator plan`: every config of a sweep, whether it can run, its exact
 //! size and the precheck's verdict, before anything is submitted.
 
+use facts::model::ModelSpec;
+use facts::params;
 use serde::Serialize;
-use spec::model::ModelSpec;
-use spec::params;
 use std::io::Write;
 
 use crate::precheck::{memory, Predictor, Verdict};

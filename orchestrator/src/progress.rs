@@ -347,7 +347,7 @@ mod tests {
         history.into_iter().fold(a, |a, (t, s)| a.seen(s, t, None)).in_state(state)
     }
 
-    fn ok(wall: f64) -> spec::event::RunResult {
+    fn ok(wall: f64) -> facts::event::RunResult {
         serde_json::from_value(serde_json::json!({
             "event": "result", "t": 0.0, "status": "ok", "params": 0, "peaks": {}, "peak_bytes": 0, "wall_s": wall
         }))

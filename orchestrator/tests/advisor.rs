@@ -8,10 +8,10 @@
 //! [64,128,256,512,512] attn-L34 7.4 vs attn-L234 19.4 (level 2 costs 12.0);
 //! [64,128,256,512,512] no-attn 7.1 vs attn-L34 7.4-7.5 (levels 3+4 cost ~0.3).
 
+use facts::{Gpu, Mode};
 use orchestrator::advisor::{fit, levers, scale};
 use orchestrator::precheck::Predictor;
 use orchestrator::sweep::{self, Sweep};
-use spec::{Gpu, Mode};
 use std::path::Path;
 
 fn load(name: &str) -> Sweep {
@@ -25,10 +25,10 @@ fn peak(s: &Sweep, name: &str) -> f64 {
 }
 
 /// The config of one of the group's records (the fields its script ran).
-fn record_config(id: &str) -> spec::RunConfig {
+fn record_config(id: &str) -> facts::RunConfig {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/vram-measurements.jsonl");
     let text = std::fs::read_to_string(&path).expect("the group's records");
-    let recs = spec::record::read_jsonl(&text).expect("records parse");
+    let recs = facts::record::read_jsonl(&text).expect("records parse");
     let r = recs.iter().find(|r| r.id == id).unwrap_or_else(|| panic!("no record {id}"));
     r.run_config().expect("a config")
 }

@@ -87,12 +87,12 @@ fn files_as_written(files: &[PathBuf]) -> Vec<PathBuf> {
 #[test]
 fn unfitted_runtimes_and_precisions_say_what_answers() {
     let shipped = Calibration::builtin();
-    let vulkan = shipped.resolve("burn-vulkan", spec::Precision::Fp32).unwrap();
+    let vulkan = shipped.resolve("burn-vulkan", facts::Precision::Fp32).unwrap();
     assert_eq!((vulkan.fit, vulkan.key.as_str()), (Fit::StandIn, "pytorch/bf16-amp"));
     assert!(vulkan.describe(Some(152)).starts_with("stand-in: pytorch/bf16-amp, fitted on 152 records"));
     assert!(vulkan.describe(None).contains("scripts/gpu-check.sh"), "{}", vulkan.describe(None));
-    let flex = shipped.resolve("burn-flex", spec::Precision::Fp16Amp).unwrap();
+    let flex = shipped.resolve("burn-flex", facts::Precision::Fp16Amp).unwrap();
     assert_eq!((flex.fit, flex.key.as_str()), (Fit::OtherPrecision, "burn-flex/bf16-amp"));
     assert_eq!(flex.label(), "derived: burn-flex/bf16-amp for burn-flex/fp16-amp");
-    assert!(shipped.resolve("tensorflow", spec::Precision::Fp32).is_err(), "an unknown runtime is an error");
+    assert!(shipped.resolve("tensorflow", facts::Precision::Fp32).is_err(), "an unknown runtime is an error");
 }

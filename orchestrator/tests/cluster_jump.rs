@@ -168,7 +168,7 @@ fn cluster_jump_sweep_completes_through_the_bastion() {
         let path =
             format!("{}/state/cj-sweep/submissions/{}/task-{i}.json", w.remote_work, sub.file_name().to_string_lossy());
         let got = sh.read_file(&path).expect("sftp through the bastion").unwrap_or_else(|| panic!("{path} missing"));
-        let got: spec::RunConfig = serde_json::from_slice(&got).expect("config json");
+        let got: facts::RunConfig = serde_json::from_slice(&got).expect("config json");
         assert_eq!(got, c.config, "task {i}");
     }
 }

@@ -46,7 +46,7 @@ fn cluster_sweep_of_24_configs_is_one_array_followed_to_completion() {
     for (i, c) in sweep.configs.iter().enumerate() {
         let path = format!("{}/state/ct-sweep24/submissions/{sid}/task-{i}.json", w.remote_work);
         let got = shell.read_file(&path).expect("sftp").unwrap_or_else(|| panic!("{path} missing"));
-        let got: spec::RunConfig = serde_json::from_slice(&got).expect("config json");
+        let got: facts::RunConfig = serde_json::from_slice(&got).expect("config json");
         assert_eq!(got, c.config, "task {i}");
     }
     // A second submit submits nothing (and a config has exactly one job).
@@ -184,7 +184,7 @@ fn cluster_hostile_values_arrive_intact_and_never_execute() {
     for (i, c) in sweep.configs.iter().enumerate() {
         let base = format!("{}/state/ct-inject/submissions/{sid}", w.remote_work);
         let got = shell.read_file(&format!("{base}/task-{i}.json")).expect("sftp").expect("task file");
-        let got: spec::RunConfig = serde_json::from_slice(&got).expect("json");
+        let got: facts::RunConfig = serde_json::from_slice(&got).expect("json");
         assert_eq!(got.name, hostile[i], "config name intact");
         assert_eq!(got, c.config);
         let d = shell.read_file(&format!("{base}/description-{i}.txt")).expect("sftp").expect("description");

@@ -70,7 +70,7 @@ fn worker_pids(manifests: &str) -> Vec<i32> {
 
 /// How many `start` and `result` lines an events file holds.
 fn starts_and_results(opts: &Options, exp: &str, r: &ConfigRecord) -> (usize, usize) {
-    let path = opts.state_root.join(exp).join(spec::run::events_rel(&spec::run::ConfigHash(r.hash().to_string())));
+    let path = opts.state_root.join(exp).join(facts::run::events_rel(&facts::run::ConfigHash(r.hash().to_string())));
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let count = |kind: &str| text.lines().filter(|l| l.contains(&format!("\"event\":\"{kind}\""))).count();
     (count("start"), count("result"))
@@ -204,7 +204,7 @@ fn resume_retries_the_rest_once(env: &Env, c: &Case) {
     // Nothing lost, nothing twice: one measurement per config.
     let ms = std::fs::read_to_string(opts.state_root.join(exp).join("measurements.jsonl")).expect("measurements");
     let mut measured: Vec<String> =
-        spec::record::read_jsonl(&ms).expect("parse").into_iter().filter_map(|m| m.config_name).collect();
+        facts::record::read_jsonl(&ms).expect("parse").into_iter().filter_map(|m| m.config_name).collect();
     measured.sort();
     assert_eq!(measured, ["first", "last", "slow"]);
     assert_eq!(starts_and_results(opts, exp, &recs["first"]), (1, 1));

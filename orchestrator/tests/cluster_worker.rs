@@ -134,7 +134,7 @@ fn status_of(r: &orchestrator::state::ConfigRecord) -> Option<&str> {
 }
 
 /// A stored result as the JSON of its `result` line.
-fn json(r: &spec::event::RunResult) -> serde_json::Value {
+fn json(r: &facts::event::RunResult) -> serde_json::Value {
     serde_json::to_value(r).expect("a result serialises")
 }
 
@@ -215,7 +215,7 @@ fn every_config_measured(exp: &Exp, sweep: &Sweep, r: &StatusReport) {
         let (params, peak) = (num(res, "params"), num(res, "peak_bytes"));
         assert_eq!(
             params,
-            spec::params::count(&c.config.model, &c.config.input, c.config.out_channels).expect("params")
+            facts::params::count(&c.config.model, &c.config.input, c.config.out_channels).expect("params")
         );
         assert!(peak > params * 4, "{}: peak {peak} B must exceed the fp32 weights {} B", c.name, params * 4);
         // The event stream itself is in the local state.
@@ -240,7 +240,7 @@ fn measurements_calibrate_the_workers_runtime(exp: &Exp) {
     // Measurement records, in the shared format, for calibration.
     let mpath = exp.opts.state_root.join(&exp.name).join("measurements.jsonl");
     let text = std::fs::read_to_string(&mpath).expect("measurements.jsonl written");
-    let ms = spec::record::read_jsonl(&text).expect("records parse");
+    let ms = facts::record::read_jsonl(&text).expect("records parse");
     assert_eq!(ms.len(), 6);
     assert!(ms.iter().all(|m| m.framework == "burn-flex" && m.gpu == "cpu" && m.peak_gb.is_some_and(|g| g > 0.0)));
     let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
@@ -328,10 +328,10 @@ fn cluster_worker_memory_limit_oom_is_recorded_and_not_resubmitted() {
     // The oom is a measurement too.
     let ms =
         std::fs::read_to_string(exp.opts.state_root.join(&exp.name).join("measurements.jsonl")).expect("measurements");
-    let ms = spec::record::read_jsonl(&ms).expect("parse");
+    let ms = facts::record::read_jsonl(&ms).expect("parse");
     assert!(ms
         .iter()
-        .any(|m| m.config_name.as_deref() == Some("big") && m.status == spec::record::MeasuredStatus::Oom));
+        .any(|m| m.config_name.as_deref() == Some("big") && m.status == facts::record::MeasuredStatus::Oom));
     common::assert_journal_replays(&exp.opts.state_root, &exp.name);
 }
 
@@ -468,7 +468,7 @@ fn cluster_worker_lagging_events_are_all_collected_and_a_late_oom_is_not_retried
     assert_eq!(exp.records()["big"].attempts().len(), 1, "the late oom is never retried");
     let ms =
         std::fs::read_to_string(exp.opts.state_root.join("cw-lag").join("measurements.jsonl")).expect("measurements");
-    let ms = spec::record::read_jsonl(&ms).expect("parse");
+    let ms = facts::record::read_jsonl(&ms).expect("parse");
     assert_eq!(ms.len(), 2, "one measurement per result, appended once: {ms:?}");
     eprintln!("FIGURES: lag test (6 s lagging view): {:.1} s", t0.elapsed().as_secs_f64());
 }

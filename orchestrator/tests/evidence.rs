@@ -8,10 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use facts::record::{MeasuredStatus, MeasurementRecord};
 use orchestrator::active::{parse_share, Settings, DEFAULT_TARGET_ERROR};
 use orchestrator::evidence::{run, savings, Tally};
 use orchestrator::precheck::{calibrate, Calibration, Predictor};
-use spec::record::{MeasuredStatus, MeasurementRecord};
 
 mod common;
 
@@ -64,7 +64,7 @@ fn the_documented_table_of_what_plan_would_have_saved_is_what_the_command_prints
 
 fn group_records(root: &Path) -> Vec<MeasurementRecord> {
     let text = std::fs::read_to_string(root.join("data/vram-measurements.jsonl")).expect("records");
-    spec::record::read_jsonl(&text).expect("records parse").into_iter().filter(|r| r.superseded.is_none()).collect()
+    facts::record::read_jsonl(&text).expect("records parse").into_iter().filter(|r| r.superseded.is_none()).collect()
 }
 
 /// Each config is judged by a calibration fitted without every table that
@@ -78,7 +78,7 @@ fn each_config_is_judged_by_a_calibration_fitted_without_its_tables() {
     let files = [root.join("experiments/exp9.yaml"), root.join("experiments/exp13.yaml")];
     let savings = savings::run(&files, &root.join("data/vram-measurements.jsonl")).expect("savings");
     let text = std::fs::read_to_string(root.join("data/vram-measurements.jsonl")).expect("records");
-    let lines: Vec<MeasurementRecord> = spec::record::read_jsonl(&text).expect("records parse");
+    let lines: Vec<MeasurementRecord> = facts::record::read_jsonl(&text).expect("records parse");
     let mut fitted: BTreeMap<Vec<String>, Calibration> = BTreeMap::new();
     let mut two_tables = 0;
     for (file, s) in files.iter().zip(&savings) {

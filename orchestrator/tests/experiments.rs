@@ -18,7 +18,7 @@ fn experiments_dir() -> PathBuf {
 
 fn millions(c: &sweep::SweepConfig) -> Option<f64> {
     let cfg = &c.config;
-    spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).ok().map(|n| (n as f64 / 1e5).round() / 10.0)
+    facts::params::count(&cfg.model, &cfg.input, cfg.out_channels).ok().map(|n| (n as f64 / 1e5).round() / 10.0)
 }
 
 #[test]
@@ -122,7 +122,7 @@ fn exp9_is_the_group_latent_scripts_config_list() {
     }
     let mut got = Vec::new();
     for c in &s.configs {
-        let spec::ModelSpec::Unet(u) = &c.config.model else { panic!("{}: not a UNet", c.name) };
+        let facts::ModelSpec::Unet(u) = &c.config.model else { panic!("{}: not a UNet", c.name) };
         assert_eq!(u.norm_num_groups, 32, "{}", c.name);
         assert_eq!((c.config.input.channels, c.config.out_channels), (8, 4), "{}", c.name);
         // Heads where attention runs (MONAI reads the head channels nowhere else).

@@ -13,9 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use facts::record::{MeasuredStatus, MeasurementRecord};
+use facts::ModelSpec;
 use orchestrator::sweep::{Sweep, SweepConfig};
-use spec::record::{MeasuredStatus, MeasurementRecord};
-use spec::ModelSpec;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -70,7 +70,7 @@ fn tables(md: &str) -> Vec<Table> {
 
 fn group_records() -> Vec<MeasurementRecord> {
     let text = std::fs::read_to_string(root().join("data/vram-measurements.jsonl")).expect("records");
-    spec::record::read_jsonl(&text).expect("records parse").into_iter().filter(|r| r.superseded.is_none()).collect()
+    facts::record::read_jsonl(&text).expect("records parse").into_iter().filter(|r| r.superseded.is_none()).collect()
 }
 
 /// The config a printed row shows: by its name (a second name is its twin's

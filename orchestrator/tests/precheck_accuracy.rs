@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
+use facts::record::{read_jsonl, MeasuredStatus, MeasurementRecord};
 use orchestrator::cli::precheck::predict_record;
 use orchestrator::precheck::calibrate::{self, summarise};
 use orchestrator::precheck::Calibration;
-use spec::record::{read_jsonl, MeasuredStatus, MeasurementRecord};
 
 fn records() -> Vec<MeasurementRecord> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/vram-measurements.jsonl");
@@ -129,7 +129,7 @@ fn unet_scaling_from_128_to_256_matches_the_groups_ratios() {
         }
         let mut cfg = r.run_config().unwrap();
         let at_128 = pred.peak_bytes(&cfg).unwrap();
-        cfg.input.spatial = spec::Spatial::new(80, 128, 128);
+        cfg.input.spatial = facts::Spatial::new(80, 128, 128);
         let ratio = pred.peak_bytes(&cfg).unwrap() / at_128;
         let range = if widths[0] <= 32 && widths[4] >= 1024 {
             narrow += 1;

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::orchestrator;
+use facts::record::MeasurementRecord;
+use facts::ModelSpec;
 use orchestrator::sweep::SweepConfig;
-use spec::record::MeasurementRecord;
-use spec::ModelSpec;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -22,7 +22,7 @@ fn root() -> PathBuf {
 
 fn group_records() -> Vec<MeasurementRecord> {
     let text = std::fs::read_to_string(root().join("data/vram-measurements.jsonl")).expect("records");
-    spec::record::read_jsonl(&text).expect("records parse").into_iter().filter(|r| r.superseded.is_none()).collect()
+    facts::record::read_jsonl(&text).expect("records parse").into_iter().filter(|r| r.superseded.is_none()).collect()
 }
 
 /// Whether record `r` measured config `c`, compared field by field: the run
@@ -43,7 +43,7 @@ fn measured(r: &MeasurementRecord, c: &SweepConfig) -> bool {
     match &cfg.model {
         ModelSpec::Unet(u) => {
             let levels = u.channels.len();
-            let per_level = |p: &Option<spec::PerLevel>, default: u32| {
+            let per_level = |p: &Option<facts::PerLevel>, default: u32| {
                 p.as_ref().map(|p| p.expand(levels)).unwrap_or_else(|| vec![default; levels])
             };
             let attends = |l: usize| u.attention_levels[l] || l + 1 == levels;

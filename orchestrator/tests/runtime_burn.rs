@@ -3,9 +3,9 @@
 //! chunk's score tile while a block runs) and autocast for the `-amp`
 //! precisions, on CPU and GPU alike (worker/README.md, docs/gpu.md).
 
+use facts::record::{MeasuredStatus, MeasurementRecord};
 use orchestrator::precheck::{Predictor, Verdict};
 use orchestrator::sweep;
-use spec::record::{MeasuredStatus, MeasurementRecord};
 
 fn plan_one(runtime: &str, precision: &str, model: &str, input: &str) -> (Verdict, f64) {
     let dir = tempfile::tempdir().unwrap();
@@ -67,15 +67,16 @@ fn burn_gpu_runtimes_are_predicted_by_the_pytorch_stand_in() {
     let text = std::fs::read_to_string(&path).unwrap();
     let records: Vec<MeasurementRecord> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(records.iter().all(|r| r.superseded.is_some()), "a current record: fit it instead");
-    let pytorch = Predictor::builtin("pytorch", spec::Precision::Fp32).unwrap();
+    let pytorch = Predictor::builtin("pytorch", facts::Precision::Fp32).unwrap();
     for rt in ["burn-vulkan", "burn-wgpu", "burn-cuda"] {
-        let p = Predictor::builtin(rt, spec::Precision::Fp32).unwrap();
+        let p = Predictor::builtin(rt, facts::Precision::Fp32).unwrap();
         for r in records.iter().filter(|r| r.status == MeasuredStatus::Ok) {
             let cfg = r.run_config().unwrap();
             assert_eq!(p.peak_bytes(&cfg).unwrap(), pytorch.peak_bytes(&cfg).unwrap(), "{rt}: {}", r.id);
         }
         let (_, source) =
-            orchestrator::precheck::overlay::predictor(None, rt, spec::Precision::Bf16Amp, spec::Gpu::H100_80).unwrap();
+            orchestrator::precheck::overlay::predictor(None, rt, facts::Precision::Bf16Amp, facts::Gpu::H100_80)
+                .unwrap();
         let said = source.to_string();
         assert!(said.starts_with("stand-in: pytorch/bf16-amp, fitted on 152 records"), "{said}");
         assert!(said.contains(&format!("no {rt} fit ships")), "{said}");

@@ -40,7 +40,7 @@ fn tasks_of_two_configs_keep_each_configs_result_and_regroup_the_leftovers() {
     let first = &subs[0];
     assert_eq!((first.array.as_str(), first.configs_per_task, first.tasks.len()), ("0-2", 2, 6));
     let sub_dir = state.join("ktasks/submissions").join(&first.id);
-    let manifest: spec::run::Manifest =
+    let manifest: facts::run::Manifest =
         serde_json::from_slice(&std::fs::read(sub_dir.join("manifest.json")).expect("manifest")).expect("json");
     assert_eq!((manifest.configs_per_task, manifest.tasks()), (2, 3));
     let script = std::fs::read_to_string(sub_dir.join("job.sbatch")).expect("script");
@@ -68,7 +68,7 @@ fn tasks_of_two_configs_keep_each_configs_result_and_regroup_the_leftovers() {
     let mut subs = common::submissions(&state, "ktasks");
     subs.sort_by(|a, b| a.id.cmp(&b.id));
     let again = &subs[1];
-    let names = |hashes: &[spec::run::ConfigHash]| -> Vec<String> {
+    let names = |hashes: &[facts::run::ConfigHash]| -> Vec<String> {
         hashes.iter().map(|h| recs.values().find(|r| r.hash() == h).expect("a record").name().to_string()).collect()
     };
     // Three leftovers, two a task: two tasks.
@@ -85,7 +85,7 @@ fn tasks_of_two_configs_keep_each_configs_result_and_regroup_the_leftovers() {
     }
     // One measurement per measured config: nothing lost, nothing twice.
     let ms = std::fs::read_to_string(state.join("ktasks/measurements.jsonl")).expect("measurements");
-    let ms = spec::record::read_jsonl(&ms).expect("records parse");
+    let ms = facts::record::read_jsonl(&ms).expect("records parse");
     let mut measured: Vec<&str> = ms.iter().filter_map(|m| m.config_name.as_deref()).collect();
     measured.sort();
     assert_eq!(measured, ["B_b1", "L_b1", "S_b1"]);

@@ -3,16 +3,16 @@
 //! the fact holds, and nothing else does. Without the fact's term the test
 //! fails.
 
+use facts::training::{Compile, Compression, CompressionKind, Extractor, Training};
+use facts::{Input, ModelSpec, Precision, RunConfig, Spatial};
 use orchestrator::precheck::training::{TrainCoefficients, TrainPhase, TrainPrediction};
 use orchestrator::precheck::{Predictor, GIB};
-use spec::training::{Compile, Compression, CompressionKind, Extractor, Training};
-use spec::{Input, ModelSpec, Precision, RunConfig, Spatial};
 
 /// A training run of `model` on `channels` x `spatial`.
 fn config(model: serde_json::Value, channels: u32, spatial: Spatial, grad_ckpt: bool, training: Training) -> RunConfig {
     let model: ModelSpec = serde_json::from_value(model).unwrap();
     RunConfig {
-        mode: spec::Mode::Train,
+        mode: facts::Mode::Train,
         precision: Precision::Bf16Amp,
         grad_ckpt,
         training: Some(training),
@@ -127,7 +127,7 @@ fn a_latent_run_decodes_at_full_resolution_in_fp32() {
 fn generation_holds_the_extractors_published_weights() {
     let all = Training::default();
     let without = Training {
-        generation: spec::training::Generation {
+        generation: facts::training::Generation {
             extractors: vec![Extractor::Resnet50, Extractor::RadimagenetResnet50],
             ..all.generation.clone()
         },
@@ -158,7 +158,7 @@ fn controlnet_trains_a_copy_of_half_the_unet_beside_the_frozen_one() {
 #[test]
 fn offloading_code_samples_without_the_optimizer_or_a_cached_workspace() {
     let g = |offload| Training {
-        generation: spec::training::Generation { offload, ..Training::default().generation },
+        generation: facts::training::Generation { offload, ..Training::default().generation },
         ..Training::default()
     };
     let (kept, _) = train(&unet(g(false)));

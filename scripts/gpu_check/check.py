@@ -16,7 +16,7 @@ Parts, each with a time budget (seconds; unused time passes to the next):
      (each on an empty kernel cache), then `worker warm` filling a cache, then
      warm from it, then the four as one task (`configs_per_task: 4`)
 
-Records land in OUT as the project reads them (spec/src/record.rs):
+Records land in OUT as the project reads them (facts/src/record.rs):
 worker.jsonl (`orchestrator calibrate --records`), pytorch.jsonl (also what
 `worker fidelity --records` reads: framework pytorch), phases.jsonl (every
 run's per-phase bytes, wall time, kernel cache state) and summary.md.

@@ -34,7 +34,7 @@ from torch.utils.checkpoint import checkpoint
 
 TIME_FREQ_DIM = 256
 
-# (hidden, heads, depth) per family and variant: spec/src/model.rs `Variant::dims`.
+# (hidden, heads, depth) per family and variant: facts/src/model.rs `Variant::dims`.
 VARIANTS = {
     "dit": {"S": (384, 6, 12), "B": (768, 12, 12), "L": (1024, 16, 24), "XL": (1152, 16, 28)},
     "uvit": {"S": (512, 8, 13), "S-Deep": (512, 8, 17), "M": (768, 12, 17), "L": (1024, 16, 21)},
@@ -366,7 +366,7 @@ def unet(cfg, cin, cout, ckpt):
 
 
 def build(cfg):
-    """The model of a worker RunConfig (spec::RunConfig as JSON)."""
+    """The model of a worker RunConfig (facts::RunConfig as JSON)."""
     m, cin, cout = cfg["model"], cfg["input"]["channels"], cfg["out_channels"]
     spatial, ckpt = cfg["input"]["spatial"], cfg["grad_ckpt"]
     family = m["family"]

@@ -6,9 +6,9 @@ memory-efficient attention, then with the decomposed one, which must end
 one task of four; in `--cpu` mode tiny stand-ins of each, so the same code
 path runs on a CPU in a minute or two.
 
-A config is a worker `spec::RunConfig` as JSON (what `worker run --config`
+A config is a worker `facts::RunConfig` as JSON (what `worker run --config`
 reads), built from a measurement record as `MeasurementRecord::run_config`
-does (spec/src/record.rs): the record's UNet fields, and where a record
+does (facts/src/record.rs): the record's UNet fields, and where a record
 lacks one the defaults that reader assumes (2 ResBlocks, 64 channels per
 head, the largest GroupNorm count up to 32 that divides every width).
 """

@@ -1,4 +1,4 @@
-"""The fields of a measurement record (spec/src/record.rs) that a config
+"""The fields of a measurement record (facts/src/record.rs) that a config
 gives: one definition for the PyTorch half and the worker half."""
 
 MODEL_KEYS = ("channels", "attention_levels", "num_res_blocks", "num_head_channels", "norm_num_groups",

@@ -11,7 +11,7 @@ an allocator setting holds for a whole process, so the caller runs this
 twice, once with the variable set and `--expandable` (those configs alone),
 once without (the rest).
 
-Every config becomes a measurement record (spec/src/record.rs) appended to
+Every config becomes a measurement record (facts/src/record.rs) appended to
 OUT_DIR/pytorch.jsonl as it ends, with the group's columns (`model_gb`, and
 the running maxima `fwd_gb`, `bwd_gb`, `peak_gb`), and its marks beside the
 group's figures for it to OUT_DIR/phases.jsonl. With --cpu (no GPU) the same
@@ -108,7 +108,7 @@ class CudaMeter:
 
 
 def record(item, marks, params, failure, dev):
-    """A measurement record (spec/src/record.rs) with the group's columns."""
+    """A measurement record (facts/src/record.rs) with the group's columns."""
     cfg = item["config"]
     r = {
         "id": f"gpu-check/pytorch/{cfg['name']}",

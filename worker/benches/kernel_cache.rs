@@ -25,8 +25,8 @@ mod common;
 use std::path::Path;
 use std::time::Instant;
 
-use spec::event::{CacheState, Event};
-use spec::{RunConfig, Spatial};
+use facts::event::{CacheState, Event};
+use facts::{RunConfig, Spatial};
 
 /// One config's run: the process's wall time, the first step's seconds
 /// (fwd + bwd + step), its peak, the cache as the run found it, its status.

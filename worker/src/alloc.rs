@@ -23,7 +23,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use spec::event::Phase;
+use facts::event::Phase;
 
 /// Live bytes now.
 static CURRENT: AtomicU64 = AtomicU64::new(0);

@@ -15,7 +15,7 @@
 
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use spec::Precision;
+use facts::Precision;
 
 /// A backend this build can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

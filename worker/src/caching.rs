@@ -28,8 +28,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use spec::event::{Phase, PhasePeaks};
-use spec::gpu::Gpu;
+use facts::event::{Phase, PhasePeaks};
+use facts::gpu::Gpu;
 
 use crate::alloc::{Trace, TraceEvent};
 

@@ -1,4 +1,4 @@
-//! The event stream writer: `spec::event::Event` as JSON lines appended to
+//! The event stream writer: `facts::event::Event` as JSON lines appended to
 //! `<state>/<experiment>/runs/<hash>/events.jsonl`, each line one `write(2)`
 //! on an `O_APPEND` file, so a line is never interleaved with another writer's
 //! and a reader (the orchestrator, possibly over SFTP) sees whole lines or a
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use spec::event::Event;
+use facts::event::Event;
 
 /// Seconds since the Unix epoch (the events' `t`).
 pub fn now() -> f64 {
@@ -19,8 +19,8 @@ pub fn now() -> f64 {
 }
 
 /// Where a config's events go: `<state>/<experiment>/runs/<hash>/events.jsonl`
-/// (kept by what ran: [`spec::RunConfig::events_rel`]).
-pub fn events_path(state_dir: &Path, cfg: &spec::RunConfig) -> PathBuf {
+/// (kept by what ran: [`facts::RunConfig::events_rel`]).
+pub fn events_path(state_dir: &Path, cfg: &facts::RunConfig) -> PathBuf {
     state_dir.join(&cfg.experiment).join(cfg.events_rel())
 }
 
@@ -30,19 +30,19 @@ pub fn events_path(state_dir: &Path, cfg: &spec::RunConfig) -> PathBuf {
 #[derive(Debug, Default)]
 pub struct Written {
     pub started: bool,
-    pub result: Option<spec::event::RunResult>,
+    pub result: Option<facts::event::RunResult>,
 }
 
 /// [`Written`] for `cfg` under `state_dir`, from `since` (seconds since the
 /// epoch; 0 for everything). A missing file or a torn line reads as nothing.
-pub fn written_since(state_dir: &Path, cfg: &spec::RunConfig, since: f64) -> Written {
+pub fn written_since(state_dir: &Path, cfg: &facts::RunConfig, since: f64) -> Written {
     let Ok(bytes) = std::fs::read(events_path(state_dir, cfg)) else { return Written::default() };
     let mut out = Written::default();
-    for event in spec::jsonl::read::<Event>(&bytes).all().filter_map(|l| l.value.ok()) {
+    for event in facts::jsonl::read::<Event>(&bytes).all().filter_map(|l| l.value.ok()) {
         match event {
             Event::Start { t, .. } if t >= since => out.started = true,
             e @ Event::Result { .. } => {
-                if let Ok(r) = spec::event::RunResult::try_from(e) {
+                if let Ok(r) = facts::event::RunResult::try_from(e) {
                     if r.t >= since {
                         out.result = Some(r);
                     }
@@ -110,7 +110,7 @@ struct Sink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::event::{Phase, RunResult, RunStatus};
+    use facts::event::{Phase, RunResult, RunStatus};
 
     /// The signal thread records `cancelled` while the main thread ends a
     /// phase: the phase's line, written after the result, must not follow it.

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use spec::event::AttentionKernel;
-use spec::run::Manifest;
-use spec::RunConfig;
+use facts::event::AttentionKernel;
+use facts::run::Manifest;
+use facts::RunConfig;
 use worker::{Backend, RunOptions};
 
 #[derive(Parser)]
@@ -46,7 +46,7 @@ struct WarmArgs {
     state_dir: Option<PathBuf>,
     /// Precisions to run each family in (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', value_parser = precision, default_values = ["fp32", "bf16-amp"])]
-    precision: Vec<spec::Precision>,
+    precision: Vec<facts::Precision>,
 }
 
 #[derive(clap::Args)]
@@ -59,7 +59,7 @@ struct FidelityArgs {
     max_peak_gib: f64,
     /// Only configs of these families (unet, dit, hdit, uvit; repeat or comma-separate).
     #[arg(long, value_delimiter = ',', value_parser = family)]
-    family: Vec<spec::model::Family>,
+    family: Vec<facts::model::Family>,
     /// Backend (default: the first GPU backend compiled in, else `flex`).
     #[arg(long)]
     backend: Option<String>,
@@ -127,7 +127,7 @@ struct RunArgs {
     /// `latent-unet`, `s2d-unet`, `transformer`: the group's profiling
     /// scripts): the loss it took, and the result carries the figures it printed.
     #[arg(long, default_value = "project")]
-    protocol: spec::protocol::Protocol,
+    protocol: facts::protocol::Protocol,
     /// Run the task's configs from this index on (set by the worker itself
     /// when it restarts a task of several configs: see `worker::task`).
     #[arg(long, hide = true, requires = "manifest")]
@@ -267,9 +267,9 @@ fn fidelity(args: FidelityArgs) -> Result<()> {
     let device = if backend.is_gpu() { backend.name().to_string() } else { "CPU, flex backend".into() };
     print!("{}", worker::fidelity::markdown(&rows, &device, &predictions, &before));
     if let Some(path) = &args.pytorch {
-        let read = |p: &Path| -> Result<Vec<spec::record::MeasurementRecord>> {
+        let read = |p: &Path| -> Result<Vec<facts::record::MeasurementRecord>> {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            spec::record::read_jsonl(&text).map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", p.display()))
+            facts::record::read_jsonl(&text).map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", p.display()))
         };
         let reference = worker::fidelity::Reference::matching(&read(&args.records)?, &read(path)?)?;
         print!("{}", reference.markdown(&rows));
@@ -311,7 +311,7 @@ fn warm(args: &WarmArgs) -> Result<i32> {
 }
 
 /// A precision by its experiment-file name, for `--precision`.
-fn precision(name: &str) -> Result<spec::Precision, String> {
+fn precision(name: &str) -> Result<facts::Precision, String> {
     serde_json::from_value(serde_json::Value::String(name.into()))
         .map_err(|_| format!("unknown precision `{name}` (fp32, bf16-amp, fp16-amp or bf16)"))
 }
@@ -331,8 +331,8 @@ fn this_worker() -> Result<(PathBuf, Vec<std::ffi::OsString>)> {
 }
 
 /// A family by its name, for `--family`.
-fn family(name: &str) -> Result<spec::model::Family, String> {
-    use spec::model::Family;
+fn family(name: &str) -> Result<facts::model::Family, String> {
+    use facts::model::Family;
     [Family::Unet, Family::Dit, Family::Hdit, Family::Uvit].into_iter().find(|f| f.name() == name).ok_or_else(|| {
         format!("unknown family `{name}` (the worker builds unet, dit, hdit or uvit; mamba has no worker model)")
     })

@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use burn::prelude::*;
-use spec::event::MemoryMeter;
+use facts::event::MemoryMeter;
 
 use crate::alloc;
 

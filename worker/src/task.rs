@@ -27,8 +27,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
-use spec::event::{RunResult, RunStatus};
-use spec::RunConfig;
+use facts::event::{RunResult, RunStatus};
+use facts::RunConfig;
 
 use crate::events::{now, written_since};
 use crate::runner::{self, RunError, RunOptions, EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_OOM};

@@ -14,8 +14,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use spec::event::RunStatus;
-use spec::{DitSpec, HditSpec, Input, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec, UvitSpec};
+use facts::event::RunStatus;
+use facts::{DitSpec, HditSpec, Input, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec, UvitSpec};
 
 use crate::events::now;
 

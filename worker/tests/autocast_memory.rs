@@ -8,8 +8,8 @@ use std::path::Path;
 mod common;
 use common::run_worker;
 
-use spec::event::{Event, Phase, RunStatus};
-use spec::{DitSpec, Input, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
+use facts::event::{Event, Phase, RunStatus};
+use facts::{DitSpec, Input, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec};
 
 fn config(name: &str, model: ModelSpec, precision: Precision) -> RunConfig {
     let input = Input { channels: 1, spatial: Spatial::new(16, 16, 16) };

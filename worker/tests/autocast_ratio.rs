@@ -15,7 +15,7 @@
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use spec::{DitSpec, Input, ModelSpec, PerLevel, Spatial, UnetSpec};
+use facts::{DitSpec, Input, ModelSpec, PerLevel, Spatial, UnetSpec};
 use worker::alloc;
 use worker::models::amp::Autocast;
 use worker::models::attention::AttentionKernel;

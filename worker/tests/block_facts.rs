@@ -1,4 +1,4 @@
-//! The worker's transformer blocks keep for backward what `spec::blocks`
+//! The worker's transformer blocks keep for backward what `facts::blocks`
 //! describes: one group DiT block (adaLN, qk-norm) and one U-ViT pre-LN block,
 //! measured by the exact tracking allocator on the flex CPU backend, under
 //! bf16 autocast and in fp32 as PyTorch saves (`Autocast::torch_f32`).
@@ -12,15 +12,15 @@
 //! [`LOCK`].
 //!
 //! The UNet's ResBlock is measured the same way at two volumes, a voxel
-//! instead of a token, against `spec::blocks::unet`. Its input is handed
+//! instead of a token, against `facts::blocks::unet`. Its input is handed
 //! over (the test keeps no handle to it), so that it stays only if the
 //! block keeps it, as the description says which entries do; its output is
 //! measured and set apart.
 
 use burn::prelude::*;
 use burn::tensor::{Distribution, FloatDType};
-use spec::blocks::unet::{self as unet_blocks, Of, RES_BLOCK};
-use spec::blocks::{self, Block, Storage};
+use facts::blocks::unet::{self as unet_blocks, Of, RES_BLOCK};
+use facts::blocks::{self, Block, Storage};
 use worker::alloc;
 use worker::models::amp::Autocast;
 use worker::models::attention::{AttentionKernel, Heads};
@@ -66,7 +66,7 @@ fn measured_per_token(block: &dyn Fn(Tensor<3>) -> Tensor<3>, device: &Device) -
     (large as f64 - small as f64) / (TOKENS[1] - TOKENS[0]) as f64
 }
 
-/// What `spec::blocks` says `block` keeps a token, the attention kernel's
+/// What `facts::blocks` says `block` keeps a token, the attention kernel's
 /// log-sum-exp included, and the entries it counts.
 fn described(block: Block, autocast: bool) -> (f64, String) {
     let dt = if autocast { (4.0, 2.0) } else { (4.0, 4.0) };
@@ -86,7 +86,7 @@ fn check(family: &str, block: Block, autocast: bool, measured: f64) {
     );
     assert!(
         off.abs() <= TOLERANCE,
-        "{family} under {precision} keeps {measured:.1} B a token; spec::blocks describes {expected} B \
+        "{family} under {precision} keeps {measured:.1} B a token; facts::blocks describes {expected} B \
          ({:+.2} %, tolerance {} %): {entries}",
         100.0 * off,
         100.0 * TOLERANCE
@@ -179,7 +179,7 @@ fn res_forward(block: &ResBlock, emb: &Tensor<2>, dims: [usize; 3], autocast: bo
 }
 
 /// What a ResBlock makes and keeps a voxel, the input dropped where no entry
-/// of `saved` keeps it: elements of `spec::blocks::unet` at `dt` bytes.
+/// of `saved` keeps it: elements of `facts::blocks::unet` at `dt` bytes.
 fn res_described<'a>(saved: impl Iterator<Item = &'a unet_blocks::Saved>, autocast: bool) -> f64 {
     let dt = if autocast { (4.0, 2.0) } else { (4.0, 4.0) };
     // In fp32 norm1's input is the block's input itself; under autocast its f32 copy.
@@ -227,7 +227,7 @@ fn the_unet_res_block_keeps_what_spec_describes_and_frees_its_column_buffers() {
         );
         assert!(
             off.abs() <= TOLERANCE,
-            "the UNet ResBlock under {precision} keeps {measured:.1} B a voxel; spec::blocks::unet describes \
+            "the UNet ResBlock under {precision} keeps {measured:.1} B a voxel; facts::blocks::unet describes \
              {expected} B ({:+.2} %, tolerance {} %): {}",
             100.0 * off,
             100.0 * TOLERANCE,
@@ -242,7 +242,7 @@ fn the_unet_res_block_keeps_what_spec_describes_and_frees_its_column_buffers() {
         assert!(
             (above / columns - 1.0).abs() <= TOLERANCE,
             "{precision}: the forward peaked {above:.1} B a voxel above what it holds after; \
-             spec::blocks::unet's largest column buffer is {columns} B"
+             facts::blocks::unet's largest column buffer is {columns} B"
         );
     });
 }

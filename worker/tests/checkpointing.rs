@@ -8,8 +8,8 @@ use std::path::Path;
 mod common;
 use common::run_worker;
 
-use spec::event::{Checkpointing, Event, Phase, RunStatus};
-use spec::{DitSpec, HditSpec, Input, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec, UvitSpec};
+use facts::event::{Checkpointing, Event, Phase, RunStatus};
+use facts::{DitSpec, HditSpec, Input, ModelSpec, PerLevel, Precision, RunConfig, Spatial, UnetSpec, UvitSpec};
 
 fn config(name: &str, model: ModelSpec, grad_ckpt: bool) -> RunConfig {
     let input = Input { channels: 1, spatial: Spatial::new(16, 16, 16) };

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use spec::event::{Event, Phase, RunStatus};
-use spec::run::Manifest;
-use spec::{Input, Mode, ModelSpec, RunConfig, Spatial};
+use facts::event::{Event, Phase, RunStatus};
+use facts::run::Manifest;
+use facts::{Input, Mode, ModelSpec, RunConfig, Spatial};
 
 mod common;
 use common::tiny_unet;
@@ -29,7 +29,7 @@ fn events(state: &Path, cfg: &RunConfig) -> Vec<Event> {
     text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
-fn result(events: &[Event]) -> (RunStatus, Option<Phase>, u64, Option<String>, spec::event::PhasePeaks) {
+fn result(events: &[Event]) -> (RunStatus, Option<Phase>, u64, Option<String>, facts::event::PhasePeaks) {
     match events.last() {
         Some(Event::Result { status, phase, peak_bytes, message, peaks, .. }) => {
             (*status, *phase, *peak_bytes, message.clone(), peaks.clone())
@@ -77,7 +77,7 @@ fn ok_run_records_every_phase() {
     assert_eq!(phase, None);
     assert_eq!(message, None);
     // Every phase holds at least the fp32 weights; the step adds gradients and two moments.
-    let weights = 4 * spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap();
+    let weights = 4 * facts::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap();
     assert!(peaks.model.unwrap() >= weights, "{peaks:?} vs {weights}");
     assert!(peaks.step.unwrap() >= 3 * weights, "{peaks:?} vs {weights}");
     assert_eq!(peak, [peaks.model, peaks.fwd, peaks.bwd, peaks.step].iter().flatten().copied().max().unwrap());
@@ -107,7 +107,7 @@ fn ok_run_records_every_phase() {
 /// the project's protocol carries none.
 #[test]
 fn a_run_under_a_scripts_protocol_carries_the_figures_it_printed() {
-    use spec::protocol::{GroupColumns, Protocol};
+    use facts::protocol::{GroupColumns, Protocol};
     let dir = tempfile::tempdir().unwrap();
     let group = |protocol: Protocol| {
         let cfg = RunConfig { name: format!("proto_{protocol}"), ..tiny_unet("proto") };
@@ -116,7 +116,7 @@ fn a_run_under_a_scripts_protocol_carries_the_figures_it_printed() {
         let Some(Event::Result { status: RunStatus::Ok, group, peaks, .. }) = ev.last() else {
             panic!("{:?}", ev.last())
         };
-        (*group, peaks.clone(), 4 * spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap())
+        (*group, peaks.clone(), 4 * facts::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap())
     };
     let (latent, p, weights) = group(Protocol::LatentUnet);
     let Some(GroupColumns { protocol: Protocol::LatentUnet, model: Some(model), fwd, bwd, total }) = latent else {
@@ -207,7 +207,7 @@ fn host_allocation_failure_without_a_limit_is_recorded_as_oom() {
     // address space allowed.
     let cfg = RunConfig {
         name: "host_oom".into(),
-        model: ModelSpec::Dit(spec::DitSpec {
+        model: ModelSpec::Dit(facts::DitSpec {
             variant: None,
             hidden: Some(32),
             heads: Some(4),
@@ -247,7 +247,7 @@ fn bad_shape_is_recorded_as_failed() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = tiny_unet("bad");
     cfg.model =
-        ModelSpec::Dit(spec::DitSpec { variant: None, hidden: Some(32), heads: Some(2), depth: Some(1), patch: 3 });
+        ModelSpec::Dit(facts::DitSpec { variant: None, hidden: Some(32), heads: Some(2), depth: Some(1), patch: 3 });
     let status = worker()
         .args(["run", "--backend", "flex", "--config"])
         .arg(write_config(dir.path(), &cfg))

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use common::{run_worker_with, tiny_unet};
 
-use spec::event::{CacheState, Event, RunStatus};
+use facts::event::{CacheState, Event, RunStatus};
 
 /// Run `name` with `--cache-dir cache`: the cache state of its start event,
 /// its result status and the worker's stderr.

@@ -11,9 +11,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::tiny_unet;
-use spec::event::{Event, RunStatus};
-use spec::run::Manifest;
-use spec::{DitSpec, ModelSpec, Precision, RunConfig, Spatial};
+use facts::event::{Event, RunStatus};
+use facts::run::Manifest;
+use facts::{DitSpec, ModelSpec, Precision, RunConfig, Spatial};
 
 /// Three configs of different content (a task's configs are distinct computations).
 fn three_configs() -> Vec<RunConfig> {
@@ -205,7 +205,7 @@ fn a_cancelled_task_stops_where_it_was() {
 #[test]
 fn a_config_of_another_storage_type_gets_a_fresh_process() {
     let mut configs = three_configs();
-    configs[1].precision = spec::Precision::Bf16;
+    configs[1].precision = facts::Precision::Bf16;
     let dir = tempfile::tempdir().unwrap();
     let manifest = write_manifest(dir.path(), &configs, 3);
     let status = wait(start_task(dir.path(), &manifest, &[]));

@@ -15,8 +15,8 @@ mod lavapipe {
 
     use std::path::Path;
 
-    use spec::event::{AttentionKernel, DtypePolicy, Event, Phase, RunStatus};
-    use spec::{DitSpec, ModelSpec, RunConfig, Spatial};
+    use facts::event::{AttentionKernel, DtypePolicy, Event, Phase, RunStatus};
+    use facts::{DitSpec, ModelSpec, RunConfig, Spatial};
 
     fn config(name: &str, model: ModelSpec, spatial: Spatial) -> RunConfig {
         worker::warm::config("vulkan", name, model, spatial)
@@ -114,7 +114,7 @@ mod lavapipe {
         let alone: Vec<u64> = configs.iter().map(|c| runs_alone_and_reads_back(alone.path(), c)).collect();
 
         let dir = tempfile::tempdir().unwrap();
-        let manifest = spec::run::Manifest {
+        let manifest = facts::run::Manifest {
             experiment: configs[0].experiment.clone(),
             task_offset: 0,
             configs_per_task: 4,

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use spec::event::{CacheState, Event, RunStatus};
+use facts::event::{CacheState, Event, RunStatus};
 
 fn warm(cwd: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_worker")).current_dir(cwd).arg("warm").args(args).output().expect("worker runs")

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use spec::RunConfig;
+use facts::RunConfig;
 
 use super::{Answer, Group, Refit, Settings};
 use crate::precheck::{RiskReason, VerdictKind};

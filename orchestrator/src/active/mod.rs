@@ -25,10 +25,10 @@ mod outcome;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
+use facts::record::{MeasuredStatus, MeasurementRecord};
+use facts::RunConfig;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use spec::record::{MeasuredStatus, MeasurementRecord};
-use spec::RunConfig;
 
 use crate::precheck::overlay::Overlay;
 use crate::precheck::uncertainty::{Distance, Regime};
@@ -162,7 +162,7 @@ impl Refit {
             Ok(p) => p,
             Err(e) => return Answer::Invalid { reason: e.to_string() },
         };
-        let problems = spec::validate::validate(cfg);
+        let problems = facts::validate::validate(cfg);
         if !problems.is_empty() {
             return Answer::Invalid { reason: problems.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ") };
         }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::precheck::RiskReason;
-use spec::record::read_jsonl;
+use facts::record::read_jsonl;
 
 fn table(name: &str) -> Vec<MeasurementRecord> {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/vram-measurements.jsonl"))

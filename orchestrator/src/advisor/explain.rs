@@ -1,8 +1,8 @@
 //! `orchestrator explain`: the predicted peak of one config split into its
 //! terms, the phase that sets it, and the three biggest hotspots in words.
 
+use facts::RunConfig;
 use serde::Serialize;
-use spec::RunConfig;
 
 use super::{mode_peak_gib, AdvisorError};
 use crate::precheck::{gib, PeakPhase, Prediction, Predictor, Term, TermKind, TermPhase, GIB};
@@ -49,7 +49,7 @@ pub struct Explanation {
     pub training: crate::precheck::training::TrainPrediction,
     /// Whether the config is judged as a training run (`mode: train`): then
     /// the phases are shown in full.
-    pub mode: spec::Mode,
+    pub mode: facts::Mode,
     /// ± this fraction (the family's cross-validated p90 error, widened away from the data).
     pub rel_uncertainty: f64,
     /// Why the band is wider than the family's.
@@ -156,7 +156,7 @@ pub fn from_prediction(cfg: &RunConfig, pred: &Prediction, capacity: Capacity) -
         capacity,
         peak_gib: pred.peak_bytes / GIB,
         peak_phase: pred.peak_phase,
-        train_peak_gib: mode_peak_gib(pred, spec::Mode::Train),
+        train_peak_gib: mode_peak_gib(pred, facts::Mode::Train),
         training: pred.train.clone(),
         mode: cfg.mode,
         rel_uncertainty: pred.rel_uncertainty,
@@ -222,7 +222,7 @@ pub fn render(e: &Explanation) -> String {
     for (i, h) in e.hotspots.iter().enumerate() {
         out.push_str(&format!("  {}. {h}\n", i + 1));
     }
-    if e.mode == spec::Mode::Train {
+    if e.mode == facts::Mode::Train {
         out.push_str(&super::train_phases::render(&e.training));
     }
     out
@@ -231,7 +231,7 @@ pub fn render(e: &Explanation) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::{Gpu, Input, ModelSpec, PerLevel, Precision, Spatial, UnetSpec};
+    use facts::{Gpu, Input, ModelSpec, PerLevel, Precision, Spatial, UnetSpec};
 
     fn s2d(attn: [bool; 5]) -> RunConfig {
         RunConfig {
@@ -249,7 +249,7 @@ mod tests {
             batch: 1,
             precision: Precision::Bf16Amp,
             grad_ckpt: false,
-            mode: spec::Mode::Profile,
+            mode: facts::Mode::Profile,
             steps: 1,
             gpu: Gpu::H100_80,
             training: None,

@@ -6,9 +6,9 @@
 //! Candidates are the experiment's sweep, or with a [`SearchSpace`] the
 //! family's knobs within bounds around the sweep's base configs.
 
+use facts::model::Family;
+use facts::{Gpu, Mode, ModelSpec, PerLevel, RunConfig, Variant};
 use serde::Serialize;
-use spec::model::Family;
-use spec::{Gpu, Mode, ModelSpec, PerLevel, RunConfig, Variant};
 use std::collections::HashSet;
 
 use super::{input_label, mode_peak_gib, params_of, AdvisorError};
@@ -203,7 +203,7 @@ pub fn fit_with_records(
             }
         };
         groups[gi].2 += 1;
-        if !spec::validate::validate(&cfg).is_empty() {
+        if !facts::validate::validate(&cfg).is_empty() {
             groups[gi].3 += 1;
             continue;
         }

@@ -1,9 +1,9 @@
 //! Levers: the predicted peak after each single change the family allows, so
 //! the user sees which knob buys the most memory for the fewest parameters.
-//! Changes that break a shape rule (`spec::validate`) are not offered.
+//! Changes that break a shape rule (`facts::validate`) are not offered.
 
+use facts::{ModelSpec, PerLevel, Precision, RunConfig, UnetSpec};
 use serde::Serialize;
-use spec::{ModelSpec, PerLevel, Precision, RunConfig, UnetSpec};
 
 use super::{mode_peak_gib, params_of, AdvisorError};
 use crate::precheck::Predictor;
@@ -166,7 +166,7 @@ pub fn levers(predictor: &Predictor, cfg: &RunConfig) -> Result<Vec<Lever>, Advi
     let base_gib = mode_peak_gib(&base, cfg.mode);
     let mut out = Vec::new();
     for (change, c) in candidates(cfg) {
-        if !spec::validate::validate(&c).is_empty() {
+        if !facts::validate::validate(&c).is_empty() {
             continue;
         }
         let (Ok(p), Some(params)) = (predictor.predict_peak(&c), params_of(&c)) else { continue };
@@ -202,7 +202,7 @@ pub fn render(levers: &[Lever]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::{Gpu, Input, Spatial};
+    use facts::{Gpu, Input, Spatial};
 
     fn exp9_3l(spatial: Spatial) -> RunConfig {
         RunConfig {
@@ -220,7 +220,7 @@ mod tests {
             batch: 1,
             precision: Precision::Bf16Amp,
             grad_ckpt: false,
-            mode: spec::Mode::Profile,
+            mode: facts::Mode::Profile,
             steps: 1,
             gpu: Gpu::A100Sxm80,
             training: None,
@@ -232,7 +232,7 @@ mod tests {
         // D = 20 is divisible by 4 but not 8: a fourth level is a shape error.
         let ls = levers(&Predictor::pytorch(), &exp9_3l(Spatial::new(20, 32, 32))).unwrap();
         assert!(!ls.iter().any(|l| l.change.starts_with("one more level")));
-        assert!(ls.iter().all(|l| spec::validate::validate(&l.config).is_empty()));
+        assert!(ls.iter().all(|l| facts::validate::validate(&l.config).is_empty()));
         // On D = 40 it is allowed.
         let ls = levers(&Predictor::pytorch(), &exp9_3l(Spatial::new(40, 64, 64))).unwrap();
         assert!(ls.iter().any(|l| l.change.starts_with("one more level")));

@@ -14,7 +14,7 @@ pub mod plot;
 pub mod scale;
 mod train_phases;
 
-use spec::{Mode, RunConfig};
+use facts::{Mode, RunConfig};
 
 use crate::precheck::{PrecheckError, Prediction, GIB};
 use crate::sweep::{Sweep, SweepConfig};
@@ -66,7 +66,7 @@ pub fn mode_peak_gib(pred: &Prediction, mode: Mode) -> f64 {
 
 /// Parameters of `cfg` (exact; `None` when it cannot be built).
 pub fn params_of(cfg: &RunConfig) -> Option<u64> {
-    spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).ok()
+    facts::params::count(&cfg.model, &cfg.input, cfg.out_channels).ok()
 }
 
 /// `8x64x64x40 (C,H,W,D)`: an input shape, for grouping (as reports write it).

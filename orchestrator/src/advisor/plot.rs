@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn writes_svg_and_png_or_says_why_not() {
-        let cfg: spec::RunConfig = serde_json::from_value(serde_json::json!({
+        let cfg: facts::RunConfig = serde_json::from_value(serde_json::json!({
             "experiment": "t", "name": "3L",
             "model": {"family": "unet", "channels": [64, 128, 256], "attention_levels": [false, true, true], "num_head_channels": 64},
             "input": {"channels": 8, "spatial": [20, 32, 32]}, "out_channels": 4, "batch": 1,

@@ -6,8 +6,8 @@
 //! went from exp11 (80, 64, 64) to exp11_1 (80, 128, 128), where the depth axis
 //! (160 slices, 80 after space-to-depth) stays. `--input D,H,W` sets any shape.
 
+use facts::{RunConfig, Spatial};
 use serde::Serialize;
-use spec::{RunConfig, Spatial};
 use std::str::FromStr;
 
 use super::{mode_peak_gib, AdvisorError};
@@ -88,7 +88,7 @@ pub fn scaling(
 ) -> Result<Scaling, AdvisorError> {
     let from_gib = mode_peak_gib(&predictor.predict_peak(cfg)?, cfg.mode);
     let new = rescaled(cfg, to);
-    let problems = spec::validate::validate(&new);
+    let problems = facts::validate::validate(&new);
     let (to_gib, invalid) = if problems.is_empty() {
         (Some(mode_peak_gib(&predictor.predict_peak(&new)?, new.mode)), None)
     } else {

@@ -3,8 +3,8 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
+use facts::{Gpu, Mode, Variant};
 use serde::Serialize;
-use spec::{Gpu, Mode, Variant};
 use std::path::PathBuf;
 
 use crate::advisor::explain::{self, Explanation};
@@ -193,9 +193,9 @@ pub fn run_fit(sweep: &Sweep, args: &FitArgs, predictor: &Predictor) -> Result<(
             .map(|p| Records::load(&p))
             .transpose()?,
     };
-    let recorded_oom = |cfg: &spec::RunConfig| {
+    let recorded_oom = |cfg: &facts::RunConfig| {
         let r = records.as_ref()?;
-        let found = r.find(cfg).ok().filter(|f| f.record.status == spec::record::MeasuredStatus::Oom)?;
+        let found = r.find(cfg).ok().filter(|f| f.record.status == facts::record::MeasuredStatus::Oom)?;
         Some(format!("{}:{}", r.source, found.line))
     };
     let name = &sweep.experiment.name;

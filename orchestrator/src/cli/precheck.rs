@@ -4,8 +4,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use facts::record::MeasurementRecord;
 use serde::Serialize;
-use spec::record::MeasurementRecord;
 
 use crate::precheck::calibrate::{self, FitStats};
 use crate::precheck::{Calibration, Predictor, Verdict};
@@ -16,7 +16,7 @@ pub fn read_records(paths: &[PathBuf]) -> Result<Vec<MeasurementRecord>> {
     for p in paths {
         let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         let recs =
-            spec::record::read_jsonl(&text).map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", p.display()))?;
+            facts::record::read_jsonl(&text).map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", p.display()))?;
         all.extend(recs);
     }
     Ok(all)

@@ -9,8 +9,8 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use facts::training_record::TrainingRecord;
 use serde::Serialize;
-use spec::training_record::TrainingRecord;
 
 use crate::precheck::{Predictor, GIB};
 
@@ -26,7 +26,7 @@ pub fn is_training_file(text: &str) -> bool {
 /// Read a training-run file; errors name the file and the line.
 pub fn read(path: &Path) -> Result<Vec<TrainingRecord>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    spec::training_record::read_jsonl(&text).map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", path.display()))
+    facts::training_record::read_jsonl(&text).map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", path.display()))
 }
 
 /// One output line of `predict` for a training run.

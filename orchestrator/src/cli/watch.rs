@@ -18,7 +18,7 @@ pub struct Printer {
     json: bool,
     bar: Option<WatchBar>,
     /// Each config's row as last shown, by hash.
-    last: Option<BTreeMap<spec::run::ConfigHash, StatusRow>>,
+    last: Option<BTreeMap<facts::run::ConfigHash, StatusRow>>,
 }
 
 impl Printer {

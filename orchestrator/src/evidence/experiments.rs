@@ -18,8 +18,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use spec::event::RunStatus;
-use spec::record::{MeasuredStatus, Unstated};
+use facts::event::RunStatus;
+use facts::record::{MeasuredStatus, Unstated};
 
 use super::EvidenceError;
 use crate::active::{Answer, Settings};

@@ -22,8 +22,8 @@ mod score;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use spec::record::MeasurementRecord;
-use spec::RunConfig;
+use facts::record::MeasurementRecord;
+use facts::RunConfig;
 
 use crate::active::{self, Choice, Refit, Settings, Stop};
 use crate::precheck::calibrate;
@@ -67,7 +67,7 @@ fn configs(table: &str, recs: &[(usize, MeasurementRecord)]) -> Vec<(String, Run
 /// 1-based line.
 fn standing_records(path: &Path) -> Result<Vec<(usize, MeasurementRecord)>, EvidenceError> {
     let text = std::fs::read_to_string(path).map_err(|e| EvidenceError::Replay(format!("{}: {e}", path.display())))?;
-    Ok(spec::record::read_jsonl(&text)
+    Ok(facts::record::read_jsonl(&text)
         .map_err(|(line, e)| EvidenceError::Replay(format!("{}:{line}: {e}", path.display())))?
         .into_iter()
         .enumerate()

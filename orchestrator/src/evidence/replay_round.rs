@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use spec::record::MeasurementRecord;
-use spec::run::Manifest;
-use spec::RunConfig;
+use facts::record::MeasurementRecord;
+use facts::run::Manifest;
+use facts::RunConfig;
 
 use super::EvidenceError;
 use crate::collect::{parse_events, to_record};

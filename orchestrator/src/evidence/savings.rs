@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use spec::record::{MeasuredStatus, MeasurementRecord};
+use facts::record::{MeasuredStatus, MeasurementRecord};
 
 use super::EvidenceError;
 use crate::precheck::{calibrate, Calibration, Predictor, Verdict, VerdictKind};

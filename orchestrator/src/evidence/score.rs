@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use spec::record::{MeasuredStatus, MeasurementRecord};
+use facts::record::{MeasuredStatus, MeasurementRecord};
 
 use crate::active::Answer;
 use crate::precheck::calibrate::summarise;

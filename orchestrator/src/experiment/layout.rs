@@ -56,8 +56,8 @@ impl ReportLayout {
 
     /// How the worker measures the sweep: as the script this layout's tables
     /// come from measured its runs (the DiT and the HDiT/U-ViT scripts alike).
-    pub fn protocol(self) -> spec::protocol::Protocol {
-        use spec::protocol::Protocol;
+    pub fn protocol(self) -> facts::protocol::Protocol {
+        use facts::protocol::Protocol;
         match self {
             ReportLayout::Project => Protocol::Project,
             ReportLayout::LatentUnet => Protocol::LatentUnet,

@@ -13,10 +13,10 @@ pub use layout::ReportLayout;
 pub use overrides::Override;
 pub(crate) use overrides::{get as overrides_get, set as overrides_set};
 
+use facts::model::Family;
+use facts::{Gpu, Input, Mode, ModelSpec, Precision};
 use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
-use spec::model::Family;
-use spec::{Gpu, Input, Mode, ModelSpec, Precision};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -183,9 +183,9 @@ pub(crate) struct RawExperiment {
     pub mode: Mode,
     #[serde(default = "one")]
     pub steps: u32,
-    /// What a `mode: train` run holds besides the step (spec::training).
+    /// What a `mode: train` run holds besides the step (facts::training).
     #[serde(default)]
-    pub training: Option<spec::Training>,
+    pub training: Option<facts::Training>,
     #[serde(default)]
     pub budget_gb: Option<f64>,
     pub input: Input,
@@ -227,7 +227,7 @@ pub(crate) struct RawConfig {
     #[serde(default = "one")]
     pub steps: u32,
     #[serde(default)]
-    pub training: Option<spec::Training>,
+    pub training: Option<facts::Training>,
     pub input: Input,
     pub output_channels: u32,
     #[allow(dead_code)]

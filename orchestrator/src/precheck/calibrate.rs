@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
+use facts::record::{MeasuredStatus, MeasurementRecord};
+use facts::RunConfig;
 use serde::Serialize;
-use spec::record::{MeasuredStatus, MeasurementRecord};
-use spec::RunConfig;
 
 use super::uncertainty::{Regime, Uncertainty};
 use super::{runtime_key, Calibration, Coefficients, Predictor, GIB};
@@ -47,7 +47,7 @@ pub fn samples(records: &[MeasurementRecord]) -> (Vec<Sample>, Vec<String>) {
                 continue;
             }
         };
-        let problems = spec::validate::validate(&cfg);
+        let problems = facts::validate::validate(&cfg);
         if !problems.is_empty() {
             skipped.push(format!("record `{}`: invalid config: {}", r.id, problems[0]));
             continue;
@@ -390,7 +390,7 @@ pub fn calibrate(samples: &[Sample], cv: bool) -> Report {
 mod tests {
     use super::*;
 
-    use spec::record::read_jsonl;
+    use facts::record::read_jsonl;
 
     /// The demo sweep run by this project's worker on CPU under a 40 MiB
     /// memory limit (`--memory-limit`): three runs ran out of memory at the

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use spec::Precision;
+use facts::Precision;
 
 use super::uncertainty::Uncertainty;
 use super::{Dtypes, PrecheckError, BUILTIN_CALIBRATION};

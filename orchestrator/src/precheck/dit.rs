@@ -1,7 +1,7 @@
 //! DiT (adaLN-Zero blocks over patch tokens) and the transformer block walk the
 //! other transformer families share.
 //!
-//! What one block keeps for backward per token is `spec::blocks`' description
+//! What one block keeps for backward per token is `facts::blocks`' description
 //! (the group's DiT block 62h + 20a + 16 bytes under bf16 autocast, U-ViT's
 //! pre-LN block 36h + 4a + 16), which the walk counts as it is, plus
 //! [`PRE_LN_ALLOWANCE`] for a pre-LN block. Memory-efficient attention
@@ -9,8 +9,8 @@
 //! kernel entry); runtimes that materialise scores add heads x N x N per block.
 
 use super::{PrecheckError, Seg, Walk};
-use spec::blocks::{Block, Kept, PerToken, GROUP_DIT};
-use spec::{DitSpec, Input};
+use facts::blocks::{Block, Kept, PerToken, GROUP_DIT};
+use facts::{DitSpec, Input};
 
 /// What the walk counts of a pre-LN block (U-ViT) beyond what it keeps: 2
 /// wide + 1 half elements of h a token, 10h bytes under bf16 autocast. The
@@ -24,7 +24,7 @@ pub(super) const PRE_LN_ALLOWANCE: Kept =
     Kept { wide: PerToken::hidden(2), half: PerToken::hidden(1), stats: PerToken::hidden(0) };
 
 /// Saved bytes per token of one transformer block of `stage`: what its
-/// layers keep (`spec::blocks`, the attention kernel's share apart), plus
+/// layers keep (`facts::blocks`, the attention kernel's share apart), plus
 /// [`PRE_LN_ALLOWANCE`] for a pre-LN block.
 pub(super) fn block_bytes_per_token(w: &Walk, stage: &Stage) -> f64 {
     let dt = (w.dt.wide, w.dt.mm);
@@ -36,7 +36,7 @@ pub(super) fn block_bytes_per_token(w: &Walk, stage: &Stage) -> f64 {
 
 /// The shape of a transformer stage: width, heads, tokens, its block (the
 /// group's DiT block, adaLN-modulated with qk-norm, or U-ViT's pre-LN one:
-/// `spec::blocks`), and whether its blocks receive their input in the half
+/// `facts::blocks`), and whether its blocks receive their input in the half
 /// type (HDiT's decoder after the bf16 skip merge, U-ViT's out-blocks after
 /// the first): a checkpointed block keeps it.
 #[derive(Debug, Clone, Copy)]
@@ -135,7 +135,7 @@ pub(super) fn walk(m: &DitSpec, input: &Input, out_channels: u32, w: &mut Walk) 
         ("transformer blocks", None),
         stage,
         0.0,
-        spec::params::dit_block(d.hidden as u64, d.heads as u64),
+        facts::params::dit_block(d.hidden as u64, d.heads as u64),
     );
     for _ in 0..d.depth {
         w.push(blk);
@@ -148,7 +148,7 @@ pub(super) fn walk(m: &DitSpec, input: &Input, out_channels: u32, w: &mut Walk) 
 mod tests {
     use super::*;
     use crate::precheck::{Calibration, Dtypes};
-    use spec::Precision;
+    use facts::Precision;
 
     fn with_walk<T>(ckpt: bool, f: impl FnOnce(&Walk) -> T) -> T {
         let c = Calibration::builtin().coefficients("pytorch", Precision::Bf16Amp).expect("pytorch fit");
@@ -171,7 +171,7 @@ mod tests {
         let plain = Block { qk_norm: false, ..GROUP_DIT };
         assert_eq!(per_token(Stage { block: plain, ..group }), 48.0 * h + 4.0 * a + 16.0);
         // A pre-LN block (U-ViT), as the walk counts it (46h: see PRE_LN_ALLOWANCE).
-        assert_eq!(per_token(Stage { block: spec::blocks::UVIT, ..group }), 46.0 * h + 4.0 * a + 16.0);
+        assert_eq!(per_token(Stage { block: facts::blocks::UVIT, ..group }), 46.0 * h + 4.0 * a + 16.0);
     }
 
     #[test]
@@ -190,6 +190,6 @@ mod tests {
     #[test]
     fn the_group_dit_block_counts_its_qk_norm_parameters() {
         // 18h² + 15h and the affine LayerNorm(head_dim) on q and on k: 4 x 64.
-        assert_eq!(spec::params::dit_block(384, 6), 18 * 384 * 384 + 15 * 384 + 4 * 64);
+        assert_eq!(facts::params::dit_block(384, 6), 18 * 384 * 384 + 15 * 384 + 4 * 64);
     }
 }

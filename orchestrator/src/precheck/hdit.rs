@@ -10,7 +10,7 @@
 
 use super::dit::{block_seg, embed_seg, head_seg, Stage};
 use super::{PrecheckError, Seg, Walk};
-use spec::{HditSpec, Input};
+use facts::{HditSpec, Input};
 
 pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk) -> Result<(), PrecheckError> {
     let d = m.dims()?;
@@ -24,7 +24,7 @@ pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk)
     // The decoder's blocks receive the bf16 output of the skip merge Linear(2h, h).
     let decoder = |l: usize| Stage { half_input: true, ..stage(l) };
     let (mm, wide) = (w.dt.mm, w.dt.wide);
-    let block_params = spec::params::dit_block(hu, d.heads as u64);
+    let block_params = facts::params::dit_block(hu, d.heads as u64);
     w.push(embed_seg(w, input, h, t0, Some(0)));
     let mut merges = Vec::with_capacity(levels);
     // Down: blocks, then merge to the next level (its input cast; the level output is a skip).

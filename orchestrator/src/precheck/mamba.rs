@@ -1,4 +1,4 @@
-//! MambaDiff (the group's LaMamba-Diff U-Net, `spec::mamba`): stages of
+//! MambaDiff (the group's LaMamba-Diff U-Net, `facts::mamba`): stages of
 //! blocks, each block an SS2D (six-direction selective scan), a shifted-window
 //! attention and an FFN, every sub-layer adaLN-modulated and gated.
 //!
@@ -54,8 +54,8 @@
 
 use super::dit::{head_seg, Stage};
 use super::{PrecheckError, Seg, Walk};
-use spec::mamba::{MambaPart, MambaSpec, Role, TransitionKind, SCAN_DIRECTIONS};
-use spec::{Input, Spatial};
+use facts::mamba::{MambaPart, MambaSpec, Role, TransitionKind, SCAN_DIRECTIONS};
+use facts::{Input, Spatial};
 
 /// mamba_ssm's selective scan saves its state every 2048 steps of a sequence.
 const SCAN_CHUNK: f64 = 2048.0;
@@ -140,7 +140,7 @@ fn transition_seg(
     if role == Role::Encoder {
         s.skip = w.exact(wide * from as f64 * tokens_in);
     }
-    s.params = spec::params::mamba_transition(kind, from as u64, to as u64) as f64;
+    s.params = facts::params::mamba_transition(kind, from as u64, to as u64) as f64;
     s
 }
 
@@ -157,7 +157,7 @@ pub(super) fn walk(m: &MambaSpec, input: &Input, out_channels: u32, w: &mut Walk
         match part {
             MambaPart::Blocks { role: r, stage, dim, blocks, grid } => {
                 role = r;
-                let params = spec::params::mamba_block(m, dim as u64, cond, d.heads as u64);
+                let params = facts::params::mamba_block(m, dim as u64, cond, d.heads as u64);
                 let seg = block_seg(w, m, (dim, grid), stage, params);
                 for _ in 0..blocks {
                     w.push(seg);
@@ -178,7 +178,7 @@ pub(super) fn walk(m: &MambaSpec, input: &Input, out_channels: u32, w: &mut Walk
 mod tests {
     use super::*;
     use crate::precheck::{Calibration, Dtypes};
-    use spec::Precision;
+    use facts::Precision;
 
     fn l() -> MambaSpec {
         serde_json::from_value(serde_json::json!({"variant": "L", "patch_size": 4})).expect("Mamba-L")

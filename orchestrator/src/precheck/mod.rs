@@ -39,8 +39,8 @@ mod verdict;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use spec::model::Family;
-use spec::{ModelSpec, Precision, RunConfig};
+use facts::model::Family;
+use facts::{ModelSpec, Precision, RunConfig};
 
 pub use calibration::{runtime_key, Calibration, Coefficients, Fit, Resolved, Runtime};
 pub use prediction::{PeakPhase, Prediction, Term, TermKind, TermPhase};
@@ -54,7 +54,7 @@ pub enum PrecheckError {
     #[error("no calibration for runtime `{0}` (known: {1})")]
     UnknownRuntime(String, String),
     #[error("config cannot be built: {0}")]
-    Invalid(#[from] spec::Invalid),
+    Invalid(#[from] facts::Invalid),
 }
 
 /// Bytes in one GiB: the reports' "GB".
@@ -338,10 +338,10 @@ impl Predictor {
 
     fn run(&self, cfg: &RunConfig, with_terms: bool) -> Result<Prediction, PrecheckError> {
         // The walks go block by block: a typo'd depth or input is refused first.
-        if let Some(e) = spec::validate::too_large(cfg) {
+        if let Some(e) = facts::validate::too_large(cfg) {
             return Err(e.into());
         }
-        let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels)?;
+        let params = facts::params::count(&cfg.model, &cfg.input, cfg.out_channels)?;
         let mut segs = Vec::with_capacity(64);
         let (coeffs, _) = self.fit_for(cfg);
         let mut w = Walk {
@@ -447,7 +447,7 @@ impl Predictor {
 
     /// The verdict for `cfg` on its GPU, and against `budget_gib` when given.
     pub fn verdict(&self, cfg: &RunConfig, budget_gib: Option<f64>) -> Verdict {
-        let problems = spec::validate::validate(cfg);
+        let problems = facts::validate::validate(cfg);
         if !problems.is_empty() {
             return Verdict::Invalid { reasons: problems.iter().map(|e| e.to_string()).collect() };
         }
@@ -484,12 +484,12 @@ impl Predictor {
         capacity_gib: f64,
     ) -> Verdict {
         let gib = match cfg.mode {
-            spec::Mode::Profile => pred.peak_gib(),
-            spec::Mode::Train => pred.train_peak_gib(),
+            facts::Mode::Profile => pred.peak_gib(),
+            facts::Mode::Train => pred.train_peak_gib(),
         };
         let (rel, distance) = match cfg.mode {
-            spec::Mode::Profile => (pred.rel_uncertainty, pred.distance.as_ref()),
-            spec::Mode::Train => (pred.train.rel_uncertainty, None),
+            facts::Mode::Profile => (pred.rel_uncertainty, pred.distance.as_ref()),
+            facts::Mode::Train => (pred.train.rel_uncertainty, None),
         };
         judge(gib, capacity_gib, budget_gib, rel, distance)
     }
@@ -521,25 +521,25 @@ mod tests {
         assert!(cal.coefficients("burn-tpu", Precision::Bf16).is_err());
     }
 
-    fn dit(variant: spec::Variant, patch: u32, d: u32, hw: u32, ckpt: bool) -> RunConfig {
+    fn dit(variant: facts::Variant, patch: u32, d: u32, hw: u32, ckpt: bool) -> RunConfig {
         RunConfig {
             experiment: "t".into(),
             name: "t".into(),
-            model: ModelSpec::Dit(spec::DitSpec {
+            model: ModelSpec::Dit(facts::DitSpec {
                 variant: Some(variant),
                 hidden: None,
                 heads: None,
                 depth: None,
                 patch,
             }),
-            input: spec::Input { channels: 1, spatial: spec::Spatial::new(d, hw, hw) },
+            input: facts::Input { channels: 1, spatial: facts::Spatial::new(d, hw, hw) },
             out_channels: 1,
             batch: 1,
             precision: Precision::Bf16Amp,
             grad_ckpt: ckpt,
-            mode: spec::Mode::Profile,
+            mode: facts::Mode::Profile,
             steps: 1,
-            gpu: spec::Gpu::A100Sxm80,
+            gpu: facts::Gpu::A100Sxm80,
             training: None,
         }
     }
@@ -547,7 +547,7 @@ mod tests {
     #[test]
     fn peak_terms_add_up_to_the_peak() {
         let p = Predictor::pytorch();
-        for cfg in [dit(spec::Variant::L, 2, 80, 64, false), dit(spec::Variant::S, 8, 40, 32, false)] {
+        for cfg in [dit(facts::Variant::L, 2, 80, 64, false), dit(facts::Variant::S, 8, 40, 32, false)] {
             let pred = p.predict(&cfg).unwrap();
             let sum: f64 = pred.peak_terms().map(|t| t.bytes).sum();
             assert!((sum - pred.peak_bytes).abs() < 1e-6 * pred.peak_bytes, "{sum} vs {}", pred.peak_bytes);
@@ -557,7 +557,7 @@ mod tests {
 
     #[test]
     fn small_dit_peaks_at_the_optimizer_step_near_20_bytes_per_param() {
-        let pred = Predictor::pytorch().predict(&dit(spec::Variant::XL, 4, 20, 32, false)).unwrap();
+        let pred = Predictor::pytorch().predict(&dit(facts::Variant::XL, 4, 20, 32, false)).unwrap();
         assert_eq!(pred.peak_phase, PeakPhase::Step);
         let per_param = pred.peak_bytes / pred.params as f64;
         assert!((19.0..21.5).contains(&per_param), "{per_param}");
@@ -566,7 +566,7 @@ mod tests {
     #[test]
     fn dit_memory_is_linear_in_tokens_and_checkpointing_cuts_it() {
         let p = Predictor::pytorch();
-        let peak = |d, ckpt| p.predict(&dit(spec::Variant::B, 2, d, 64, ckpt)).unwrap().fwd_bwd_bytes;
+        let peak = |d, ckpt| p.predict(&dit(facts::Variant::B, 2, d, 64, ckpt)).unwrap().fwd_bwd_bytes;
         let (a, b, c) = (peak(40, false), peak(80, false), peak(160, false));
         let ratio = (c - b) / (b - a);
         assert!((1.9..2.1).contains(&ratio), "increments should double with tokens: {ratio}");

@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use facts::model::Family;
+use facts::record::{MeasuredStatus, MeasurementRecord};
+use facts::{Gpu, Precision};
 use serde::{Deserialize, Serialize};
-use spec::model::Family;
-use spec::record::{MeasuredStatus, MeasurementRecord};
-use spec::{Gpu, Precision};
 
 use super::calibrate::{self, HeldOut, Prior, Sample};
 use super::uncertainty::Uncertainty;
@@ -375,7 +375,7 @@ mod tests {
 
     /// The overlay fitted on the records of `text` (one measurement file).
     fn fitted(text: &str) -> Overlay {
-        Overlay::fit(&spec::record::read_jsonl(text).unwrap(), &Calibration::builtin())
+        Overlay::fit(&facts::record::read_jsonl(text).unwrap(), &Calibration::builtin())
     }
 
     /// [`predictor`] with `overlay` as the store would hand it.
@@ -433,7 +433,7 @@ mod tests {
         }
         let shipped = Predictor::builtin("burn-flex", Precision::Fp32).unwrap();
         let (mut local_err, mut shipped_err) = (0.0, 0.0);
-        for r in spec::record::read_jsonl(&another_site()).unwrap() {
+        for r in facts::record::read_jsonl(&another_site()).unwrap() {
             let (Ok(cfg), Some(m)) = (r.run_config(), r.peak_gb) else { continue };
             if !used.contains(&cfg.model.family()) {
                 continue;
@@ -467,7 +467,7 @@ mod tests {
         assert!(families.values().all(|f| !f.used && f.runs <= 2), "{families:?}");
         assert!(source.to_string().contains("\n  unet  shipped (2 runs, fewer than 3 to tell): local "), "{source}");
         let shipped = Predictor::builtin("burn-flex", Precision::Fp32).unwrap();
-        for r in spec::record::read_jsonl(FREE).unwrap() {
+        for r in facts::record::read_jsonl(FREE).unwrap() {
             let cfg = r.run_config().unwrap();
             assert_eq!(pred.peak_bytes(&cfg).unwrap(), shipped.peak_bytes(&cfg).unwrap(), "{}", r.id);
             assert_eq!(source.for_family(cfg.model.family()), "shipped burn-flex/fp32");

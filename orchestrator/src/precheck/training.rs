@@ -23,9 +23,9 @@
 //! `orchestrator/calibration/training.json`; each is a physical quantity,
 //! documented where it is declared.
 
+use facts::training::{Compile, Compression, CompressionKind, Training};
+use facts::RunConfig;
 use serde::{Deserialize, Serialize};
-use spec::training::{Compile, Compression, CompressionKind, Training};
-use spec::RunConfig;
 
 use super::{Seg, GIB};
 
@@ -385,7 +385,7 @@ fn generation(cfg: &RunConfig, t: &Training, w: &StepWalk, s: &State, c: &TrainC
     let sampling = inference(w, cfg, if g.cfg { 2.0 } else { 1.0 }, c);
     let cached = if g.offload { 0.0 } else { compile_keep(t, c) * w.dynamic };
     let workspace = match cfg.model {
-        spec::ModelSpec::Unet(_) => (c.conv_workspace_per_param * w.params).min(cached),
+        facts::ModelSpec::Unet(_) => (c.conv_workspace_per_param * w.params).min(cached),
         _ => 0.0,
     };
     let dec = decode(cfg, t, c);
@@ -403,7 +403,7 @@ fn generation(cfg: &RunConfig, t: &Training, w: &StepWalk, s: &State, c: &TrainC
 
 /// Why a config is outside what the group's runs cover, if it is.
 fn uncovered(cfg: &RunConfig, t: &Training) -> Option<String> {
-    use spec::model::Family;
+    use facts::model::Family;
     let mut why = Vec::new();
     if let Some(m) = &t.compression {
         if m.kind == CompressionKind::Kl {

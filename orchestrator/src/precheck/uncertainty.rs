@@ -18,9 +18,9 @@
 
 use std::fmt;
 
+use facts::model::{Family, Variant};
+use facts::{ModelSpec, RunConfig};
 use serde::{Deserialize, Serialize};
-use spec::model::{Family, Variant};
-use spec::{ModelSpec, RunConfig};
 
 use super::PeakPhase;
 
@@ -192,7 +192,7 @@ pub struct Assessment {
 struct Shape<'a> {
     family: Family,
     /// The grid at each level (voxels: UNet; tokens: transformers).
-    per_level: Vec<spec::Spatial>,
+    per_level: Vec<facts::Spatial>,
     /// UNet channels; transformers have the one hidden size.
     channels: &'a [u32],
     hidden: Option<u32>,
@@ -202,7 +202,7 @@ struct Shape<'a> {
 
 impl<'a> Shape<'a> {
     fn of(cfg: &'a RunConfig) -> Self {
-        let per_level = spec::params::level_grids(&cfg.model, &cfg.input);
+        let per_level = facts::params::level_grids(&cfg.model, &cfg.input);
         let hidden = || cfg.model.transformer_dims().and_then(|d| d.ok()).map(|d| d.hidden);
         let (channels, hidden, variant) = match &cfg.model {
             ModelSpec::Unet(u) => (u.channels.as_slice(), None, None),
@@ -378,7 +378,7 @@ fn p90(mut v: Vec<f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::{Input, Spatial, UnetSpec};
+    use facts::{Input, Spatial, UnetSpec};
 
     fn unet(channels: Vec<u32>, spatial: Spatial, batch: u32) -> RunConfig {
         let n = channels.len();
@@ -388,18 +388,18 @@ mod tests {
             model: ModelSpec::Unet(UnetSpec {
                 channels,
                 attention_levels: vec![false; n],
-                num_res_blocks: spec::PerLevel::All(2),
-                num_head_channels: spec::PerLevel::All(32),
+                num_res_blocks: facts::PerLevel::All(2),
+                num_head_channels: facts::PerLevel::All(32),
                 norm_num_groups: 16,
             }),
             input: Input { channels: 16, spatial },
             out_channels: 8,
             batch,
-            precision: spec::Precision::Bf16Amp,
+            precision: facts::Precision::Bf16Amp,
             grad_ckpt: true,
-            mode: spec::Mode::Profile,
+            mode: facts::Mode::Profile,
             steps: 1,
-            gpu: spec::Gpu::H100_80,
+            gpu: facts::Gpu::H100_80,
             training: None,
         }
     }
@@ -438,7 +438,7 @@ mod tests {
         let batch = u.assess(&unet(vec![64, 128, 256], Spatial::new(80, 64, 64), 2), PeakPhase::FwdBwd);
         assert_eq!(batch.distance.unwrap().to_string(), "batch 2, largest measured 1");
         let mut dit = unet(vec![64], Spatial::new(16, 16, 16), 1);
-        dit.model = ModelSpec::Dit(spec::DitSpec {
+        dit.model = ModelSpec::Dit(facts::DitSpec {
             variant: Some(Variant::S),
             hidden: None,
             heads: None,

@@ -1,7 +1,7 @@
 //! MONAI `DiffusionModelUNet` (3D): activations saved for backward, block by block.
 //!
 //! What a ResBlock and an attention block keep a voxel, and the column
-//! buffers their convolutions unfold, is `spec::blocks::unet`'s description
+//! buffers their convolutions unfold, is `facts::blocks::unet`'s description
 //! (a ResBlock(cin → cout) makes 10·cin + 10·cout bytes a voxel under bf16
 //! autocast; attention, as the precheck has counted it, 24·C bytes and
 //! heads x N x N scores: MONAI runs attention without flash, so scores are
@@ -19,7 +19,7 @@
 //!
 //! Every 3x3x3 convolution also unfolds its input into a column buffer while
 //! it runs, forward and backward: 27·cin elements a voxel
-//! (`spec::blocks::unet::COLUMNS`). The group's runs convolved so (PyTorch's
+//! (`facts::blocks::unet::COLUMNS`). The group's runs convolved so (PyTorch's
 //! native 3D convolution, not cuDNN's kernels: with cuDNN off PyTorch
 //! reproduces their UNet records, with it 48 of 64 read low;
 //! data/gpu-check/2026-11-27-h100/RUN.md), so the walk holds the largest
@@ -33,9 +33,9 @@
 //! upsampler); the stem and the output head are not wrapped. See [`checkpoint`].
 
 use super::{Coefficients, Dtypes, Seg, Walk};
-use spec::blocks::unet::{Of, ATTENTION, COLUMNS, KERNEL, RES_BLOCK};
-use spec::params::{unet_attention, unet_res_block};
-use spec::{Input, Precision, UnetSpec};
+use facts::blocks::unet::{Of, ATTENTION, COLUMNS, KERNEL, RES_BLOCK};
+use facts::params::{unet_attention, unet_res_block};
+use facts::{Input, Precision, UnetSpec};
 
 pub(super) fn walk(u: &UnetSpec, input: &Input, out_channels: u32, w: &mut Walk) {
     let levels = u.levels().min(16);
@@ -88,10 +88,10 @@ struct Net<'a> {
 }
 
 /// Per-level values as `PerLevel::expand` gives them, without allocating.
-fn per_level(p: &spec::PerLevel, l: usize) -> u32 {
+fn per_level(p: &facts::PerLevel, l: usize) -> u32 {
     match p {
-        spec::PerLevel::All(v) => *v,
-        spec::PerLevel::Each(v) => v.get(l).or(v.last()).copied().unwrap_or(0),
+        facts::PerLevel::All(v) => *v,
+        facts::PerLevel::Each(v) => v.get(l).or(v.last()).copied().unwrap_or(0),
     }
 }
 
@@ -322,7 +322,7 @@ impl SkipStack {
 mod tests {
     use super::*;
     use crate::precheck::Calibration;
-    use spec::{PerLevel, Spatial};
+    use facts::{PerLevel, Spatial};
 
     #[test]
     fn a_res_block_counts_what_spec_describes_and_its_wider_convolutions_columns() {

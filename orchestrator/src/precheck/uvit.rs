@@ -11,8 +11,8 @@
 
 use super::dit::{block_seg, embed_seg, head_seg, Stage};
 use super::{PrecheckError, Walk};
-use spec::params::uvit_block;
-use spec::{Input, UvitSpec};
+use facts::params::uvit_block;
+use facts::{Input, UvitSpec};
 
 pub(super) fn walk(m: &UvitSpec, input: &Input, w: &mut Walk) -> Result<(), PrecheckError> {
     let d = m.dims()?;
@@ -21,7 +21,7 @@ pub(super) fn walk(m: &UvitSpec, input: &Input, w: &mut Walk) -> Result<(), Prec
     let t = input.spatial.div(m.patch.max(1)).voxels() as f64 + 1.0; // + time token
     let half = d.depth / 2;
     w.push(embed_seg(w, input, h, t, None));
-    let stage = Stage { hidden: h, heads, tokens: t, block: spec::blocks::UVIT, half_input: false };
+    let stage = Stage { hidden: h, heads, tokens: t, block: facts::blocks::UVIT, half_input: false };
     let plain = block_seg(w, ("transformer blocks", None), stage, 0.0, uvit_block(hu));
     // Out-blocks: cast of [x; skip] for the skip Linear(2h → h). Their output is
     // bf16 (the skip merge's), so each out-block after the first receives bf16.

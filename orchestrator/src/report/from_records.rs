@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use spec::record::{MeasuredStatus, MeasurementRecord};
+use facts::record::{MeasuredStatus, MeasurementRecord};
 
 use super::{base_row, Environment, Report, ReportError, Status};
 use crate::collect;
@@ -15,7 +15,7 @@ pub fn read_records_files(paths: &[PathBuf]) -> Result<Vec<MeasurementRecord>, R
     let mut out = Vec::new();
     for path in paths {
         let text = std::fs::read_to_string(path).map_err(|source| ReportError::Io { path: path.clone(), source })?;
-        let recs = spec::record::read_jsonl(&text).map_err(|(line, source)| ReportError::Records {
+        let recs = facts::record::read_jsonl(&text).map_err(|(line, source)| ReportError::Records {
             path: path.clone(),
             line,
             source,

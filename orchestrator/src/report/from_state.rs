@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use spec::event::{RunResult, RunStatus};
-use spec::RunConfig;
+use facts::event::{RunResult, RunStatus};
+use facts::RunConfig;
 
 use super::{base_row, gib, Environment, Report, ReportError, Row, Status};
 use crate::collect;
@@ -190,7 +190,7 @@ impl Reader<'_> {
 /// Fills a row's measured columns and status from a worker result.
 fn apply_result(row: &mut Row, res: &RunResult, budget_gib: f64) {
     // A run that failed before building its model counts none: the row keeps
-    // the exact count `plan` shows (spec::params::count, from base_row).
+    // the exact count `plan` shows (facts::params::count, from base_row).
     if res.params > 0 || row.params.is_none() {
         row.params = Some(res.params);
     }
@@ -262,7 +262,7 @@ mod tests {
         }))
         .expect("a result");
         apply_result(&mut row, &failed, 60.0);
-        let plan = spec::params::count(&c.model, &c.input, c.out_channels).expect("a valid config");
+        let plan = facts::params::count(&c.model, &c.input, c.out_channels).expect("a valid config");
         assert!(plan > 0);
         assert_eq!(row.params, Some(plan), "{row:?}");
         assert_eq!((row.status, row.peak_gib, row.oom_at_gib), (Status::Failed, None, None));

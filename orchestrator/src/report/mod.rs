@@ -22,9 +22,9 @@ mod verdict_map;
 pub use from_records::{from_records, read_records_files};
 pub use from_state::from_state;
 
+use facts::model::Family;
+use facts::{ModelSpec, RunConfig};
 use serde::Serialize;
-use spec::model::Family;
-use spec::{ModelSpec, RunConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -292,7 +292,7 @@ fn family_title(f: Family) -> &'static str {
     }
 }
 
-fn mamba_variant(model: &ModelSpec) -> Option<spec::Variant> {
+fn mamba_variant(model: &ModelSpec) -> Option<facts::Variant> {
     match model.canonical() {
         ModelSpec::Mamba(c) => c.variant,
         _ => None,
@@ -311,7 +311,7 @@ pub fn group_of(model: &ModelSpec) -> String {
         // Named by its variant only where the variant's sizes are what it resolves to.
         ModelSpec::Mamba(m) => match (mamba_variant(model), m.dims()) {
             (Some(v), _) => return format!("{title}-{v}"),
-            (None, Ok(d)) => return format!("{title} {} x{}", spec::model::join(&d.stage_dims), d.heads),
+            (None, Ok(d)) => return format!("{title} {} x{}", facts::model::join(&d.stage_dims), d.heads),
             (None, Err(_)) => return format!("{title} (custom)"),
         },
     };
@@ -357,7 +357,7 @@ fn base_row(cfg: &RunConfig, id: String, section: String, verdict: VerdictKind) 
         tokens,
         bottleneck_tokens,
         voxels: cfg.input.spatial.voxels(),
-        params: spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).ok(),
+        params: facts::params::count(&cfg.model, &cfg.input, cfg.out_channels).ok(),
         model_gib: None,
         fwd_gib: None,
         bwd_gib: None,

@@ -7,11 +7,11 @@
 //! the limit that applied (the worker's `memory_limit` on a CPU test run, else
 //! the GPU's capacity), with that limit drawn as a line.
 
+use facts::model::Family;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
-use spec::model::Family;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -433,7 +433,7 @@ mod tests {
     use super::*;
 
     fn row(name: &str, tokens: u64, peak: Option<f64>, status: Status, limit: f64) -> super::super::Row {
-        let cfg: spec::RunConfig = serde_json::from_value(serde_json::json!({
+        let cfg: facts::RunConfig = serde_json::from_value(serde_json::json!({
             "experiment": "t", "name": name,
             "model": {"family": "dit", "hidden": 64, "heads": 4, "depth": 2, "patch": 2},
             "input": {"channels": 1, "spatial": [16, 16, 16]}, "out_channels": 1, "batch": 1,

@@ -11,8 +11,8 @@ use crate::slurm::SlurmState;
 use crate::state::intent::IntentState;
 use crate::state::{ArrayJob, Change, ConfigRecord, EventsRead, Seen, StateDir, StoredSweep, Submission};
 use crate::sweep::SweepConfig;
-use spec::event::RunResult;
-use spec::record::MeasuredStatus;
+use facts::event::RunResult;
+use facts::record::MeasuredStatus;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -148,7 +148,7 @@ fn running_events(name: &str, h: &str) -> Vec<String> {
 }
 
 /// unet_3L's result as the record keeps it (its events not pulled yet).
-fn stored_result() -> spec::event::RunResult {
+fn stored_result() -> facts::event::RunResult {
     serde_json::from_value(serde_json::json!({
         "event": "result", "t": 1795215789.0, "status": "ok", "params": 1234567,
         "peaks": {"model": GIB_U / 2, "fwd": 3 * GIB_U, "bwd": 4 * GIB_U, "step": GIB_U},
@@ -359,7 +359,7 @@ const RECORDS: &str = r#"{"id":"t/4L_large","table":"exp9 4x","family":"unet","f
 
 #[test]
 fn records_mode_rows_and_predictions() {
-    let recs = spec::record::read_jsonl(RECORDS).expect("records");
+    let recs = facts::record::read_jsonl(RECORDS).expect("records");
     let rep = from_records(&recs, "inline".into(), &Predictor::pytorch());
     assert_eq!(rep.rows.len(), 3);
     let unet = &rep.rows[0];

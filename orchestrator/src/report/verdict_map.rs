@@ -1,10 +1,10 @@
 //! The precheck's verdict over two sweep axes of one family, as a coloured
 //! grid: rows are variants (UNets: configs), columns patch and resolution.
 
+use facts::model::Family;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use spec::model::Family;
 use std::collections::BTreeMap;
 
 use super::markdown::fmt_gib;

@@ -82,7 +82,7 @@ impl RetryPolicy {
     /// | not started | OUT_OF_MEMORY | yes, unless `--no-retry-killed` (killed) |
     /// | no result | any other | by the state ([`Self::retryable`]) |
     pub fn refusal(&self, state: &SlurmState, worker: WorkerOutcome) -> Option<String> {
-        use spec::event::RunStatus;
+        use facts::event::RunStatus;
         let killed = matches!(
             (worker, state),
             (WorkerOutcome::NoResult, SlurmState::Failed | SlurmState::OutOfMemory)

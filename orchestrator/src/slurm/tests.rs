@@ -123,7 +123,7 @@ fn retry_policy_follows_the_issue() {
 
 #[test]
 fn the_worker_result_decides_over_the_slurm_state() {
-    use spec::event::RunStatus;
+    use facts::event::RunStatus;
     use WorkerOutcome::*;
     let p = RetryPolicy::default();
     let failed = SlurmState::Failed;

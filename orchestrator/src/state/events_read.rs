@@ -3,8 +3,8 @@
 //! [`EventsRead`] the read before left, and the store records the result
 //! ([`super::Change::Events`]).
 
+use facts::event::{Event, Phase, RunResult};
 use serde::{Deserialize, Serialize};
-use spec::event::{Event, Phase, RunResult};
 
 use crate::collect::WorkerOutcome;
 use crate::slurm::JobId;
@@ -76,7 +76,7 @@ impl EventsRead {
 /// Live progress of a running attempt, from its heartbeats.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Live {
-    pub phase: spec::event::Phase,
+    pub phase: facts::event::Phase,
     pub peak_bytes: u64,
     /// When the worker started (its `start` line).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -18,7 +18,7 @@
 //!                               job.sbatch, manifest.json(l) (copies of what was sent), <task>.out (SLURM's logs)
 //!   missing.json                tasks a complete poll did not list, since when (Attempt::gone)
 //!   runs/<hash>/events.jsonl    the worker's event stream (pulled from the cluster)
-//!   measurements.jsonl          one record per finished run (spec::record), appended as results arrive
+//!   measurements.jsonl          one record per finished run (facts::record), appended as results arrive
 //!   active.json                 how an active sweep ended (active::ActiveReport)
 //!   render/                     scripts printed by `orchestrator render`
 //!   report/                     what `orchestrator report` writes
@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
-use spec::record::MeasurementRecord;
+use facts::record::MeasurementRecord;
 
 use super::{io, StateDir, StateError, StoredSweep, View};
 use crate::active::ActiveReport;
@@ -130,7 +130,7 @@ impl View {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io(&path)(e)),
         };
-        spec::record::read_jsonl(&text).map_err(|(line, source)| StateError::Line { path, line, source })
+        facts::record::read_jsonl(&text).map_err(|(line, source)| StateError::Line { path, line, source })
     }
 
     /// `active.json`: how the experiment's active sweep ended (`None`: it

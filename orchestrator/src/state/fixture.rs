@@ -1,7 +1,7 @@
 //! Records as unit tests need them, built without a state directory
 //! (production code changes records only through [`super::StateDir::apply`]).
 
-use spec::event::RunResult;
+use facts::event::RunResult;
 
 use super::events_read::Live;
 use super::record::{Attempt, ConfigRecord, StateChange};

@@ -15,7 +15,7 @@ use super::submission::Submission;
 use super::StateError;
 use crate::fsio;
 use crate::slurm::{JobId, SlurmState};
-use spec::run::ConfigHash;
+use facts::run::ConfigHash;
 
 /// The format of the lines this version writes. Version 1 lines (the
 /// submissions' changes only) read as before; lines without `v`, written
@@ -165,7 +165,7 @@ pub struct Line {
     pub change: Change,
 }
 
-/// The typed lines of a journal (by [`spec::jsonl`]'s rule for a torn last
+/// The typed lines of a journal (by [`facts::jsonl`]'s rule for a torn last
 /// line); lines of an earlier format are left out. `None`: no journal.
 pub fn read(path: &Path) -> Result<Option<Vec<Line>>, StateError> {
     let bytes = match std::fs::read(path) {
@@ -174,7 +174,7 @@ pub fn read(path: &Path) -> Result<Option<Vec<Line>>, StateError> {
         Err(e) => return Err(fsio::io(path)(e).into()),
     };
     let mut out = Vec::new();
-    for l in spec::jsonl::read::<serde_json::Value>(&bytes).all() {
+    for l in facts::jsonl::read::<serde_json::Value>(&bytes).all() {
         let value = l.value.map_err(|source| fsio::FsError::Json { path: path.into(), source })?;
         if value.get("v").is_none() {
             continue; // written before the journal was typed

@@ -9,9 +9,9 @@
 //! sbatch returns but before the job id is recorded leaves an intent that
 //! `resume` settles by asking SLURM for the submission's unique job name.
 
+use facts::run::ConfigHash;
 use fs2::FileExt;
 use serde::{Deserialize, Serialize};
-use spec::run::ConfigHash;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -416,7 +416,7 @@ mod tests {
         }))
         .expect("a result");
         let read = EventsRead {
-            worker: WorkerOutcome::Result(spec::event::RunStatus::Ok),
+            worker: WorkerOutcome::Result(facts::event::RunStatus::Ok),
             offset: 812,
             mine: true,
             live: None,
@@ -439,7 +439,7 @@ mod tests {
         assert_eq!(lines.len(), 16, "every change a line, the old one and the no-op left out");
         assert!(lines.iter().all(|l| l.v == journal::VERSION));
         let records = st.records().clone();
-        assert_eq!(records["a"].result_status(), Some(spec::event::RunStatus::Ok));
+        assert_eq!(records["a"].result_status(), Some(facts::event::RunStatus::Ok));
         assert_eq!(records["b"].latest().and_then(Attempt::log_tail), Some("exec: worker: not found"));
         assert!(records["c"].attempts()[0].abandoned() && !records["c"].occupied());
         drop(st);

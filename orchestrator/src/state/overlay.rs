@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use spec::record::MeasurementRecord;
+use facts::record::MeasurementRecord;
 
 use super::{io, StateError};
 use crate::precheck::overlay::Overlay;
@@ -85,7 +85,7 @@ fn measurement_files(state_root: &Path) -> Result<BTreeMap<String, u64>, StateEr
 /// appended) is left for the next refresh.
 fn measurements(path: &Path) -> Result<Vec<MeasurementRecord>, StateError> {
     let text = std::fs::read_to_string(path).map_err(io(path))?;
-    spec::jsonl::values(&text).map_err(|(line, source)| StateError::Line { path: path.into(), line, source })
+    facts::jsonl::values(&text).map_err(|(line, source)| StateError::Line { path: path.into(), line, source })
 }
 
 #[cfg(test)]

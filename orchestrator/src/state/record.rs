@@ -5,11 +5,11 @@ use serde::{Deserialize, Serialize};
 
 use super::events_read::{EventsRead, Live};
 use crate::precheck::VerdictKind;
-use spec::event::{RunResult, RunStatus};
+use facts::event::{RunResult, RunStatus};
 
 use crate::collect::WorkerOutcome;
 use crate::slurm::{Activity, JobId, SlurmState};
-use spec::run::ConfigHash;
+use facts::run::ConfigHash;
 
 /// A state change as observed by a poll.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -291,7 +291,7 @@ impl ConfigRecord {
     /// directory of the experiment (`None`: a name that cannot be a path).
     pub fn events_rel(&self, attempt: &Attempt) -> Option<String> {
         match attempt.run_dir {
-            RunDirKey::Hash => Some(spec::run::events_rel(attempt.run_hash.as_ref().unwrap_or(&self.hash))),
+            RunDirKey::Hash => Some(facts::run::events_rel(attempt.run_hash.as_ref().unwrap_or(&self.hash))),
             RunDirKey::Name => {
                 crate::fsio::safe_component(&self.name).then(|| format!("runs/{}/events.jsonl", self.name))
             }

@@ -1,4 +1,4 @@
-//! One model, one hash ([`spec::canonical`]). A state directory written
+//! One model, one hash ([`facts::canonical`]). A state directory written
 //! before a config's hash was that of its one notation keys a config written
 //! in another notation (`num_res_blocks: [2, 2, 2, 2]`, a DiT's sizes beside
 //! its variant) by the hash of what was written. Opening it
@@ -17,9 +17,9 @@
 
 use std::collections::BTreeMap;
 
+use facts::run::{ConfigHash, Manifest};
+use facts::RunConfig;
 use serde_json::Value;
-use spec::run::{ConfigHash, Manifest};
-use spec::RunConfig;
 
 use super::record::ConfigRecord;
 use super::submission::Submission;

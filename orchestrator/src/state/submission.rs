@@ -6,7 +6,7 @@ use super::intent::IntentState;
 use super::record::{Attempt, ConfigRecord};
 use crate::fsio::now;
 use crate::slurm::JobId;
-use spec::run::ConfigHash;
+use facts::run::ConfigHash;
 
 /// One job array, as `submission.json` keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,11 +23,11 @@
 //! new round is chosen; the loop ends [`Ended::Interrupted`], with what is
 //! still running.
 
-use spec::run::ConfigHash;
+use facts::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 
-use spec::record::MeasurementRecord;
-use spec::RunConfig;
+use facts::record::MeasurementRecord;
+use facts::RunConfig;
 
 use super::judge::{cluster_name, where_it_runs};
 use super::{status_until, submit, CommandError, Interrupt, Options, Watch};

@@ -4,8 +4,8 @@
 //! the scripts run is asked whether it starts there; `render` and `warm`
 //! use the same pieces without a connection.
 
+use facts::run::ConfigHash;
 use sha2::{Digest, Sha256};
-use spec::run::ConfigHash;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -196,7 +196,7 @@ pub(crate) fn experiment_backend(exp: &Experiment) -> Option<WorkerBackend> {
 pub(crate) fn worker_args(exp: &Experiment) -> Vec<String> {
     let mut args = WorkerOptions { backend: experiment_backend(exp), ..exp.worker.clone() }.args();
     let protocol = exp.report_layout.protocol();
-    if protocol != spec::protocol::Protocol::Project {
+    if protocol != facts::protocol::Protocol::Project {
         args.extend(["--protocol".to_string(), protocol.name().to_string()]);
     }
     args
@@ -253,7 +253,7 @@ fn manifests(
     memory_limit: Option<u64>,
 ) -> Result<(Vec<u8>, Vec<u8>), CommandError> {
     let refused = |e: serde_json::Error| CommandError::Refused(e.to_string());
-    let manifest = spec::run::Manifest {
+    let manifest = facts::run::Manifest {
         experiment: experiment.to_string(),
         task_offset: 0,
         configs_per_task: k,

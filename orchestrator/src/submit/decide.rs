@@ -5,7 +5,7 @@
 //! active sweep's settled prediction, `cancel`, the retry policy and its
 //! budget of attempts.
 
-use spec::run::ConfigHash;
+use facts::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::judge::Site;
@@ -239,7 +239,7 @@ mod tests {
         let verdict = serde_json::from_value(verdict.into()).expect("a verdict name");
         let r = ConfigRecord::fixture(hash, "n").with_verdict(Some(verdict), None);
         let r = attempts.into_iter().fold(r, ConfigRecord::with_attempt);
-        r.with_result(result.map(|s| spec::event::RunResult {
+        r.with_result(result.map(|s| facts::event::RunResult {
             t: 0.0,
             status: serde_json::from_value(s.into()).expect("a status"),
             params: 0,

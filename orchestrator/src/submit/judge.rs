@@ -3,7 +3,7 @@
 //! runs it, each config judged, and all of it recorded in the state
 //! directory (the sweep, and a record per config with its verdict).
 
-use spec::run::ConfigHash;
+use facts::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 

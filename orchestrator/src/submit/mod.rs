@@ -19,8 +19,8 @@
 //! race. SLURM is the source of truth for what runs; the state directory is
 //! the source of truth for what was *asked*.
 
+use facts::run::ConfigHash;
 use sha2::{Digest, Sha256};
-use spec::run::ConfigHash;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -17,9 +17,9 @@
 //! node seconds after SLURM says the job ended, and a measured `oom` must
 //! never be retried.
 
+use facts::event::RunResult;
+use facts::run::ConfigHash;
 use serde::Serialize;
-use spec::event::RunResult;
-use spec::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{blocking, CommandError, Options, Target};
@@ -186,7 +186,7 @@ pub(crate) async fn pull_events(
 ) -> Collected {
     let mut got = Collected::default();
     let Ok(remote_state) = blocking(&target.transport, |t| t.files().remote_state_root()).await else { return got };
-    let configs: BTreeMap<&str, &spec::RunConfig> =
+    let configs: BTreeMap<&str, &facts::RunConfig> =
         sweep.configs.iter().map(|c| (c.hash.as_str(), &c.config)).collect();
     let now = fsio::now();
     let changed: BTreeSet<&ConfigHash> = changed.iter().collect();
@@ -306,7 +306,7 @@ pub fn log_tail(bytes: &[u8]) -> String {
 
 /// Appends the measurement of a finished run to `measurements.jsonl` (read
 /// from this one config's local events: O(one file) per new result).
-fn append_measurement(st: &StateDir, cfg: &spec::RunConfig, rel: &str) -> Result<(), crate::state::StateError> {
+fn append_measurement(st: &StateDir, cfg: &facts::RunConfig, rel: &str) -> Result<(), crate::state::StateError> {
     let (bytes, path) = st.view().events(rel);
     let bytes = bytes.map_err(fsio::io(&path))?;
     let Some(rec) = to_record(cfg, &parse_events(&bytes)) else { return Ok(()) };

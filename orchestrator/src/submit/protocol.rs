@@ -20,7 +20,7 @@ use crate::slurm::JobId;
 use crate::state::intent::{IntentEvent, IntentState, CONFIRM_S};
 use crate::state::{Change, StateDir, Submission};
 use crate::transport::Poll;
-use spec::event::Event;
+use facts::event::Event;
 
 /// What one reconciliation did, by submission id.
 #[derive(Debug, Clone, Default)]

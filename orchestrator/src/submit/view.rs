@@ -1,9 +1,9 @@
 //! `status`: the table (SLURM state, live phase and peak, results), its JSON
 //! rows, and `--watch`.
 
+use facts::event::RunStatus;
+use facts::run::ConfigHash;
 use serde::Serialize;
-use spec::event::RunStatus;
-use spec::run::ConfigHash;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -210,7 +210,7 @@ fn rows(sweep: &Sweep, records: &BTreeMap<ConfigHash, ConfigRecord>) -> Vec<Stat
 /// after the worker, failed) reads `ENDED`, not FAILED.
 fn row_state(
     latest: Option<&crate::state::Attempt>,
-    result: Option<&spec::event::RunResult>,
+    result: Option<&facts::event::RunResult>,
 ) -> (String, Option<String>) {
     let Some(a) = latest else { return ("-".into(), None) };
     let Some(slurm) = a.state() else {
@@ -223,7 +223,7 @@ fn row_state(
         Some(res)
             if slurm.activity() == Activity::Ended
                 && *slurm != crate::slurm::SlurmState::Completed
-                && res.status == spec::event::RunStatus::Ok =>
+                && res.status == facts::event::RunStatus::Ok =>
         {
             let note = format!("the worker ended ok; SLURM calls its task {slurm}");
             ("ENDED".into(), Some(note))
@@ -367,7 +367,7 @@ mod tests {
     use super::*;
     use crate::slurm::SlurmState;
     use crate::state::{Attempt, Live};
-    use spec::event::Phase;
+    use facts::event::Phase;
 
     fn demo() -> Sweep {
         crate::sweep::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/demo.yaml"), &[])
@@ -424,7 +424,7 @@ mod tests {
         assert_eq!(rows[0].phase, None);
     }
 
-    fn result_of(status: &str) -> spec::event::RunResult {
+    fn result_of(status: &str) -> facts::event::RunResult {
         serde_json::from_value(serde_json::json!({
             "event": "result", "t": 0.0, "status": status, "params": 0, "peaks": {}, "peak_bytes": 3u64 << 29,
             "wall_s": 0.0
@@ -439,7 +439,7 @@ mod tests {
         let sweep = demo();
         let c = &sweep.configs[0];
         let old = attempt(SlurmState::Cancelled, None)
-            .with_worker(crate::collect::WorkerOutcome::Result(spec::event::RunStatus::Cancelled));
+            .with_worker(crate::collect::WorkerOutcome::Result(facts::event::RunStatus::Cancelled));
         let new = attempt(SlurmState::Running, None).with_worker(crate::collect::WorkerOutcome::NotStarted);
         let r = ConfigRecord::fixture(&c.hash, &c.name)
             .with_verdict(Some(crate::precheck::VerdictKind::Fits), Some(4.0))
@@ -506,7 +506,7 @@ mod tests {
         let sweep = demo();
         let c = &sweep.configs[0];
         let a = attempt(SlurmState::Failed, None)
-            .with_worker(crate::collect::WorkerOutcome::Result(spec::event::RunStatus::Ok));
+            .with_worker(crate::collect::WorkerOutcome::Result(facts::event::RunStatus::Ok));
         let r = ConfigRecord::fixture(&c.hash, &c.name)
             .with_verdict(Some(crate::precheck::VerdictKind::Fits), Some(4.0))
             .with_attempt(a)

@@ -6,9 +6,9 @@
 //! config, hash, name and the shape rules it breaks), on every core; where a
 //! value came from is worked out only for an error.
 
+use facts::run::ConfigHash;
+use facts::RunConfig;
 use serde_yaml::Value;
-use spec::run::ConfigHash;
-use spec::RunConfig;
 use std::collections::{HashMap, HashSet};
 
 use super::axes::{self, Axes, Choice};
@@ -98,7 +98,7 @@ fn experiment(
         return Err(src.error_at(&p, origin, format!("{b} GiB: a budget must be a positive number of GiB (e.g. 60)")));
     }
     // Any precision will do: a shipped runtime has coefficients for at least one.
-    if let Err(e) = crate::precheck::Predictor::builtin(&experiment.runtime, spec::Precision::Bf16Amp) {
+    if let Err(e) = crate::precheck::Predictor::builtin(&experiment.runtime, facts::Precision::Bf16Amp) {
         return Err(src.error_in_file(&KeyPath::default().key("runtime"), e.to_string()));
     }
     Ok((experiment, raw.sweep))
@@ -112,7 +112,7 @@ fn experiment(
 fn base_model_keys(src: &Source, base: &Value, cli_origins: &[(KeyPath, Origin)]) -> Result<(), LoadError> {
     let Some(Value::Mapping(model)) = base.get("model") else { return Ok(()) };
     let unknown_to_every_family = |key: &Value, value: &Value| {
-        use spec::model::Family;
+        use facts::model::Family;
         Family::ALL.iter().all(|f| {
             let mut one = serde_yaml::Mapping::new();
             one.insert("family".into(), serde_yaml::to_value(f).expect("a family is a YAML string"));
@@ -176,7 +176,7 @@ struct Expanded {
     config: RunConfig,
     hash: ConfigHash,
     name: String,
-    invalid: Vec<spec::Invalid>,
+    invalid: Vec<facts::Invalid>,
 }
 
 impl Expander<'_> {
@@ -240,7 +240,7 @@ impl Expander<'_> {
             }
         };
         config.name = name.clone();
-        let invalid = spec::validate::validate(&config);
+        let invalid = facts::validate::validate(&config);
         Ok(Combination::Config(Box::new(Expanded { hash: config.hash(), config, name, invalid })))
     }
 

@@ -28,9 +28,9 @@ mod expand;
 mod name;
 mod scratch;
 
+use facts::run::ConfigHash;
+use facts::{Invalid, RunConfig};
 use serde_yaml::{Mapping, Value};
-use spec::run::ConfigHash;
-use spec::{Invalid, RunConfig};
 use std::path::{Path, PathBuf};
 
 use crate::experiment::{Experiment, LoadError, Override, Source};
@@ -90,7 +90,7 @@ pub struct Capacity {
 #[serde(rename_all = "snake_case")]
 pub enum CapacityOf {
     /// The config's GPU.
-    Gpu(spec::Gpu),
+    Gpu(facts::Gpu),
     /// This machine's, where a `local` cluster runs the worker on its CPU.
     ThisMachine,
     /// The worker's `memory_limit`, below the rest.
@@ -99,7 +99,7 @@ pub enum CapacityOf {
 
 impl Capacity {
     /// A GPU's whole memory.
-    pub fn of_gpu(gpu: spec::Gpu) -> Capacity {
+    pub fn of_gpu(gpu: facts::Gpu) -> Capacity {
         Capacity { gib: gpu.capacity_gib(), of: CapacityOf::Gpu(gpu) }
     }
 
@@ -160,7 +160,7 @@ impl Sweep {
     /// [`Sweep::available_gib`] for any config of this experiment on `gpu`
     /// (`explain` and `fit` judge configs the sweep does not list), and whose
     /// memory it is.
-    pub fn capacity(&self, gpu: spec::Gpu) -> Capacity {
+    pub fn capacity(&self, gpu: facts::Gpu) -> Capacity {
         let worker = self.experiment.worker.memory_limit.map(|b| b as f64 / (1u64 << 30) as f64);
         // On this machine the GPU's capacity plays no part.
         let base =
@@ -186,7 +186,7 @@ impl Sweep {
         local: Option<(&crate::precheck::overlay::Overlay, &Path)>,
     ) -> Result<(crate::precheck::Predictor, crate::precheck::overlay::CalibrationSource), crate::precheck::PrecheckError>
     {
-        let precision = self.configs.first().map(|c| c.config.precision).unwrap_or(spec::Precision::Bf16Amp);
+        let precision = self.configs.first().map(|c| c.config.precision).unwrap_or(facts::Precision::Bf16Amp);
         crate::precheck::overlay::predictor(local, &self.experiment.runtime, precision, self.experiment.gpu)
     }
 }

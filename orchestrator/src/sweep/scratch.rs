@@ -5,8 +5,8 @@
 //! (and the command line's per-config overrides) set put back and set anew,
 //! not the whole file copied and every value set again.
 
+use facts::model::ModelSpec;
 use serde_yaml::Value;
-use spec::model::ModelSpec;
 use std::collections::HashMap;
 
 use super::axes::{Axes, Choice};

@@ -112,7 +112,7 @@ fn overrides_apply_and_win_over_the_sweep() {
     let s = plan(&text, &["model.channels=[64, 128, 256, 512]", "batch=2"]).unwrap();
     assert_eq!(s.configs.len(), 2);
     for c in &s.configs {
-        let spec::ModelSpec::Unet(u) = &c.config.model else { panic!() };
+        let facts::ModelSpec::Unet(u) = &c.config.model else { panic!() };
         assert_eq!(u.channels, vec![64, 128, 256, 512]);
         assert_eq!(c.config.batch, 2);
     }
@@ -317,7 +317,7 @@ fn config_hashes_are_the_canonical_json_of_what_a_config_computes() {
     use sha2::{Digest, Sha256};
     // The hash as first defined: serde_json's sorted map as compact text, of
     // what was written. State directories are keyed by it.
-    let as_written = |c: &spec::RunConfig| {
+    let as_written = |c: &facts::RunConfig| {
         let mut content = serde_json::json!({
             "model": c.model, "input": c.input, "out_channels": c.out_channels, "batch": c.batch,
             "precision": c.precision, "grad_ckpt": c.grad_ckpt, "mode": c.mode, "steps": c.steps,
@@ -330,10 +330,10 @@ fn config_hashes_are_the_canonical_json_of_what_a_config_computes() {
     };
     // Now of the model's one notation (and a profile run's one step): a
     // config written in it keeps the hash it had (`state::rehash` moves the others).
-    let reference = |c: &spec::RunConfig| {
+    let reference = |c: &facts::RunConfig| {
         let mut canonical = c.clone();
         canonical.model = c.model.canonical();
-        if c.mode == spec::Mode::Profile {
+        if c.mode == facts::Mode::Profile {
             canonical.steps = 1;
         }
         as_written(&canonical)

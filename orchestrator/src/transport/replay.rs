@@ -1,9 +1,9 @@
 //! The `replay` transport: no GPU, no worker. Each submitted config is
 //! answered with the recorded measurement of the same config (same
-//! [`spec::RunConfig::hash`], same GPU) from a records file (the group's
+//! [`facts::RunConfig::hash`], same GPU) from a records file (the group's
 //! `data/vram-measurements.jsonl`, or any `measurements.jsonl`).
 //!
-//! (Same hash: one notation per model, [`spec::canonical`]. A record that
+//! (Same hash: one notation per model, [`facts::canonical`]. A record that
 //! does not give a field of the config, as the group's records never give
 //! GroupNorm groups, matches on the fields it gives, and its answer says
 //! which it assumed.)
@@ -32,10 +32,10 @@ use super::replay_job::{answered, Jobs, ReplayJob};
 use super::{CounterSnapshot, Counters, FileStore, Poll, Scheduler, Transport, TransportError, WorkerProbe};
 use crate::cluster::ClusterConfig;
 use crate::slurm::{expand_ranges, JobId, SlurmState, TaskObservation};
-use spec::event::{Event, Phase, PhasePeaks, RunEnvironment, RunStatus};
-use spec::record::{MeasuredStatus, MeasurementRecord, Unstated};
-use spec::run::{ConfigHash, Manifest};
-use spec::{ModelSpec, PerLevel, RunConfig};
+use facts::event::{Event, Phase, PhasePeaks, RunEnvironment, RunStatus};
+use facts::record::{MeasuredStatus, MeasurementRecord, Unstated};
+use facts::run::{ConfigHash, Manifest};
+use facts::{ModelSpec, PerLevel, RunConfig};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -63,7 +63,7 @@ impl Records {
     /// Reads a records file; an unreadable line is an error naming file and line.
     pub fn load(path: &Path) -> Result<Records, TransportError> {
         let text = std::fs::read_to_string(path).map_err(|e| ferr(path, e))?;
-        let recs = spec::record::read_jsonl(&text)
+        let recs = facts::record::read_jsonl(&text)
             .map_err(|(line, e)| TransportError::Other(format!("{}:{line}: {e}", path.display())))?;
         Ok(Records::new(path.display().to_string(), recs.into_iter().enumerate().map(|(i, r)| (i + 1, r))))
     }

@@ -12,9 +12,9 @@
 //! whose events already hold this task's `start` keeps that answer: nothing
 //! is answered twice.
 
+use facts::event::{Event, RunStatus};
 use fs2::FileExt;
 use serde::{Deserialize, Serialize};
-use spec::event::{Event, RunStatus};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

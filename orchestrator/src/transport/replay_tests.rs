@@ -133,7 +133,7 @@ fn a_config_recorded_only_on_another_gpu_is_not_answered() {
     let recs = group_records();
     let ok = first(&recs, MeasuredStatus::Ok);
     let mut cfg = ok.run_config().expect("config");
-    cfg.gpu = spec::Gpu::ALL.into_iter().find(|g| Some(*g) != ok.gpu()).expect("another gpu");
+    cfg.gpu = facts::Gpu::ALL.into_iter().find(|g| Some(*g) != ok.gpu()).expect("another gpu");
     let why = recs.find(&cfg).expect_err("not on that gpu");
     assert!(why.contains("only on"), "{why}");
 }

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use spec::event::{CacheState, Event, Phase, RunStatus};
+use facts::event::{CacheState, Event, Phase, RunStatus};
 
 use crate::collect::complete_lines;
 use crate::experiment::WorkerBackend;

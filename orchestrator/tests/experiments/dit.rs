@@ -71,12 +71,12 @@ fn expanded(file: &str) -> Vec<Expected> {
         .iter()
         .map(|c| {
             let cfg = &c.config;
-            let spec::ModelSpec::Dit(m) = &cfg.model else { panic!("{file} {}: not a DiT", c.name) };
+            let facts::ModelSpec::Dit(m) = &cfg.model else { panic!("{file} {}: not a DiT", c.name) };
             assert!(c.is_valid(), "{file} {}: {}", c.name, c.status());
             assert_eq!((cfg.input.channels, cfg.out_channels), CHANNELS, "{file} {}", c.name);
-            assert_eq!(cfg.gpu, spec::Gpu::A100Sxm80, "{file} {}", c.name);
-            assert_eq!(cfg.precision, spec::Precision::Bf16Amp, "{file} {}", c.name);
-            assert_eq!(cfg.mode, spec::Mode::Profile, "{file} {}", c.name);
+            assert_eq!(cfg.gpu, facts::Gpu::A100Sxm80, "{file} {}", c.name);
+            assert_eq!(cfg.precision, facts::Precision::Bf16Amp, "{file} {}", c.name);
+            assert_eq!(cfg.mode, facts::Mode::Profile, "{file} {}", c.name);
             assert!(!cfg.grad_ckpt, "{file} {}: the launcher passes no --grad-ckpt", c.name);
             assert_eq!(cfg.batch, 1, "{file} {}", c.name);
             let variant = m.variant.map(|v| v.to_string()).unwrap_or_default();

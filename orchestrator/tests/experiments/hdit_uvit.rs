@@ -96,12 +96,12 @@ fn as_the_script_ran(name: String, variant: &str, dims: (u32, u32, u32), patch: 
 fn transformer(c: &sweep::SweepConfig) -> Transformer {
     let cfg = &c.config;
     let (variant, dims, patch, depths) = match &cfg.model {
-        spec::ModelSpec::Hdit(h) => (h.variant, h.dims(), h.patch, h.level_depths.clone()),
-        spec::ModelSpec::Uvit(u) => (u.variant, u.dims(), u.patch, Vec::new()),
+        facts::ModelSpec::Hdit(h) => (h.variant, h.dims(), h.patch, h.level_depths.clone()),
+        facts::ModelSpec::Uvit(u) => (u.variant, u.dims(), u.patch, Vec::new()),
         other => panic!("{}: not an HDiT or U-ViT: {other:?}", c.name),
     };
     let d = dims.unwrap_or_else(|e| panic!("{}: {e}", c.name));
-    assert_eq!(cfg.precision, spec::Precision::Bf16Amp, "{}", c.name);
+    assert_eq!(cfg.precision, facts::Precision::Bf16Amp, "{}", c.name);
     let variant = variant.map(|v| v.name().to_string()).unwrap_or_default();
     Transformer {
         name: c.name.clone(),
@@ -389,8 +389,8 @@ fn exp10_is_the_group_pixel_unet_scripts_config_list() {
     let mut got: Vec<Unet> = Vec::new();
     for c in &s.configs {
         let cfg = &c.config;
-        let spec::ModelSpec::Unet(u) = &cfg.model else { panic!("{}: not a UNet", c.name) };
-        assert_eq!(cfg.precision, spec::Precision::Bf16Amp, "{}", c.name);
+        let facts::ModelSpec::Unet(u) = &cfg.model else { panic!("{}: not a UNet", c.name) };
+        assert_eq!(cfg.precision, facts::Precision::Bf16Amp, "{}", c.name);
         got.push((
             c.name.clone(),
             u.channels.clone(),

@@ -179,11 +179,11 @@ fn exp11_exp12_are_the_group_s2d_scripts_config_list() {
             assert_eq!(cfg.experiment, file, "{at}");
             assert_eq!(
                 (cfg.gpu.name(), cfg.precision, cfg.grad_ckpt, cfg.batch),
-                ("H100-80GB-HBM3", spec::Precision::Bf16Amp, false, 1),
+                ("H100-80GB-HBM3", facts::Precision::Bf16Amp, false, 1),
                 "{at}"
             );
             assert_eq!((cfg.input.channels, cfg.out_channels, cfg.input.spatial.dims()), (16, 8, spatial), "{at}");
-            let spec::ModelSpec::Unet(u) = &cfg.model else { panic!("{at}: not a UNet") };
+            let facts::ModelSpec::Unet(u) = &cfg.model else { panic!("{at}: not a UNet") };
             assert_eq!(u.norm_num_groups, NORM_GROUPS, "{at}");
             let heads = u.head_channels();
             assert!(heads.iter().all(|h| *h == heads[0]), "{at}: {heads:?}");

@@ -19,8 +19,8 @@ mod cubecl;
 
 use std::path::{Path, PathBuf};
 
+pub use facts::event::CacheState;
 use serde::{Deserialize, Serialize};
-pub use spec::event::CacheState;
 
 /// The CubeCL release this worker is built with (Cargo.lock: Burn 0.22's).
 pub const CUBECL_VERSION: &str = "0.11.3";

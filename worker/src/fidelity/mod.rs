@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
-use spec::event::{Phase, RunStatus};
-use spec::gpu::Gpu;
-use spec::model::Family;
-use spec::record::MeasurementRecord;
-use spec::run::ConfigHash;
+use facts::event::{Phase, RunStatus};
+use facts::gpu::Gpu;
+use facts::model::Family;
+use facts::record::MeasurementRecord;
+use facts::run::ConfigHash;
 
 mod reference;
 mod table;
@@ -160,7 +160,7 @@ pub fn select(records: &[MeasurementRecord], max_peak_gib: f64) -> Vec<&Measurem
 /// Run every selected record through this binary; rows in the file's order.
 pub fn run(opts: &Options) -> Result<Vec<Row>> {
     let text = std::fs::read_to_string(&opts.records).with_context(|| format!("reading {}", opts.records.display()))?;
-    let records = spec::record::read_jsonl(&text)
+    let records = facts::record::read_jsonl(&text)
         .map_err(|(line, e)| anyhow::anyhow!("{}:{line}: {e}", opts.records.display()))?;
     let mut chosen = select(&records, opts.max_peak_gib);
     chosen.retain(|r| opts.families.is_empty() || opts.families.contains(&r.family));
@@ -234,7 +234,7 @@ fn run_one(exe: &Path, r: &MeasurementRecord, opts: &Options) -> Result<Row> {
     let events = crate::events::events_path(&opts.state_dir, &cfg);
     let _ = std::fs::remove_file(&events);
     // Measured as the script behind the record's table did.
-    let protocol = r.table.as_deref().and_then(spec::protocol::Protocol::of_table).unwrap_or_default();
+    let protocol = r.table.as_deref().and_then(facts::protocol::Protocol::of_table).unwrap_or_default();
     let status = Command::new(exe)
         .args(["run", "--backend", &opts.backend, "--protocol", protocol.name(), "--config"])
         .arg(&path)

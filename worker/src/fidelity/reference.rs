@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 
 use anyhow::{Context, Result};
-use spec::gpu::Gpu;
-use spec::model::Family;
-use spec::record::MeasurementRecord;
-use spec::run::ConfigHash;
+use facts::gpu::Gpu;
+use facts::model::Family;
+use facts::record::MeasurementRecord;
+use facts::run::ConfigHash;
 
 use super::table::{percentile, summary_line};
 use super::Row;
@@ -38,7 +38,7 @@ impl Reference {
     /// of the same config (hash: everything but names).
     pub fn matching(group: &[MeasurementRecord], reference: &[MeasurementRecord]) -> Result<Reference> {
         let mut by_hash: HashMap<ConfigHash, &MeasurementRecord> = HashMap::new();
-        for r in reference.iter().filter(|r| r.status == spec::record::MeasuredStatus::Ok && r.peak_gb.is_some()) {
+        for r in reference.iter().filter(|r| r.status == facts::record::MeasuredStatus::Ok && r.peak_gb.is_some()) {
             by_hash.insert(r.run_config().with_context(|| format!("reference record {}", r.id))?.hash(), r);
         }
         let mut out = Reference::default();

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use anyhow::{Context, Result};
-use spec::event::Phase;
-use spec::model::Family;
+use facts::event::Phase;
+use facts::model::Family;
 
 use super::{Row, GIB};
 

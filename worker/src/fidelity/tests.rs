@@ -13,7 +13,7 @@ const RECORDS: &str = r#"{"id":"a","family":"dit","framework":"pytorch","gpu":"A
 
 #[test]
 fn selects_pytorch_runs_that_fit_with_and_without_checkpointing() {
-    let recs = spec::record::read_jsonl(RECORDS).unwrap();
+    let recs = facts::record::read_jsonl(RECORDS).unwrap();
     let ids: Vec<&str> = select(&recs, 4.0).iter().map(|r| r.id.as_str()).collect();
     // b: a checkpointed transformer (per block, as the worker does); f: a
     // checkpointed UNet, which runs as the group's did (nothing to checkpoint).
@@ -22,13 +22,13 @@ fn selects_pytorch_runs_that_fit_with_and_without_checkpointing() {
 
 #[test]
 fn pytorchs_run_is_matched_by_config_and_set_beside_the_worker() {
-    let group = spec::record::read_jsonl(RECORDS).unwrap();
+    let group = facts::record::read_jsonl(RECORDS).unwrap();
     // PyTorch's run of record a's config under another id and GPU: it
     // answers every record of that config (c, d, e differ from a only in
     // figures and framework); b (checkpointing) and f (a UNet) are other configs.
     let torch = RECORDS.lines().next().unwrap().replace(r#""id":"a""#, r#""id":"ref/a""#);
     let torch = torch.replace("A100-SXM4-80GB", "NVIDIA H200").replace(r#""peak_gb":0.7"#, r#""peak_gb":0.69"#);
-    let reference = Reference::matching(&group, &spec::record::read_jsonl(&torch).unwrap()).unwrap();
+    let reference = Reference::matching(&group, &facts::record::read_jsonl(&torch).unwrap()).unwrap();
     assert_eq!(reference.device, "NVIDIA H200");
     let matched: std::collections::BTreeSet<&str> = reference.peaks_gib.keys().map(String::as_str).collect();
     assert_eq!(matched, ["a", "c", "d", "e"].into());

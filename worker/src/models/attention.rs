@@ -32,7 +32,7 @@ use burn::prelude::*;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{DType, FloatDType, Scalar, Slice};
-pub use spec::event::AttentionKernel;
+pub use facts::event::AttentionKernel;
 
 use super::amp;
 

@@ -2,12 +2,12 @@
 //! table that is trained (`src/medgen/models/dit.py@3140d97:109,143` in
 //! `ModeS7/AIS4900_master`: an `nn.Parameter` given to AdamW), timestep MLP
 //! 256 → h → h, adaLN-Zero blocks with qk-norm, final adaLN layer. Matches
-//! `spec::params::count` exactly.
+//! `facts::params::count` exactly.
 
 use burn::module::Param;
 use burn::nn::conv::{Conv3d, Conv3dConfig};
 use burn::prelude::*;
-use spec::{DitSpec, Input};
+use facts::{DitSpec, Input};
 
 use super::amp::{self, AutocastForward};
 use super::attention::{AttentionKernel, Heads};
@@ -81,11 +81,11 @@ mod tests {
     use super::*;
     use crate::models::test_util::device;
     use burn::module::Module;
-    use spec::{ModelSpec, Spatial, Variant};
+    use facts::{ModelSpec, Spatial, Variant};
 
     fn check(m: DitSpec, input: Input, out: u32) -> Dit {
         let device = device();
-        let expected = spec::params::count(&ModelSpec::Dit(m.clone()), &input, out).unwrap();
+        let expected = facts::params::count(&ModelSpec::Dit(m.clone()), &input, out).unwrap();
         let model = Dit::new(&m, &input, out, AttentionKernel::MemoryEfficient, &device).unwrap();
         assert_eq!(model.num_params() as u64, expected, "{m:?}");
         model
@@ -101,7 +101,7 @@ mod tests {
 
     #[test]
     fn params_match_spec_variant_s() {
-        // DiT-S at the spec's own reference shape (the count test in spec/src/params.rs).
+        // DiT-S at the spec's own reference shape (the count test in facts/src/params.rs).
         let input = Input { channels: 1, spatial: Spatial::new(10, 16, 16) };
         let m = DitSpec { variant: Some(Variant::S), hidden: None, heads: None, depth: None, patch: 2 };
         check(m, input, 1);

@@ -1,13 +1,13 @@
 //! Hourglass DiT: adaLN-Zero DiT blocks at several token resolutions. Each level
 //! down merges 2x2x2 tokens (Linear 8h → h), the way up splits them (Linear
 //! h → 8h) and joins the level's skip (Linear 2h → h); every level has its own
-//! learned position table. Layout exactly as `spec::params::count` counts it.
+//! learned position table. Layout exactly as `facts::params::count` counts it.
 
 use burn::module::Param;
 use burn::nn::conv::{Conv3d, Conv3dConfig};
 use burn::nn::Linear;
 use burn::prelude::*;
-use spec::{HditSpec, Input};
+use facts::{HditSpec, Input};
 
 use super::amp::{self, AutocastForward};
 use super::attention::{AttentionKernel, Heads};
@@ -140,11 +140,11 @@ mod tests {
     use super::*;
     use crate::models::test_util::device;
     use burn::module::Module;
-    use spec::{ModelSpec, Spatial};
+    use facts::{ModelSpec, Spatial};
 
     fn check(m: HditSpec, input: Input, out: u32) -> Hdit {
         let device = device();
-        let expected = spec::params::count(&ModelSpec::Hdit(m.clone()), &input, out).unwrap();
+        let expected = facts::params::count(&ModelSpec::Hdit(m.clone()), &input, out).unwrap();
         let model = Hdit::new(&m, &input, out, AttentionKernel::MemoryEfficient, &device).unwrap();
         assert_eq!(model.num_params() as u64, expected, "{m:?}");
         model

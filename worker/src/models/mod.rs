@@ -1,6 +1,6 @@
 //! The four model families in Burn, built from the shared spec types.
 //!
-//! Every model here must report exactly `spec::params::count` parameters: the
+//! Every model here must report exactly `facts::params::count` parameters: the
 //! precheck predicts from that count, and a measured run is only comparable with
 //! its prediction when both describe the same network. The tests beside each
 //! family hold the two together on tiny configs.
@@ -29,7 +29,7 @@ use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::gelu;
-use spec::{Input, ModelSpec};
+use facts::{Input, ModelSpec};
 
 use amp::{silu, AutocastForward};
 use attention::{scaled_dot_product, AttentionKernel, Heads};
@@ -39,11 +39,11 @@ use checkpoint::Tape;
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error("invalid spec: {0}")]
-    Spec(#[from] spec::Invalid),
+    Spec(#[from] facts::Invalid),
     #[error("{0}")]
     Shape(String),
     #[error("the worker has no {0} model: MambaDiff is planned and predicted by the orchestrator, not built here")]
-    NoWorkerModel(spec::model::Family),
+    NoWorkerModel(facts::model::Family),
 }
 
 /// One model of any family, so the runner handles them alike.
@@ -245,16 +245,16 @@ pub struct TimeMlp {
 
 impl TimeMlp {
     pub fn new(h: usize, device: &Device) -> Self {
-        Self { fc1: linear(spec::params::TIME_FREQ_DIM as usize, h, device), fc2: linear(h, h, device) }
+        Self { fc1: linear(facts::params::TIME_FREQ_DIM as usize, h, device), fc2: linear(h, h, device) }
     }
     pub fn forward(&self, t: &[f32], device: &Device) -> Tensor<2> {
-        let emb = timestep_embedding(t, spec::params::TIME_FREQ_DIM as usize, device);
+        let emb = timestep_embedding(t, facts::params::TIME_FREQ_DIM as usize, device);
         self.fc2.amp(silu(self.fc1.amp(emb)))
     }
 }
 
 /// The group's DiT block (DiT, HDiT): adaLN-Zero conditioning and qk-norm,
-/// 18h² + 15h + 4·head_dim parameters (`spec::params::dit_block`).
+/// 18h² + 15h + 4·head_dim parameters (`facts::params::dit_block`).
 #[derive(Module, Debug)]
 pub struct DitBlock {
     qkv: Linear,
@@ -421,7 +421,7 @@ pub(crate) mod test_util {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::{DitSpec, HditSpec, Spatial, UvitSpec, Variant};
+    use facts::{DitSpec, HditSpec, Spatial, UvitSpec, Variant};
 
     /// Every named variant of the papers, at a small volume (parameters are
     /// initialised lazily, so counting them allocates little).
@@ -450,7 +450,7 @@ mod tests {
             }));
         }
         for spec in specs {
-            let expected = spec::params::count(&spec, &input, 1).unwrap();
+            let expected = facts::params::count(&spec, &input, 1).unwrap();
             let model = Model::build(&spec, &input, 1, AttentionKernel::MemoryEfficient, &device).unwrap();
             assert_eq!(model.num_params() as u64, expected, "{}", spec.summary());
         }
@@ -464,7 +464,7 @@ mod tests {
         let mamba: ModelSpec =
             serde_json::from_value(serde_json::json!({"family": "mamba", "variant": "S", "patch_size": 2})).unwrap();
         let err = Model::build(&mamba, &input, 1, AttentionKernel::MemoryEfficient, &device).unwrap_err();
-        assert!(matches!(err, BuildError::NoWorkerModel(spec::model::Family::Mamba)), "{err}");
+        assert!(matches!(err, BuildError::NoWorkerModel(facts::model::Family::Mamba)), "{err}");
         assert!(err.to_string().starts_with("the worker has no mamba model"), "{err}");
     }
 

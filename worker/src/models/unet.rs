@@ -4,7 +4,7 @@
 //! per level `r` ResBlocks (+ spatial attention where enabled), stride-2 conv between
 //! levels; middle ResBlock + attention (always) + ResBlock; up path of `r+1`
 //! ResBlocks per level on the concatenated skips, nearest x2 upsample + conv;
-//! GroupNorm, SiLU, conv out. Matches `spec::params::count` exactly.
+//! GroupNorm, SiLU, conv out. Matches `facts::params::count` exactly.
 //!
 //! With the tape on (`grad_ckpt`), each level block is checkpointed as the
 //! group's pixel scripts wrap MONAI's UNet from outside
@@ -18,7 +18,7 @@
 use burn::nn::conv::{Conv3d, Conv3dConfig};
 use burn::nn::{GroupNorm, GroupNormConfig, Linear, PaddingConfig3d};
 use burn::prelude::*;
-use spec::{Input, UnetSpec};
+use facts::{Input, UnetSpec};
 
 use super::amp::{self, silu, AutocastForward};
 use super::checkpoint::Tape;
@@ -370,11 +370,11 @@ mod tests {
     use super::*;
     use crate::models::test_util::device;
     use burn::module::Module;
-    use spec::{ModelSpec, PerLevel, Spatial};
+    use facts::{ModelSpec, PerLevel, Spatial};
 
     fn check(u: UnetSpec, input: Input, out: u32) {
         let device = device();
-        let expected = spec::params::count(&ModelSpec::Unet(u.clone()), &input, out).unwrap();
+        let expected = facts::params::count(&ModelSpec::Unet(u.clone()), &input, out).unwrap();
         let model = Unet::new(&u, &input, out, &device).unwrap();
         assert_eq!(model.num_params() as u64, expected, "{u:?}");
     }

@@ -3,14 +3,14 @@
 //! learned positions for 1 + tokens, pre-LN blocks with qkv without bias, long
 //! skips Linear(2h → h) from the first half into the second, final LayerNorm,
 //! Linear(h, p³·in), unpatchify and a Conv3d(in, in, 3). Predicts `in` channels,
-//! as upstream does. Matches `spec::params::count` exactly.
+//! as upstream does. Matches `facts::params::count` exactly.
 
 use burn::module::Param;
 use burn::nn::conv::{Conv3d, Conv3dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig3d};
 use burn::prelude::*;
 use burn::tensor::activation::gelu;
-use spec::{Input, UvitSpec};
+use facts::{Input, UvitSpec};
 
 use super::amp::{self, AutocastForward};
 use super::attention::{AttentionKernel, Heads};
@@ -149,11 +149,11 @@ mod tests {
     use super::*;
     use crate::models::test_util::device;
     use burn::module::Module;
-    use spec::{ModelSpec, Spatial};
+    use facts::{ModelSpec, Spatial};
 
     fn check(m: UvitSpec, input: Input) -> Uvit {
         let device = device();
-        let expected = spec::params::count(&ModelSpec::Uvit(m.clone()), &input, input.channels).unwrap();
+        let expected = facts::params::count(&ModelSpec::Uvit(m.clone()), &input, input.channels).unwrap();
         let model = Uvit::new(&m, &input, AttentionKernel::MemoryEfficient, &device).unwrap();
         assert_eq!(model.num_params() as u64, expected, "{m:?}");
         model

@@ -3,8 +3,8 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use spec::event::{DtypePolicy, MemoryMeter, RunEnvironment};
-use spec::RunConfig;
+use facts::event::{DtypePolicy, MemoryMeter, RunEnvironment};
+use facts::RunConfig;
 
 use super::{attention_of, checkpointing_of, RunOptions};
 use crate::backend;

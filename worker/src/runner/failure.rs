@@ -1,6 +1,6 @@
 //! A phase's error or panic as a result's status and message.
 
-use spec::event::RunStatus;
+use facts::event::RunStatus;
 
 /// Memory text of an error that means the device ran out of memory: the host
 /// allocator's, and CubeCL's (`IoError::OutOfMemory` "out of device memory

@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use spec::event::{AttentionKernel, CacheState, Checkpointing, Event, Phase, RunResult, RunStatus};
-use spec::protocol::Protocol;
-use spec::{Mode, RunConfig};
+use facts::event::{AttentionKernel, CacheState, Checkpointing, Event, Phase, RunResult, RunStatus};
+use facts::protocol::Protocol;
+use facts::{Mode, RunConfig};
 
 use crate::alloc;
 use crate::backend::{self, Backend};
@@ -161,7 +161,7 @@ fn run_with_setup(
     let ev_err = |source| RunError::Events { path: path.clone(), source };
 
     let start = now();
-    let params = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap_or(0);
+    let params = facts::params::count(&cfg.model, &cfg.input, cfg.out_channels).unwrap_or(0);
     reset_progress(opts, &log, start, params);
     // A driver that crashes (SIGSEGV, SIGBUS, SIGABRT) while the device is set
     // up, or later in a phase, still leaves a result.
@@ -278,7 +278,7 @@ struct Measured {
     /// The open phase window's peak, counted where the run stopped early.
     live_peak: u64,
     /// The run's peaks as PyTorch's caching allocator would count them (CPU backends).
-    as_pytorch_counts: Option<spec::event::PhasePeaks>,
+    as_pytorch_counts: Option<facts::event::PhasePeaks>,
     /// The protocol it ran under and the bytes held after the build, for
     /// the figures that protocol's script printed.
     held_after_build: Option<(Protocol, u64)>,
@@ -369,7 +369,7 @@ fn phase<T>(
 /// materialised; the transformer families use the run's choice.
 fn attention_of(cfg: &RunConfig, opts: &RunOptions) -> AttentionKernel {
     match cfg.model {
-        spec::ModelSpec::Unet(_) => AttentionKernel::Materialised,
+        facts::ModelSpec::Unet(_) => AttentionKernel::Materialised,
         _ => opts.attention,
     }
 }

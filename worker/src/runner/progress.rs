@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 
-use spec::event::{Phase, PhasePeaks};
+use facts::event::{Phase, PhasePeaks};
 
 use super::EXIT_OOM;
 use crate::alloc;
@@ -261,7 +261,7 @@ pub(super) fn install_crash_handlers() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::event::{RunResult, RunStatus};
+    use facts::event::{RunResult, RunStatus};
 
     /// The line as the spec's result type reads it (a `result` event or an error).
     fn parse(out: &StackBuf) -> RunResult {

@@ -2,7 +2,7 @@ use super::failure::is_oom_message;
 use super::*;
 use std::sync::Mutex;
 
-use spec::{Input, ModelSpec, PerLevel, Precision, Spatial, UnetSpec};
+use facts::{Input, ModelSpec, PerLevel, Precision, Spatial, UnetSpec};
 
 /// Runs in this process share [`PROGRESS`]: one at a time.
 static ONE_RUN: Mutex<()> = Mutex::new(());

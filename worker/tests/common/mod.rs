@@ -7,8 +7,8 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Output};
 
-use spec::event::Event;
-use spec::{Input, ModelSpec, PerLevel, RunConfig, Spatial, UnetSpec};
+use facts::event::Event;
+use facts::{Input, ModelSpec, PerLevel, RunConfig, Spatial, UnetSpec};
 
 /// A 2-level UNet with attention at 8^3: runs on the CPU in well under a second.
 pub fn tiny_unet(name: &str) -> RunConfig {

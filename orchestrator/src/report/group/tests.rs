@@ -6,7 +6,7 @@ use super::unet::running_max;
 use super::*;
 use crate::precheck::VerdictKind;
 
-fn config(model: serde_json::Value, spatial: [u32; 3]) -> spec::RunConfig {
+fn config(model: serde_json::Value, spatial: [u32; 3]) -> facts::RunConfig {
     serde_json::from_value(serde_json::json!({
         "experiment": "t", "name": "c", "model": model,
         "input": {"channels": 2, "spatial": spatial}, "out_channels": 2, "batch": 1,

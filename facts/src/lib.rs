@@ -7,11 +7,14 @@
 pub mod blocks;
 pub mod canonical;
 pub mod event;
+pub mod family;
 pub mod gpu;
+pub mod invalid;
 pub mod jsonl;
 pub mod mamba;
 pub mod model;
 pub mod params;
+pub mod peaks;
 pub mod protocol;
 pub mod record;
 pub mod run;

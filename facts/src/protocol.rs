@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::PhasePeaks;
+use crate::peaks::PhasePeaks;
 
 /// The measurement protocol of a run (`worker run --protocol`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -28,8 +28,9 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use std::fmt;
 
-use crate::model::{Family, Variant};
-use crate::{Input, Invalid, Spatial};
+use crate::family::{Family, Variant};
+use crate::invalid::Invalid;
+use crate::shape::{Input, Spatial};
 
 /// A ratio in thousandths (`mlp_ratio: 4.0` is 4000), so that the model stays
 /// `Eq` and `Hash` and a config hashes alike however the number is written

@@ -28,7 +28,8 @@
 //! (`num_res_blocks` 2, `norm_num_groups` 32): a written default and an
 //! omitted one hash alike.
 
-use crate::model::{resolve_variant, Family, PerLevel, UnetSpec};
+use crate::family::{resolve_variant, Family};
+use crate::model::{PerLevel, UnetSpec};
 use crate::{MambaSpec, ModelSpec, TransformerDims, Variant};
 
 impl ModelSpec {

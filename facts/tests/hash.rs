@@ -1,10 +1,10 @@
 //! One model, one hash: a config's content hash is that of its one notation
-//! (`spec::canonical`), so the same model written two ways keys one run
+//! (`facts::canonical`), so the same model written two ways keys one run
 //! directory, one replay answer and one row of a sweep; a different model
 //! keys another; and a config already written in the one notation keeps the
 //! hash it had before (state directories written then read as they were).
 
-use spec::RunConfig;
+use facts::RunConfig;
 
 fn config(model: serde_json::Value) -> RunConfig {
     serde_json::from_value(serde_json::json!({
@@ -52,7 +52,7 @@ fn scalar_and_list_notation_of_one_unet_give_one_hash() {
         assert_ne!(other.hash(), scalar.hash(), "{:?}", other.model);
     }
     let mut groups = scalar.clone();
-    let spec::ModelSpec::Unet(u) = &mut groups.model else { unreachable!("a unet") };
+    let facts::ModelSpec::Unet(u) = &mut groups.model else { unreachable!("a unet") };
     u.norm_num_groups = 16;
     assert_ne!(groups.hash(), scalar.hash(), "GroupNorm groups change the model");
 }
@@ -76,9 +76,9 @@ fn a_profile_run_is_one_step_however_many_it_names() {
     let mut five = one.clone();
     five.steps = 5;
     assert_eq!(five.hash(), one.hash(), "a profile runs one step");
-    five.mode = spec::Mode::Train;
+    five.mode = facts::Mode::Train;
     let mut train_one = one.clone();
-    train_one.mode = spec::Mode::Train;
+    train_one.mode = facts::Mode::Train;
     assert_ne!(five.hash(), train_one.hash(), "a training run's steps are what it runs");
 }
 
@@ -91,7 +91,7 @@ fn the_canonical_notation_keeps_the_hash_it_had_before() {
     assert_eq!(unet(2.into(), 64.into()).hash().0, GOLDEN_UNET);
     let dit = config(serde_json::json!({"family": "dit", "variant": "XL", "patch": 2}));
     let mut dit = dit;
-    dit.input = spec::Input { channels: 1, spatial: spec::Spatial::new(40, 64, 64) };
+    dit.input = facts::Input { channels: 1, spatial: facts::Spatial::new(40, 64, 64) };
     dit.out_channels = 1;
     assert_eq!(dit.hash().0, GOLDEN_DIT);
 }

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::peaks::PhasePeaks;
+
 /// What the profiler is doing, in the reports' order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -50,19 +52,6 @@ impl RunStatus {
             RunStatus::Cancelled => "cancelled",
         }
     }
-}
-
-/// Peak bytes seen per phase (absent where the phase was not reached).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PhasePeaks {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fwd: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bwd: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<u64>,
 }
 
 /// Which meter a run's `peak_bytes` come from, so a report can say what its

@@ -2,7 +2,7 @@
 //! reproduced from the architecture: to 0.05M where the report gives one
 //! decimal, to the report's rounding (±0.5M) where it gives whole millions.
 
-use spec::record::{read_jsonl, MeasurementRecord};
+use facts::record::{read_jsonl, MeasurementRecord};
 use std::path::PathBuf;
 
 /// Records whose printed count disagrees with the architecture they describe,
@@ -36,7 +36,7 @@ fn every_reported_parameter_count_is_reproduced() {
     for r in &recs {
         let Some(reported) = r.params_m else { continue };
         let cfg = r.run_config().expect("record describes a model");
-        let exact = spec::params::count(&cfg.model, &cfg.input, cfg.out_channels).expect("countable") as f64 / 1e6;
+        let exact = facts::params::count(&cfg.model, &cfg.input, cfg.out_channels).expect("countable") as f64 / 1e6;
         let ok = (exact - reported).abs() <= tolerance(reported) + 1e-9;
         let listed = KNOWN_MISMATCHES.iter().any(|(id, _)| *id == r.id);
         checked += 1;
@@ -57,6 +57,6 @@ fn every_reported_parameter_count_is_reproduced() {
 fn every_record_with_a_count_is_valid() {
     for r in records() {
         let cfg = r.run_config().unwrap();
-        assert_eq!(spec::validate::validate(&cfg), vec![], "{}", r.id);
+        assert_eq!(facts::validate::validate(&cfg), vec![], "{}", r.id);
     }
 }
