@@ -54,6 +54,10 @@ impl RunStatus {
     }
 }
 
+/// The `backend` of a run whose `start` event `worker watch` wrote: a user's
+/// command, not a Burn runtime (its peak calibrates nothing).
+pub const COMMAND_BACKEND: &str = "command";
+
 /// Which meter a run's `peak_bytes` come from, so a report can say what its
 /// numbers are (they are not the same quantity on CPU and GPU).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +68,13 @@ pub enum MemoryMeter {
     /// CubeCL's memory pool, bytes in use plus padding, sampled every few ms
     /// (GPU backends; the analogue of `torch.cuda.max_memory_allocated`).
     CubeclPool,
+    /// `worker watch`: resident memory (RSS) of the watched command's process
+    /// tree, summed over its processes and sampled (a CPU node: host memory,
+    /// not a GPU's).
+    ProcessTreeRss,
+    /// `worker watch` on a GPU: NVML's used memory of the watched command's
+    /// processes, sampled (the driver's view: contexts and cached blocks included).
+    NvmlProcesses,
 }
 
 impl MemoryMeter {
@@ -72,6 +83,8 @@ impl MemoryMeter {
         match self {
             MemoryMeter::HostAllocator => "host allocator, exact live bytes",
             MemoryMeter::CubeclPool => "CubeCL memory pool in use, sampled",
+            MemoryMeter::ProcessTreeRss => "the command's resident memory (RSS, process tree, host), sampled",
+            MemoryMeter::NvmlProcesses => "the command's GPU memory (NVML, its processes), sampled",
         }
     }
 }

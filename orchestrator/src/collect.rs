@@ -6,7 +6,7 @@
 //! over SFTP), so a torn last line is expected and skipped. A retried run
 //! appends a new `start`; only the last attempt counts.
 
-use facts::event::{Event, Phase, PhasePeaks, RunEnvironment, RunResult, RunStatus};
+use facts::event::{Event, Phase, PhasePeaks, RunEnvironment, RunResult, RunStatus, COMMAND_BACKEND};
 use facts::record::{MeasuredStatus, MeasurementRecord};
 use facts::run::ConfigHash;
 use facts::{ModelSpec, RunConfig};
@@ -199,10 +199,15 @@ fn gib(bytes: u64) -> f64 {
 
 /// A finished run as a measurement record (`framework` `burn-<backend>`, peaks in
 /// GiB, unrounded, and the peak's exact bytes). `None` unless the run measured something: `ok` (or over budget) and
-/// `oom` give records; `failed`, `cancelled` and unfinished runs do not.
+/// `oom` give records; `failed`, `cancelled` and unfinished runs do not, nor
+/// does a user's command run by `worker watch` (backend `command`: its peak is
+/// the command's, not a Burn runtime's to calibrate).
 pub fn to_record(cfg: &RunConfig, progress: &RunProgress) -> Option<MeasurementRecord> {
     let result = progress.result.as_ref()?;
     let env = progress.env.as_ref();
+    if env.is_some_and(|e| e.backend == COMMAND_BACKEND) {
+        return None;
+    }
     let backend = env.map(|e| e.backend.as_str()).unwrap_or("unknown");
     let peak = gib(result.peak_bytes);
     let status = match result.status {
@@ -358,6 +363,15 @@ mod tests {
         assert!(!p.finished());
         assert_eq!(p.env.as_ref().map(|e| e.backend.as_str()), Some("flex"));
         assert!(to_record(&cfg(), &p).is_none());
+    }
+
+    #[test]
+    fn a_watched_commands_run_is_no_measurement_record() {
+        let start = START.replace(r#""backend":"flex""#, r#""backend":"command""#);
+        assert_ne!(start, START);
+        let p = parse_events(&lines(&[start.as_str(), BEAT, OK]));
+        assert_eq!(p.result.as_ref().map(|r| r.status), Some(RunStatus::Ok));
+        assert!(to_record(&cfg(), &p).is_none(), "a command's peak is not a Burn runtime's");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The worker: runs one sweep config as a SLURM job. It builds the model in
 //! Burn, runs the phases the group's profiler runs (model, fwd, bwd, AdamW
 //! step), measures each phase's peak memory and streams events to the state
-//! directory (see `worker/README.md`).
+//! directory (see `worker/README.md`). `worker watch` ([`watch`]) runs a
+//! command of the user's (a training script) instead and writes the same events.
 //!
 //! Backends are chosen at run time among those compiled in: `flex` (CPU,
 //! default feature) and the GPU features `vulkan`, `wgpu` and `cuda` (see
@@ -23,6 +24,7 @@ pub mod runner;
 pub mod task;
 pub mod vulkan_driver;
 pub mod warm;
+pub mod watch;
 
 pub use backend::Backend;
 pub use runner::{run, Outcome, RunOptions};

@@ -1,6 +1,7 @@
 //! `worker run`: one sweep config, measured and streamed to the state directory.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -30,6 +31,48 @@ enum Command {
     /// `worker run --cache-dir DIR`, one process each, in fp32 and bf16-amp;
     /// one line per config (wall seconds, status). Exit 0 when all ended ok.
     Warm(WarmArgs),
+    /// Run a command of your own for one config (a training script) as a
+    /// child: forward SIGUSR1 and SIGTERM to it, sample the memory it holds
+    /// (NVML on a GPU node, else its resident memory), and write the same
+    /// events as a profiling run (start, heartbeats, result). Exit 0 when the
+    /// command exited 0 (`ok`).
+    Watch(WatchArgs),
+}
+
+#[derive(clap::Args)]
+struct WatchArgs {
+    /// Manifest JSON; the task (`--task-id`, else $SLURM_ARRAY_TASK_ID) must hold one config.
+    #[arg(long, conflicts_with = "config", required_unless_present = "config")]
+    manifest: Option<PathBuf>,
+    /// Array task id; defaults to $SLURM_ARRAY_TASK_ID.
+    #[arg(long, requires = "manifest")]
+    task_id: Option<u32>,
+    /// A single RunConfig JSON file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// State directory; events go to <state-dir>/<experiment>/runs/<hash>/events.jsonl.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Seconds between two heartbeat events.
+    #[arg(long, default_value_t = 10.0)]
+    heartbeat_s: f64,
+    /// Seconds between two memory samples.
+    #[arg(long, default_value_t = 0.2)]
+    sample_s: f64,
+    /// The memory to sample: `auto` (NVML where it opens, else RSS), `rss`
+    /// (the process tree's resident memory) or `nvml`.
+    #[arg(long, value_enum, default_value_t = MeterArg::Auto)]
+    meter: MeterArg,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true)]
+    command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum MeterArg {
+    Auto,
+    Rss,
+    Nvml,
 }
 
 #[derive(clap::Args)]
@@ -160,12 +203,23 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 /// The configs this process runs and the memory limit they run under
 /// (`--memory-limit`, else the manifest's `memory_limit`, else none).
 fn configs_of(args: &RunArgs) -> Result<(Vec<RunConfig>, Option<u64>)> {
-    if let Some(path) = &args.config {
-        return Ok((vec![read_json(path)?], args.memory_limit));
+    let (cfgs, limit) = task_configs(args.manifest.as_deref(), args.task_id, args.config.as_deref())?;
+    Ok((cfgs, args.memory_limit.or(limit)))
+}
+
+/// The configs of `--config`, or of the manifest's array task; and the
+/// manifest's memory limit.
+fn task_configs(
+    manifest: Option<&Path>,
+    task_id: Option<u32>,
+    config: Option<&Path>,
+) -> Result<(Vec<RunConfig>, Option<u64>)> {
+    if let Some(path) = config {
+        return Ok((vec![read_json(path)?], None));
     }
-    let Some(path) = &args.manifest else { bail!("give --manifest or --config") };
+    let Some(path) = manifest else { bail!("give --manifest or --config") };
     let manifest: Manifest = read_json(path)?;
-    let task_id = match args.task_id {
+    let task_id = match task_id {
         Some(t) => t,
         None => std::env::var("SLURM_ARRAY_TASK_ID")
             .context("no --task-id and no SLURM_ARRAY_TASK_ID")?
@@ -181,7 +235,38 @@ fn configs_of(args: &RunArgs) -> Result<(Vec<RunConfig>, Option<u64>)> {
             manifest.configs_per_task
         )
     })?;
-    Ok((cfgs.to_vec(), args.memory_limit.or(manifest.memory_limit)))
+    Ok((cfgs.to_vec(), manifest.memory_limit))
+}
+
+/// `worker watch`: the task's one config, its command watched to the end;
+/// the worker's exit code.
+fn watch(args: WatchArgs) -> Result<i32> {
+    let (cfgs, _) = task_configs(args.manifest.as_deref(), args.task_id, args.config.as_deref())?;
+    let [cfg] = cfgs.as_slice() else {
+        bail!("`worker watch` runs one config a task; this task holds {} (configs_per_task must be 1)", cfgs.len())
+    };
+    let seconds = |s: f64, what: &str| {
+        Duration::try_from_secs_f64(s).ok().filter(|d| !d.is_zero()).with_context(|| format!("--{what} {s}"))
+    };
+    let mut opts = worker::watch::WatchOptions::new(&args.state_dir);
+    opts.heartbeat = seconds(args.heartbeat_s, "heartbeat-s")?;
+    opts.sample = seconds(args.sample_s, "sample-s")?;
+    opts.meter = match args.meter {
+        MeterArg::Auto => worker::watch::MeterChoice::Auto,
+        MeterArg::Rss => worker::watch::MeterChoice::Rss,
+        MeterArg::Nvml => worker::watch::MeterChoice::Nvml,
+    };
+    let watched = worker::watch::watch(cfg, &args.command, &opts)?;
+    let r = &watched.result;
+    eprintln!(
+        "worker: {} {} (peak {:.3} GiB, {:.1} s){}",
+        cfg.name,
+        r.status.name(),
+        r.peak_bytes as f64 / (1u64 << 30) as f64,
+        r.wall_s,
+        r.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+    );
+    Ok(watched.exit_code)
 }
 
 /// `--backend NAME`, else the first GPU backend compiled in, else the CPU.
@@ -203,6 +288,7 @@ fn main() -> Result<()> {
         }
         Command::Fidelity(args) => fidelity(args),
         Command::Warm(args) => std::process::exit(warm(&args)?),
+        Command::Watch(args) => std::process::exit(watch(args)?),
         Command::Run(args) => {
             let (cfgs, memory_limit) = configs_of(&args)?;
             if cfgs.len() > 1 && args.from.is_none() {

@@ -54,17 +54,31 @@ impl NvmlProbe {
     /// graphics processes (Vulkan contexts are graphics), else the device's
     /// used memory less what was used before the run.
     pub fn used_by_this_process(&self) -> Option<u64> {
+        self.used_by(&[self.pid])
+    }
+
+    /// Bytes the processes `pids` use on the device (`worker watch`: the
+    /// watched command's process tree), summed over their entries among the
+    /// compute and graphics processes; where the driver lists none of them
+    /// (none has touched the GPU yet, or a PID namespace hides them), the
+    /// device's used memory less what was used when this probe opened.
+    pub fn used_by(&self, pids: &[u32]) -> Option<u64> {
         let d = self.device()?;
-        let mine = |list: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>| {
-            list.into_iter().filter(|p| p.pid == self.pid).find_map(|p| match p.used_gpu_memory {
-                UsedGpuMemory::Used(b) => Some(b),
-                UsedGpuMemory::Unavailable => None,
-            })
+        let sum = |list: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>| {
+            let bytes: Vec<u64> = list
+                .into_iter()
+                .filter(|p| pids.contains(&p.pid))
+                .filter_map(|p| match p.used_gpu_memory {
+                    UsedGpuMemory::Used(b) => Some(b),
+                    UsedGpuMemory::Unavailable => None,
+                })
+                .collect();
+            (!bytes.is_empty()).then(|| bytes.iter().sum::<u64>())
         };
-        if let Some(b) = d.running_compute_processes().ok().and_then(mine) {
+        if let Some(b) = d.running_compute_processes().ok().and_then(sum) {
             return Some(b);
         }
-        if let Some(b) = d.running_graphics_processes().ok().and_then(mine) {
+        if let Some(b) = d.running_graphics_processes().ok().and_then(sum) {
             return Some(b);
         }
         d.memory_info().ok().map(|m| m.used.saturating_sub(self.baseline_used))

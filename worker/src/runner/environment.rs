@@ -9,7 +9,7 @@ use facts::RunConfig;
 use super::{attention_of, checkpointing_of, RunOptions};
 use crate::backend;
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or truncates.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

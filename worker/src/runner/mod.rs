@@ -39,7 +39,7 @@ use crate::models::checkpoint::Tape;
 use crate::models::Model;
 use crate::optim::ForeachAdamW;
 
-mod environment;
+pub(crate) mod environment;
 mod failure;
 mod panics;
 mod progress;
