@@ -24,15 +24,18 @@ use crate::cluster::JobSetup;
 use crate::experiment::SlurmResources;
 use crate::util::shell::sh_quote;
 
+pub mod command;
+
 /// The built-in templates, used when `templates/` has no file of that name.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("profile", include_str!("../../templates/profile.sbatch.hbs")),
     ("warm", include_str!("../../templates/warm.sbatch.hbs")),
+    ("command", include_str!("../../templates/command.sbatch.hbs")),
 ];
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderFailure {
-    #[error("template `{name}` not found (looked in {looked}); built-in: profile, warm")]
+    #[error("template `{name}` not found (looked in {looked}); built-in: profile, warm, command")]
     NotFound { name: String, looked: String },
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
@@ -124,6 +127,9 @@ pub struct JobVars {
     pub worker_args: Vec<String>,
     /// The cluster's `setup:`, run before the worker.
     pub setup: SetupVars,
+    /// A `command:` sweep's setup lines, environment and each task's command
+    /// line (`null` for a profiling sweep).
+    pub command: Option<command::CommandVars>,
 }
 
 /// What the warm-up job's template (`warm`, `orchestrator install --warm`) may use.
@@ -305,7 +311,35 @@ mod tests {
             worker: "/w/bin/worker".into(),
             worker_args: vec![],
             setup: SetupVars::default(),
+            command: None,
         }
+    }
+
+    #[test]
+    fn command_template_runs_each_tasks_line_under_worker_watch() {
+        let mut v = vars();
+        v.command = Some(command::CommandVars {
+            setup: vec!["module load Anaconda3/2024.02-1".into(), "conda activate medgen".into()],
+            env: vec![EnvVar { name: "PYTORCH_CUDA_ALLOC_CONF".into(), value: "expandable_segments:True".into() }],
+            tasks: vec![
+                command::TaskCommand { task: 0, line: "python train.py training.batch_size=4".into() },
+                command::TaskCommand { task: 1, line: "python train.py training.name='a b'".into() },
+            ],
+        });
+        let script = Renderer::new(vec![]).render("command", &v).unwrap();
+        for line in [
+            "#SBATCH --partition=GPUQ",
+            "module load Anaconda3/2024.02-1\nconda activate medgen\nset -u",
+            "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            "0) set -- python train.py training.batch_size=4 ;;",
+            "1) set -- python train.py training.name='a b' ;;",
+            "exec /w/bin/worker watch --manifest /w/state/exp9/submissions/s001-abcd/manifest.json \
+             --state-dir /w/state -- \"$@\"",
+        ] {
+            assert!(script.contains(line), "missing {line:?} in:\n{script}");
+        }
+        let out = std::process::Command::new("bash").arg("-n").arg("-c").arg(&script).output().expect("bash runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 
     #[test]

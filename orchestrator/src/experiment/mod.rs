@@ -4,10 +4,12 @@
 //! path, whether the bad value sits in the base config, in a sweep axis or in
 //! a command-line override. See [`crate::sweep`] for the expansion.
 
+mod command;
 mod layout;
 pub mod locate;
 mod overrides;
 
+pub use command::CommandRuntime;
 pub use layout::ReportLayout;
 
 pub use overrides::Override;
@@ -157,6 +159,10 @@ pub struct Experiment {
     /// script the sweep follows (absent in sweeps stored before it existed).
     #[serde(default, skip_serializing_if = "ReportLayout::is_project")]
     pub report_layout: ReportLayout,
+    /// The user's own command each config runs under `worker watch`
+    /// (`command:`); absent: the profiling worker (docs/training-sweeps.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandRuntime>,
 }
 
 /// The file as written. Per-config fields sit beside experiment-level ones, so
@@ -204,6 +210,8 @@ pub(crate) struct RawExperiment {
     pub runtime: Runtime,
     #[serde(default)]
     pub report_layout: ReportLayout,
+    #[serde(default)]
+    pub command: Option<CommandRuntime>,
     /// Expanded by [`crate::sweep`].
     #[serde(default)]
     pub sweep: Option<Value>,
@@ -259,6 +267,7 @@ impl RawExperiment {
             worker: self.worker.clone(),
             runtime: self.runtime.clone(),
             report_layout: self.report_layout,
+            command: self.command.clone(),
         }
     }
 }

@@ -15,6 +15,7 @@ use super::{blocking, experiment_hash, CommandError, Options, Target};
 use crate::cluster::{merge_resources, ClusterConfig, TransportKind};
 use crate::experiment::{Experiment, SlurmResources, WorkerBackend, WorkerOptions};
 use crate::fsio;
+use crate::render::command::command_vars;
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
 use crate::state::{ArrayJob, Submission};
@@ -127,7 +128,8 @@ pub(crate) fn prepare_arrays(
 ) -> Result<Vec<Prepared>, CommandError> {
     let exp = &sweep.experiment;
     let k = exp.worker.configs_per_task.max(1);
-    let template = exp.template.clone().unwrap_or_else(|| "profile".into());
+    let default_template = if exp.command.is_some() { "command" } else { "profile" };
+    let template = exp.template.clone().unwrap_or_else(|| default_template.into());
     let tasks = configs.len().div_ceil(k as usize);
     let mut out = Vec::new();
     for (n, range) in slurm::chunks(tasks, place.max_array).into_iter().enumerate() {
@@ -155,6 +157,10 @@ pub(crate) fn prepare_arrays(
             worker: place.worker.to_string(),
             worker_args: worker_args(exp),
             setup: (&target.config.setup).into(),
+            command: match &exp.command {
+                Some(c) => Some(command_vars(c, &chunk.iter().map(|s| &s.config).collect::<Vec<_>>())?),
+                None => None,
+            },
         };
         let script = renderer.render(&template, &vars)?;
         let (manifest_json, jsonl) = manifests(&exp.name, chunk, k, exp.worker.memory_limit)?;

@@ -97,6 +97,13 @@ fn experiment(
         let origin = cli_origins.iter().find(|(k, _)| p.starts_with(k));
         return Err(src.error_at(&p, origin, format!("{b} GiB: a budget must be a positive number of GiB (e.g. 60)")));
     }
+    if let Some(problem) = experiment.command.as_ref().and_then(|c| c.problem()) {
+        return Err(src.error_in_file(&KeyPath::default().key("command"), problem));
+    }
+    if experiment.command.is_some() && experiment.worker.configs_per_task > 1 {
+        let p = KeyPath::default().key("worker").key("configs_per_task");
+        return Err(src.error_in_file(&p, "a `command:` sweep runs one config a job task: use 1".into()));
+    }
     // Any precision will do: a shipped runtime has coefficients for at least one.
     if let Err(e) = crate::precheck::Predictor::builtin(&experiment.runtime, facts::Precision::Bf16Amp) {
         return Err(src.error_in_file(&KeyPath::default().key("runtime"), e.to_string()));

@@ -1,0 +1,165 @@
+//! A `command:` sweep's script parts: each config's command line, rendered
+//! from the experiment's `run:` template over the config's fields, every
+//! value shell-quoted; its setup lines and environment.
+
+use handlebars::Handlebars;
+use serde::Serialize;
+use serde_json::Value;
+use spec::RunConfig;
+
+use super::{EnvVar, RenderFailure};
+use crate::cluster::setup::env_name_ok;
+use crate::experiment::CommandRuntime;
+use crate::util::shell::sh_quote;
+
+/// What the `command` template may use: `{{#each command.setup}}`,
+/// `{{#each command.env}}` and `{{#each command.tasks}}` (array task `task`
+/// runs `line`, a shell command line whose values are quoted).
+#[derive(Debug, Clone, Serialize)]
+pub struct CommandVars {
+    /// The user's own shell lines, verbatim.
+    pub setup: Vec<String>,
+    /// Sorted by name; names checked as shell identifiers.
+    pub env: Vec<EnvVar>,
+    pub tasks: Vec<TaskCommand>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskCommand {
+    pub task: usize,
+    pub line: String,
+}
+
+fn failure(message: String) -> RenderFailure {
+    RenderFailure::Template { name: "command.run".into(), message }
+}
+
+/// The fields a `run:` template sees: the config as its JSON (`name`,
+/// `experiment`, `model.*`, `input.*`, `batch`, `precision`, …) and its
+/// `hash`; a list of plain values becomes one value, `[a,b,c]` (Hydra's list).
+fn context(cfg: &RunConfig) -> Result<Value, RenderFailure> {
+    fn lists_as_text(v: &mut Value) {
+        match v {
+            Value::Array(items) if items.iter().all(|i| !i.is_array() && !i.is_object()) => {
+                let text = serde_json::to_string(items).unwrap_or_default();
+                *v = Value::String(text);
+            }
+            Value::Array(items) => items.iter_mut().for_each(lists_as_text),
+            Value::Object(map) => map.values_mut().for_each(lists_as_text),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(cfg).map_err(|e| failure(e.to_string()))?;
+    lists_as_text(&mut v);
+    if let Value::Object(map) = &mut v {
+        map.insert("hash".into(), Value::String(cfg.hash().as_str().to_string()));
+    }
+    Ok(v)
+}
+
+/// `cfg`'s command line: `run` rendered in strict mode (a field that does not
+/// exist is an error), each `{{value}}` quoted as one shell word.
+pub fn command_line(run: &str, cfg: &RunConfig) -> Result<String, RenderFailure> {
+    let mut hb = Handlebars::new();
+    hb.set_strict_mode(true);
+    hb.register_escape_fn(sh_quote);
+    let line = hb.render_template(run, &context(cfg)?).map_err(|e| failure(e.to_string()))?;
+    if line.contains('\n') || line.contains('\r') {
+        return Err(failure(format!("the command line of {} is not one line", cfg.name)));
+    }
+    Ok(line)
+}
+
+/// The script parts of `configs`, array task `i` running `configs[i]`.
+pub fn command_vars(c: &CommandRuntime, configs: &[&RunConfig]) -> Result<CommandVars, RenderFailure> {
+    if let Some(problem) = c.problem() {
+        return Err(failure(problem));
+    }
+    for name in c.env.keys() {
+        env_name_ok(name).map_err(failure)?;
+    }
+    let tasks = configs
+        .iter()
+        .enumerate()
+        .map(|(task, cfg)| Ok(TaskCommand { task, line: command_line(&c.run, cfg)? }))
+        .collect::<Result<_, RenderFailure>>()?;
+    Ok(CommandVars {
+        setup: c.setup.clone(),
+        env: c.env.iter().map(|(name, value)| EnvVar { name: name.clone(), value: value.clone() }).collect(),
+        tasks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spec::{Input, ModelSpec, PerLevel, Spatial, UnetSpec};
+
+    fn cfg(name: &str, batch: u32) -> RunConfig {
+        let unet = UnetSpec {
+            channels: vec![64, 128, 256],
+            attention_levels: vec![false, false, true],
+            num_res_blocks: PerLevel::All(2),
+            num_head_channels: PerLevel::All(32),
+            norm_num_groups: 32,
+        };
+        let input = Input { channels: 2, spatial: Spatial::new(64, 64, 32) };
+        let mut c = RunConfig::profile("exp9", name, ModelSpec::Unet(unet), input);
+        c.batch = batch;
+        c
+    }
+
+    const RUN: &str = "python -m medgen.scripts.train --config-name=diffusion_3d \
+        model.channels={{model.channels}} training.batch_size={{batch}} training.name={{name}}";
+
+    /// The words a real shell makes of `line` (its arguments, one a line).
+    fn words(line: &str) -> Vec<String> {
+        let script = format!("set -- {line}\nprintf '%s\\n' \"$@\"");
+        let out = std::process::Command::new("sh").arg("-c").arg(&script).output().expect("sh runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect()
+    }
+
+    #[test]
+    fn each_config_gets_its_own_quoted_command_line() {
+        let a = cfg("ch64_bs4", 4);
+        let b = cfg("ch64_bs24", 24);
+        let c = CommandRuntime { run: RUN.into(), setup: vec![], env: Default::default() };
+        let vars = command_vars(&c, &[&a, &b]).unwrap();
+        assert_eq!(vars.tasks.len(), 2);
+        assert_eq!(
+            vars.tasks[0].line,
+            "python -m medgen.scripts.train --config-name=diffusion_3d \
+             model.channels='[64,128,256]' training.batch_size=4 training.name=ch64_bs4"
+        );
+        assert_eq!(vars.tasks[1].task, 1);
+        assert!(
+            vars.tasks[1].line.contains("training.batch_size=24 training.name=ch64_bs24"),
+            "{}",
+            vars.tasks[1].line
+        );
+        assert_eq!(words(&vars.tasks[0].line)[4], "model.channels=[64,128,256]");
+    }
+
+    #[test]
+    fn a_hostile_value_arrives_as_one_word_of_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let canary = dir.path().join("pwned");
+        let name = format!("a b'c\"d $(touch {0}) `touch {0}` ;touch {0}", canary.display());
+        let line = command_line("train --name {{name}} --batch {{batch}}", &cfg(&name, 2)).unwrap();
+        assert_eq!(words(&line), ["train", "--name", name.as_str(), "--batch", "2"]);
+        assert!(!canary.exists(), "a value ran as code: {line}");
+    }
+
+    #[test]
+    fn unknown_fields_unquoted_values_and_bad_names_are_refused() {
+        let one = |run: &str| CommandRuntime { run: run.into(), setup: vec![], env: Default::default() };
+        let err = command_line("train {{model.chanels}}", &cfg("x", 1)).unwrap_err().to_string();
+        assert!(err.contains("chanels"), "{err}");
+        assert!(command_vars(&one("train {{{name}}}"), &[&cfg("x", 1)]).is_err());
+        assert!(command_vars(&one("train\nrm -rf /"), &[&cfg("x", 1)]).is_err());
+        let mut bad_env = one("train");
+        bad_env.env.insert("A B".into(), "1".into());
+        assert!(command_vars(&bad_env, &[&cfg("x", 1)]).is_err());
+    }
+}
