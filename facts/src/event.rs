@@ -195,6 +195,9 @@ pub struct RunEnvironment {
     pub slurm_job_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_array_task_id: Option<String>,
+    /// A chained run's segment (`worker watch --chain`), absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<crate::chain::ChainPosition>,
 }
 
 /// One line of `events.jsonl`. `t` is seconds since the Unix epoch.
@@ -212,6 +215,9 @@ pub enum Event {
         phase: Phase,
         current_bytes: u64,
         peak_bytes: u64,
+        /// A watched command's last progress line (`epoch 12/500`), where it prints one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        progress: Option<String>,
     },
     PhaseEnd {
         t: f64,
@@ -264,6 +270,8 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group: Option<crate::protocol::GroupColumns>,
     },
+    /// A chained run's segment ended and the chain goes on ([`crate::chain`]).
+    Segment(crate::chain::SegmentEnd),
 }
 
 /// The final word of a run: the fields of [`Event::Result`] as one type, for

@@ -6,6 +6,7 @@
 
 pub mod blocks;
 pub mod canonical;
+pub mod chain;
 pub mod event;
 pub mod family;
 pub mod gpu;

@@ -29,6 +29,9 @@ pub enum WorkerOutcome {
     NotStarted,
     /// A `start` line but no `result`: the worker was killed from outside.
     NoResult,
+    /// A chained run's segment ended with the chain to go on (`segment`, no
+    /// `result`): requeued by the worker, or left for `resume` to continue.
+    SegmentEnded,
     /// The worker's own final word.
     Result(RunStatus),
 }
@@ -43,6 +46,7 @@ impl WorkerOutcome {
         match self {
             WorkerOutcome::NotStarted => None,
             WorkerOutcome::NoResult => Some("started"),
+            WorkerOutcome::SegmentEnded => Some("segment-ended"),
             WorkerOutcome::Result(s) => Some(s.name()),
         }
     }
@@ -56,6 +60,7 @@ impl WorkerOutcome {
             Some("oom") => WorkerOutcome::Result(RunStatus::Oom),
             Some("failed") => WorkerOutcome::Result(RunStatus::Failed),
             Some("cancelled") => WorkerOutcome::Result(RunStatus::Cancelled),
+            Some("segment-ended") => WorkerOutcome::SegmentEnded,
             Some(_) => WorkerOutcome::NoResult,
         }
     }
@@ -127,7 +132,7 @@ impl RunProgress {
                     ..RunProgress::default()
                 };
             }
-            Event::Heartbeat { t, phase, current_bytes, peak_bytes } => {
+            Event::Heartbeat { t, phase, current_bytes, peak_bytes, .. } => {
                 self.phase = Some(phase);
                 self.current_bytes = current_bytes;
                 self.peak_bytes = self.peak_bytes.max(peak_bytes);
@@ -147,6 +152,10 @@ impl RunProgress {
                 self.peak_bytes = self.peak_bytes.max(r.peak_bytes);
                 self.last_t = Some(r.t);
                 self.result = Some(r);
+            }
+            Event::Segment(end) => {
+                self.peak_bytes = self.peak_bytes.max(end.peak_bytes);
+                self.last_t = Some(end.t);
             }
         }
     }

@@ -322,9 +322,10 @@ mod tests {
             setup: vec!["module load Anaconda3/2024.02-1".into(), "conda activate medgen".into()],
             env: vec![EnvVar { name: "PYTORCH_CUDA_ALLOC_CONF".into(), value: "expandable_segments:True".into() }],
             tasks: vec![
-                command::TaskCommand { task: 0, line: "python train.py training.batch_size=4".into() },
-                command::TaskCommand { task: 1, line: "python train.py training.name='a b'".into() },
+                command::TaskCommand { task: 0, line: "python train.py training.batch_size=4".into(), resume: None },
+                command::TaskCommand { task: 1, line: "python train.py training.name='a b'".into(), resume: None },
             ],
+            chain: None,
         });
         let script = Renderer::new(vec![]).render("command", &v).unwrap();
         for line in [
@@ -335,6 +336,39 @@ mod tests {
             "1) set -- python train.py training.name='a b' ;;",
             "exec /w/bin/worker watch --manifest /w/state/exp9/submissions/s001-abcd/manifest.json \
              --state-dir /w/state -- \"$@\"",
+        ] {
+            assert!(script.contains(line), "missing {line:?} in:\n{script}");
+        }
+        let out = std::process::Command::new("bash").arg("-n").arg("-c").arg(&script).output().expect("bash runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    #[test]
+    fn a_chain_signals_requeues_appends_and_resumes_each_task_with_its_own_word() {
+        let mut v = vars();
+        v.command = Some(command::CommandVars {
+            setup: vec![],
+            env: vec![],
+            tasks: vec![command::TaskCommand {
+                task: 0,
+                line: "python train.py".into(),
+                resume: Some("'training.resume_from=/w/state/exp9/runs/ab/checkpoint latest.pt'".into()),
+            }],
+            chain: Some(command::ChainVars {
+                signal: "B:USR1@120".into(),
+                max_segments: 20,
+                checkpoint: "checkpoint latest.pt".into(),
+                marker: Some(".training_complete".into()),
+                progress: Some("Epoch [0-9]+".into()),
+            }),
+        });
+        let script = Renderer::new(vec![]).render("command", &v).unwrap();
+        for line in [
+            "#SBATCH --signal=B:USR1@120\n#SBATCH --requeue\n#SBATCH --open-mode=append\n",
+            "0) resume='training.resume_from=/w/state/exp9/runs/ab/checkpoint latest.pt'; set -- python train.py ;;",
+            "--chain-max 20 --checkpoint 'checkpoint latest.pt' --resume-arg \"$resume\"",
+            "--marker .training_complete",
+            "--progress 'Epoch [0-9]+'",
         ] {
             assert!(script.contains(line), "missing {line:?} in:\n{script}");
         }

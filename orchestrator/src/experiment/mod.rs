@@ -9,7 +9,7 @@ mod layout;
 pub mod locate;
 mod overrides;
 
-pub use command::CommandRuntime;
+pub use command::{Chain, ChainSignal, CommandRuntime};
 pub use layout::ReportLayout;
 
 pub use overrides::Override;

@@ -2,14 +2,14 @@
 //! from the experiment's `run:` template over the config's fields, every
 //! value shell-quoted; its setup lines and environment.
 
+use facts::RunConfig;
 use handlebars::Handlebars;
 use serde::Serialize;
 use serde_json::Value;
-use spec::RunConfig;
 
 use super::{EnvVar, RenderFailure};
 use crate::cluster::setup::env_name_ok;
-use crate::experiment::CommandRuntime;
+use crate::experiment::{Chain, CommandRuntime};
 use crate::util::shell::sh_quote;
 
 /// What the `command` template may use: `{{#each command.setup}}`,
@@ -22,12 +22,27 @@ pub struct CommandVars {
     /// Sorted by name; names checked as shell identifiers.
     pub env: Vec<EnvVar>,
     pub tasks: Vec<TaskCommand>,
+    /// `chain:`'s settings, for the `#SBATCH` lines and `worker watch --chain`.
+    pub chain: Option<ChainVars>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskCommand {
     pub task: usize,
     pub line: String,
+    /// A chain's resume argument for this config, one quoted word.
+    pub resume: Option<String>,
+}
+
+/// What the template needs of a chain (the values raw: it quotes them).
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainVars {
+    /// sbatch's `--signal` value, `B:USR1@120`.
+    pub signal: String,
+    pub max_segments: u32,
+    pub checkpoint: String,
+    pub marker: Option<String>,
+    pub progress: Option<String>,
 }
 
 fn failure(message: String) -> RenderFailure {
@@ -35,9 +50,10 @@ fn failure(message: String) -> RenderFailure {
 }
 
 /// The fields a `run:` template sees: the config as its JSON (`name`,
-/// `experiment`, `model.*`, `input.*`, `batch`, `precision`, …) and its
-/// `hash`; a list of plain values becomes one value, `[a,b,c]` (Hydra's list).
-fn context(cfg: &RunConfig) -> Result<Value, RenderFailure> {
+/// `experiment`, `model.*`, `input.*`, `batch`, `precision`, …), its `hash`
+/// and `run_dir` (on the cluster); a list of plain values becomes one value,
+/// `[a,b,c]` (Hydra's list).
+fn context(cfg: &RunConfig, run_dir: &str) -> Result<Value, RenderFailure> {
     fn lists_as_text(v: &mut Value) {
         match v {
             Value::Array(items) if items.iter().all(|i| !i.is_array() && !i.is_object()) => {
@@ -53,25 +69,57 @@ fn context(cfg: &RunConfig) -> Result<Value, RenderFailure> {
     lists_as_text(&mut v);
     if let Value::Object(map) = &mut v {
         map.insert("hash".into(), Value::String(cfg.hash().as_str().to_string()));
+        map.insert("run_dir".into(), Value::String(run_dir.to_string()));
     }
     Ok(v)
 }
 
-/// `cfg`'s command line: `run` rendered in strict mode (a field that does not
-/// exist is an error), each `{{value}}` quoted as one shell word.
-pub fn command_line(run: &str, cfg: &RunConfig) -> Result<String, RenderFailure> {
+/// The config's run directory on the cluster, where its events, its
+/// command's working directory and its checkpoint are.
+pub fn run_dir(state_dir: &str, cfg: &RunConfig) -> String {
+    format!("{}/{}/runs/{}", state_dir.trim_end_matches('/'), cfg.experiment, cfg.hash())
+}
+
+/// `template` rendered over `ctx` in strict mode (a field that does not
+/// exist is an error), each `{{value}}` quoted as one shell word; one line.
+fn render_line(what: &str, template: &str, ctx: &Value, cfg: &RunConfig) -> Result<String, RenderFailure> {
     let mut hb = Handlebars::new();
     hb.set_strict_mode(true);
     hb.register_escape_fn(sh_quote);
-    let line = hb.render_template(run, &context(cfg)?).map_err(|e| failure(e.to_string()))?;
+    let line = hb.render_template(template, ctx).map_err(|e| failure(e.to_string()))?;
     if line.contains('\n') || line.contains('\r') {
-        return Err(failure(format!("the command line of {} is not one line", cfg.name)));
+        return Err(failure(format!("the {what} of {} is not one line", cfg.name)));
     }
     Ok(line)
 }
 
-/// The script parts of `configs`, array task `i` running `configs[i]`.
-pub fn command_vars(c: &CommandRuntime, configs: &[&RunConfig]) -> Result<CommandVars, RenderFailure> {
+/// `cfg`'s command line, `run` rendered with its run directory under `state_dir`.
+pub fn command_line(run: &str, cfg: &RunConfig, state_dir: &str) -> Result<String, RenderFailure> {
+    render_line("command line", run, &context(cfg, &run_dir(state_dir, cfg))?, cfg)
+}
+
+/// `cfg`'s resume argument: `resume` rendered with `checkpoint`, the full
+/// path of its checkpoint; one shell word.
+fn resume_word(chain: &Chain, cfg: &RunConfig, state_dir: &str) -> Result<String, RenderFailure> {
+    let dir = run_dir(state_dir, cfg);
+    let mut ctx = context(cfg, &dir)?;
+    if let Value::Object(map) = &mut ctx {
+        map.insert("checkpoint".into(), Value::String(format!("{dir}/{}", chain.checkpoint)));
+    }
+    // Rendered raw, then quoted whole: one argument, whatever its values hold.
+    let mut hb = Handlebars::new();
+    hb.set_strict_mode(true);
+    hb.register_escape_fn(handlebars::no_escape);
+    let word = hb.render_template(&chain.resume, &ctx).map_err(|e| failure(e.to_string()))?;
+    if word.contains('\n') || word.contains('\r') {
+        return Err(failure(format!("the resume argument of {} is not one line", cfg.name)));
+    }
+    Ok(sh_quote(&word))
+}
+
+/// The script parts of `configs`, array task `i` running `configs[i]`, their
+/// run directories under the cluster's `state_dir`.
+pub fn command_vars(c: &CommandRuntime, configs: &[&RunConfig], state_dir: &str) -> Result<CommandVars, RenderFailure> {
     if let Some(problem) = c.problem() {
         return Err(failure(problem));
     }
@@ -81,19 +129,29 @@ pub fn command_vars(c: &CommandRuntime, configs: &[&RunConfig]) -> Result<Comman
     let tasks = configs
         .iter()
         .enumerate()
-        .map(|(task, cfg)| Ok(TaskCommand { task, line: command_line(&c.run, cfg)? }))
+        .map(|(task, cfg)| {
+            let resume = c.chain.as_ref().map(|ch| resume_word(ch, cfg, state_dir)).transpose()?;
+            Ok(TaskCommand { task, line: command_line(&c.run, cfg, state_dir)?, resume })
+        })
         .collect::<Result<_, RenderFailure>>()?;
     Ok(CommandVars {
         setup: c.setup.clone(),
         env: c.env.iter().map(|(name, value)| EnvVar { name: name.clone(), value: value.clone() }).collect(),
         tasks,
+        chain: c.chain.as_ref().map(|ch| ChainVars {
+            signal: ch.signal.sbatch(),
+            max_segments: ch.max_segments,
+            checkpoint: ch.checkpoint.clone(),
+            marker: ch.marker.clone(),
+            progress: ch.progress.clone(),
+        }),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::{Input, ModelSpec, PerLevel, Spatial, UnetSpec};
+    use facts::{Input, ModelSpec, PerLevel, Spatial, UnetSpec};
 
     fn cfg(name: &str, batch: u32) -> RunConfig {
         let unet = UnetSpec {
@@ -124,8 +182,8 @@ mod tests {
     fn each_config_gets_its_own_quoted_command_line() {
         let a = cfg("ch64_bs4", 4);
         let b = cfg("ch64_bs24", 24);
-        let c = CommandRuntime { run: RUN.into(), setup: vec![], env: Default::default() };
-        let vars = command_vars(&c, &[&a, &b]).unwrap();
+        let c = CommandRuntime { run: RUN.into(), setup: vec![], env: Default::default(), chain: None };
+        let vars = command_vars(&c, &[&a, &b], "/w/state").unwrap();
         assert_eq!(vars.tasks.len(), 2);
         assert_eq!(
             vars.tasks[0].line,
@@ -146,20 +204,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let canary = dir.path().join("pwned");
         let name = format!("a b'c\"d $(touch {0}) `touch {0}` ;touch {0}", canary.display());
-        let line = command_line("train --name {{name}} --batch {{batch}}", &cfg(&name, 2)).unwrap();
+        let line = command_line("train --name {{name}} --batch {{batch}}", &cfg(&name, 2), "/w").unwrap();
         assert_eq!(words(&line), ["train", "--name", name.as_str(), "--batch", "2"]);
         assert!(!canary.exists(), "a value ran as code: {line}");
     }
 
     #[test]
     fn unknown_fields_unquoted_values_and_bad_names_are_refused() {
-        let one = |run: &str| CommandRuntime { run: run.into(), setup: vec![], env: Default::default() };
-        let err = command_line("train {{model.chanels}}", &cfg("x", 1)).unwrap_err().to_string();
+        let one = |run: &str| CommandRuntime { run: run.into(), setup: vec![], env: Default::default(), chain: None };
+        let err = command_line("train {{model.chanels}}", &cfg("x", 1), "/w").unwrap_err().to_string();
         assert!(err.contains("chanels"), "{err}");
-        assert!(command_vars(&one("train {{{name}}}"), &[&cfg("x", 1)]).is_err());
-        assert!(command_vars(&one("train\nrm -rf /"), &[&cfg("x", 1)]).is_err());
+        assert!(command_vars(&one("train {{{name}}}"), &[&cfg("x", 1)], "/w").is_err());
+        assert!(command_vars(&one("train\nrm -rf /"), &[&cfg("x", 1)], "/w").is_err());
         let mut bad_env = one("train");
         bad_env.env.insert("A B".into(), "1".into());
-        assert!(command_vars(&bad_env, &[&cfg("x", 1)]).is_err());
+        assert!(command_vars(&bad_env, &[&cfg("x", 1)], "/w").is_err());
     }
 }

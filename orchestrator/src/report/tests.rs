@@ -85,7 +85,7 @@ fn record(st: &mut StateDir, c: &SweepConfig, v: &Verdict, run: Option<(u32, Slu
     st.apply(observed).expect("polled");
     if let Some(result) = result {
         let worker = WorkerOutcome::Result(result.status);
-        let read = EventsRead { worker, offset: 0, mine: true, live: None, result: Some(result) };
+        let read = EventsRead { worker, offset: 0, mine: true, live: None, result: Some(result), chain: None };
         st.apply(Change::Events { hash, read }).expect("events read");
     }
 }

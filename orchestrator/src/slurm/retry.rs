@@ -78,6 +78,7 @@ impl RetryPolicy {
     /// | `oom` | any (FAILED: exit 3) | never (measured OOM) |
     /// | `failed` | any | with `--retry-failed` |
     /// | `cancelled` | TIMEOUT / other | per `timeout` / `cancelled` |
+    /// | a chain's segment ended, the chain to go on | any | yes: continued from its checkpoint |
     /// | started, no result | FAILED, OUT_OF_MEMORY | yes, unless `--no-retry-killed` (killed) |
     /// | not started | OUT_OF_MEMORY | yes, unless `--no-retry-killed` (killed) |
     /// | no result | any other | by the state ([`Self::retryable`]) |
@@ -90,6 +91,9 @@ impl RetryPolicy {
         );
         match worker {
             WorkerOutcome::Result(RunStatus::Ok) => Some("completed".into()),
+            // Saved and stopped for the time limit, and not requeued (SLURM
+            // refused, or the job was held): nothing failed, the chain goes on.
+            WorkerOutcome::SegmentEnded => None,
             WorkerOutcome::Result(RunStatus::Oom) => Some("measured oom".into()),
             WorkerOutcome::Result(RunStatus::Failed) => {
                 (!self.failed).then(|| format!("worker failed, job {state} (use --retry-failed)"))

@@ -3,6 +3,7 @@
 //! [`EventsRead`] the read before left, and the store records the result
 //! ([`super::Change::Events`]).
 
+use facts::chain::{ChainPosition, SegmentEnd};
 use facts::event::{Event, Phase, RunResult};
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +27,24 @@ pub struct EventsRead {
     /// The worker's final `result` event for this attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<RunResult>,
+    /// A chained run's segments (`worker watch --chain`), as far as read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainRead>,
+}
+
+/// What a chained attempt's events said of its segments: the one running
+/// (or last started), those that ended with the chain going on, and the
+/// command's last progress line.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChainRead {
+    /// The segment last started, of how many at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<ChainPosition>,
+    /// Each segment that ended with the chain going on, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ended: Vec<SegmentEnd>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
 }
 
 impl EventsRead {
@@ -49,15 +68,27 @@ impl EventsRead {
                         self.worker = WorkerOutcome::NoResult;
                         self.live = Some(Live { phase: Phase::Model, peak_bytes: 0, started_t: Some(t), t });
                         self.result = None;
+                        // A requeued segment is the same job: its chain so far stays.
+                        if let Some(position) = env.chain {
+                            self.chain.get_or_insert_with(ChainRead::default).position = Some(position);
+                        }
                     }
                 }
-                Event::Heartbeat { t, phase, peak_bytes, .. } | Event::PhaseEnd { t, phase, peak_bytes, .. }
-                    if self.mine =>
-                {
-                    let l = self.live.get_or_insert(Live { phase, peak_bytes: 0, started_t: None, t });
-                    l.phase = phase;
-                    l.peak_bytes = l.peak_bytes.max(peak_bytes);
-                    l.t = t;
+                Event::Heartbeat { t, phase, peak_bytes, progress, .. } if self.mine => {
+                    self.live_at(t, phase, peak_bytes);
+                    if let (Some(p), Some(c)) = (progress, self.chain.as_mut()) {
+                        c.progress = Some(p);
+                    }
+                }
+                Event::PhaseEnd { t, phase, peak_bytes, .. } if self.mine => self.live_at(t, phase, peak_bytes),
+                Event::Segment(end) if self.mine => {
+                    self.worker = WorkerOutcome::SegmentEnded;
+                    self.live = None;
+                    let c = self.chain.get_or_insert_with(ChainRead::default);
+                    if end.progress.is_some() {
+                        c.progress.clone_from(&end.progress);
+                    }
+                    c.ended.push(end);
                 }
                 e @ Event::Result { .. } if self.mine => {
                     if let Ok(res) = RunResult::try_from(e) {
@@ -70,6 +101,13 @@ impl EventsRead {
             last_end = end;
         }
         None
+    }
+
+    fn live_at(&mut self, t: f64, phase: Phase, peak_bytes: u64) {
+        let l = self.live.get_or_insert(Live { phase, peak_bytes: 0, started_t: None, t });
+        l.phase = phase;
+        l.peak_bytes = l.peak_bytes.max(peak_bytes);
+        l.t = t;
     }
 }
 

@@ -32,7 +32,7 @@ mod record;
 mod rehash;
 mod submission;
 
-pub use events_read::{EventsRead, Live};
+pub use events_read::{ChainRead, EventsRead, Live};
 pub use files::StateFile;
 pub use journal::Change;
 pub use overlay::{local_overlay, overlay, overlay_path, OVERLAY};
@@ -421,6 +421,7 @@ mod tests {
             mine: true,
             live: None,
             result: Some(ok),
+            chain: None,
         };
         st.apply(Change::Events { hash: "a".into(), read }).expect("events");
         st.apply(observed(0, SlurmState::Completed, "42")).expect("completed");

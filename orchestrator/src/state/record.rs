@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::events_read::{EventsRead, Live};
+use super::events_read::{ChainRead, EventsRead, Live};
 use crate::precheck::VerdictKind;
 use facts::event::{RunResult, RunStatus};
 
@@ -57,6 +57,9 @@ pub struct Attempt {
     /// The worker's last reported phase and peak, while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) live: Option<Live>,
+    /// A chained run's segments, as its events said (absent: not a chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) chain: Option<ChainRead>,
     /// How the run directory this attempt's worker writes is named (absent:
     /// by name, as every attempt recorded before runs were kept by content).
     #[serde(default, skip_serializing_if = "RunDirKey::is_name")]
@@ -117,6 +120,7 @@ impl Attempt {
             worker: WorkerOutcome::NotStarted,
             events_offset: 0,
             events_mine: false,
+            chain: None,
             live: None,
             run_dir: RunDirKey::Hash,
             run_hash: None,
@@ -195,7 +199,13 @@ impl Attempt {
             mine: self.events_mine,
             live: self.live.clone(),
             result: result.cloned(),
+            chain: self.chain.clone(),
         }
+    }
+
+    /// A chained run's segments so far (absent: not a chain).
+    pub fn chain(&self) -> Option<&ChainRead> {
+        self.chain.as_ref()
     }
 
     pub fn submission(&self) -> &str {
@@ -418,6 +428,7 @@ impl ConfigRecord {
         a.events_offset = read.offset;
         a.events_mine = read.mine;
         a.live.clone_from(&read.live);
+        a.chain.clone_from(&read.chain);
         self.result.clone_from(&read.result);
         true
     }

@@ -158,7 +158,9 @@ pub(crate) fn prepare_arrays(
             worker_args: worker_args(exp),
             setup: (&target.config.setup).into(),
             command: match &exp.command {
-                Some(c) => Some(command_vars(c, &chunk.iter().map(|s| &s.config).collect::<Vec<_>>())?),
+                Some(c) => {
+                    Some(command_vars(c, &chunk.iter().map(|s| &s.config).collect::<Vec<_>>(), place.remote_state)?)
+                }
                 None => None,
             },
         };

@@ -147,7 +147,9 @@ fn blocker(
     if !resubmit_retryable {
         return Some(format!("already submitted ({state}; `resume` retries)"));
     }
-    if tried.len() as u32 >= opts.retry.max_attempts {
+    // A chain continued after a segment that saved and stopped is no failed try.
+    let failed_tries = tried.iter().filter(|a| a.worker() != WorkerOutcome::SegmentEnded).count();
+    if failed_tries as u32 >= opts.retry.max_attempts {
         return Some(format!("ended {state} after {} attempts", tried.len()));
     }
     None

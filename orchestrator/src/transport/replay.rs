@@ -288,6 +288,7 @@ fn environment(cfg: &RunConfig, r: Option<&MeasurementRecord>, job: u64, task: u
         kernel_cache: None,
         slurm_job_id: Some((job + 1 + u64::from(task)).to_string()),
         slurm_array_task_id: Some(task.to_string()),
+        chain: None,
     }
 }
 

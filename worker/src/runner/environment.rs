@@ -61,5 +61,6 @@ pub(super) fn run_environment(
         kernel_cache: opts.kernel_cache,
         slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
         slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
+        chain: None,
     }
 }
