@@ -13,6 +13,7 @@ pub mod alloc;
 pub mod backend;
 pub mod cache;
 pub mod caching;
+pub mod demo_trainer;
 pub mod events;
 pub mod fidelity;
 pub mod meter;

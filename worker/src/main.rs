@@ -37,6 +37,28 @@ enum Command {
     /// events as a profiling run (start, heartbeats, result). Exit 0 when the
     /// command exited 0 (`ok`).
     Watch(WatchArgs),
+    /// A scripted trainer for chained runs without a GPU (the chain demo):
+    /// trains step by step in its working directory, saves `checkpoint.txt`
+    /// every few steps and on SIGUSR1 (then exits 0), resumes from
+    /// `--resume=PATH`, and writes `.training_complete` at the end.
+    DemoTrainer(DemoTrainerArgs),
+}
+
+#[derive(clap::Args)]
+struct DemoTrainerArgs {
+    #[arg(long)]
+    steps: u32,
+    /// Seconds one step takes.
+    #[arg(long, default_value_t = 1.0)]
+    step_s: f64,
+    #[arg(long, default_value_t = 5)]
+    save_every: u32,
+    /// The checkpoint to resume from.
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// Memory to hold while training, in MiB.
+    #[arg(long, default_value_t = 16)]
+    hold_mb: usize,
 }
 
 #[derive(clap::Args)]
@@ -63,9 +85,36 @@ struct WatchArgs {
     /// (the process tree's resident memory) or `nvml`.
     #[arg(long, value_enum, default_value_t = MeterArg::Auto)]
     meter: MeterArg,
+    /// A chained run of at most this many segments: on the chain's signal
+    /// the command saves `--checkpoint` and exits, and the worker requeues
+    /// the job (docs/training-sweeps.md).
+    #[arg(long, requires_all = ["checkpoint", "resume_arg"])]
+    chain_max: Option<u32>,
+    /// The chain's signal from SLURM before the limit: USR1 or USR2.
+    #[arg(long, value_enum, default_value_t = ChainSignalArg::Usr1, requires = "chain_max")]
+    chain_signal: ChainSignalArg,
+    /// The checkpoint the command saves, relative to the run directory.
+    #[arg(long, requires = "chain_max")]
+    checkpoint: Option<PathBuf>,
+    /// The argument that resumes the command, added once the checkpoint exists.
+    #[arg(long, requires = "chain_max", allow_hyphen_values = true)]
+    resume_arg: Option<std::ffi::OsString>,
+    /// A file (relative to the run directory) whose presence says the run is complete.
+    #[arg(long, requires = "chain_max")]
+    marker: Option<PathBuf>,
+    /// A regular expression for the command's progress lines; the last match
+    /// rides on each heartbeat.
+    #[arg(long)]
+    progress: Option<String>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ChainSignalArg {
+    Usr1,
+    Usr2,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -256,16 +305,46 @@ fn watch(args: WatchArgs) -> Result<i32> {
         MeterArg::Rss => worker::watch::MeterChoice::Rss,
         MeterArg::Nvml => worker::watch::MeterChoice::Nvml,
     };
+    if let Some(p) = &args.progress {
+        opts.progress = Some(regex_lite::Regex::new(p).with_context(|| format!("--progress {p:?}"))?);
+    }
+    if let (Some(max_segments), Some(checkpoint), Some(resume_arg)) = (args.chain_max, args.checkpoint, args.resume_arg)
+    {
+        if max_segments == 0 {
+            bail!("--chain-max must be at least 1");
+        }
+        let signal = match args.chain_signal {
+            ChainSignalArg::Usr1 => libc::SIGUSR1,
+            ChainSignalArg::Usr2 => libc::SIGUSR2,
+        };
+        opts.chain = Some(worker::watch::chain::ChainOptions {
+            max_segments,
+            checkpoint,
+            resume_arg,
+            marker: args.marker,
+            signal,
+        });
+    }
     let watched = worker::watch::watch(cfg, &args.command, &opts)?;
-    let r = &watched.result;
-    eprintln!(
-        "worker: {} {} (peak {:.3} GiB, {:.1} s){}",
-        cfg.name,
-        r.status.name(),
-        r.peak_bytes as f64 / (1u64 << 30) as f64,
-        r.wall_s,
-        r.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
-    );
+    match &watched.end {
+        worker::watch::End::Result(r) => eprintln!(
+            "worker: {} {} (peak {:.3} GiB, {:.1} s){}",
+            cfg.name,
+            r.status.name(),
+            r.peak_bytes as f64 / (1u64 << 30) as f64,
+            r.wall_s,
+            r.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+        ),
+        worker::watch::End::Segment(e) => eprintln!(
+            "worker: {} segment {} of at most {} ended (peak {:.3} GiB, {:.1} s{})",
+            cfg.name,
+            e.segment,
+            e.max_segments,
+            e.peak_bytes as f64 / (1u64 << 30) as f64,
+            e.wall_s,
+            e.progress.as_deref().map(|p| format!(", {p}")).unwrap_or_default()
+        ),
+    }
     Ok(watched.exit_code)
 }
 
@@ -289,6 +368,17 @@ fn main() -> Result<()> {
         Command::Fidelity(args) => fidelity(args),
         Command::Warm(args) => std::process::exit(warm(&args)?),
         Command::Watch(args) => std::process::exit(watch(args)?),
+        Command::DemoTrainer(a) => {
+            let step = Duration::try_from_secs_f64(a.step_s).with_context(|| format!("--step-s {}", a.step_s))?;
+            let t = worker::demo_trainer::DemoTrainer {
+                steps: a.steps,
+                step,
+                save_every: a.save_every,
+                resume: a.resume,
+                hold_mb: a.hold_mb,
+            };
+            std::process::exit(worker::demo_trainer::run(&t)?)
+        }
         Command::Run(args) => {
             let (cfgs, memory_limit) = configs_of(&args)?;
             if cfgs.len() > 1 && args.from.is_none() {

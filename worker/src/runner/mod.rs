@@ -489,6 +489,7 @@ fn spawn_heartbeat(
                     phase,
                     current_bytes: meter.current(),
                     peak_bytes: meter.peak(),
+                    progress: None,
                 });
             }
         })

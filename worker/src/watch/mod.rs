@@ -17,6 +17,7 @@
 //! one) is `cancelled`; anything else is `failed`, with the exit code or the
 //! signal and the command's last line.
 
+pub mod chain;
 pub mod output;
 pub mod procs;
 mod signals;
@@ -27,8 +28,11 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use facts::chain::{ChainPosition, SegmentEnd, SegmentNext};
 use facts::event::{Event, MemoryMeter, Phase, PhasePeaks, RunEnvironment, RunResult, RunStatus};
 use facts::RunConfig;
+
+use chain::{ChainOptions, ChainRun, Next};
 
 use crate::events::{events_path, now, EventLog};
 use crate::runner::{EXIT_CANCELLED, EXIT_OOM};
@@ -56,6 +60,11 @@ pub struct WatchOptions {
     /// Between two memory samples.
     pub sample: Duration,
     pub meter: MeterChoice,
+    /// A chained run's settings (absent: one run).
+    pub chain: Option<ChainOptions>,
+    /// The command's progress lines (`Epoch \d+`): the last match rides on
+    /// each heartbeat and on a segment's end.
+    pub progress: Option<regex_lite::Regex>,
 }
 
 impl WatchOptions {
@@ -65,6 +74,8 @@ impl WatchOptions {
             heartbeat: Duration::from_secs(10),
             sample: Duration::from_millis(200),
             meter: MeterChoice::Auto,
+            chain: None,
+            progress: None,
         }
     }
 }
@@ -87,11 +98,20 @@ pub enum WatchError {
     NoNvml,
 }
 
-/// A watched run's end: its result (written) and the worker's exit code.
+/// A watched run's end: what it wrote last and the worker's exit code.
 #[derive(Debug, Clone)]
 pub struct Watched {
-    pub result: RunResult,
+    pub end: End,
     pub exit_code: i32,
+}
+
+/// The last event of a watched run.
+#[derive(Debug, Clone)]
+pub enum End {
+    /// The run's (or the chain's) final word.
+    Result(RunResult),
+    /// A chain's segment that stopped with the chain to go on.
+    Segment(SegmentEnd),
 }
 
 /// How the command ended.
@@ -215,7 +235,7 @@ impl Meter {
     }
 }
 
-fn environment(cfg: &RunConfig, meter: &Meter) -> RunEnvironment {
+fn environment(cfg: &RunConfig, meter: &Meter, chain: Option<ChainPosition>) -> RunEnvironment {
     let (device, driver, memory) = meter.device();
     let precision = serde_json::to_value(cfg.precision).ok().and_then(|v| v.as_str().map(String::from));
     RunEnvironment {
@@ -236,30 +256,36 @@ fn environment(cfg: &RunConfig, meter: &Meter) -> RunEnvironment {
         kernel_cache: None,
         slurm_job_id: std::env::var("SLURM_JOB_ID").ok(),
         slurm_array_task_id: std::env::var("SLURM_ARRAY_TASK_ID").ok(),
+        chain,
     }
 }
 
 /// Run `command` for `cfg` and watch it to its end (see the module's doc).
 pub fn watch(cfg: &RunConfig, command: &[OsString], opts: &WatchOptions) -> Result<Watched, WatchError> {
-    let (program, args) = command.split_first().ok_or(WatchError::NoCommand)?;
     let path = events_path(&opts.state_dir, cfg);
     let log = EventLog::open(&path).map_err(|source| WatchError::Events { path: path.clone(), source })?;
+    let chain = opts.chain.clone().map(|c| ChainRun::at(c, &path));
+    let command = match &chain {
+        Some(run) => run.command(command),
+        None => command.to_vec(),
+    };
+    let (program, args) = command.split_first().ok_or(WatchError::NoCommand)?;
     let meter = Meter::open(opts.meter)?;
     let forwarder = signals::Forwarder::install().map_err(WatchError::Signals)?;
     let oom_kills_before = procs::own_oom_kills();
     let start = Instant::now();
-    let start_event =
-        Event::Start { t: now(), config: cfg.name.clone(), config_hash: cfg.hash(), env: environment(cfg, &meter) };
+    let env = environment(cfg, &meter, chain.as_ref().map(|c| c.position));
+    let start_event = Event::Start { t: now(), config: cfg.name.clone(), config_hash: cfg.hash(), env };
     log.emit(&start_event).map_err(WatchError::Write)?;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| WatchError::Spawn { command: program.clone(), source })?;
-    let pid = child.id();
-    forwarder.to_child(pid);
-    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut child = Command::new(program);
+    child.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(run) = &chain {
+        // The chain's files are the run directory's: the command works there.
+        child.current_dir(&run.run_dir);
+    }
+    let mut child = child.spawn().map_err(|source| WatchError::Spawn { command: program.clone(), source })?;
+    forwarder.to_child(child.id());
+    let seen = Arc::new(Mutex::new(Seen::with_progress(opts.progress.clone())));
     let pumps = [
         child.stdout.take().map(|o| {
             let s = seen.clone();
@@ -270,7 +296,7 @@ pub fn watch(cfg: &RunConfig, command: &[OsString], opts: &WatchOptions) -> Resu
             std::thread::spawn(move || output::pump(o, std::io::stderr(), s))
         }),
     ];
-    let (status, peak) = wait_sampling(&mut child, &meter, &log, opts)?;
+    let (status, peak) = wait_sampling(&mut child, &meter, &log, opts, &seen)?;
     let forwarded = forwarder.finish();
     for p in pumps.into_iter().flatten() {
         let _ = p.join();
@@ -280,7 +306,14 @@ pub fn watch(cfg: &RunConfig, command: &[OsString], opts: &WatchOptions) -> Resu
     let oom_killed = matches!((oom_kills_before, procs::own_oom_kills()), (Some(a), Some(b)) if b > a);
     let ending =
         Ending { oom_line: seen.oom_line.as_deref(), oom_killed, forwarded: &forwarded, last_line: seen.last_line() };
-    let (status, message) = classify(exit, &ending);
+    let ended = Ended { peak, wall_s: start.elapsed().as_secs_f64(), progress: seen.progress.clone() };
+    let (status, message) = match &chain {
+        Some(run) => match chain::decide(run, exit == Exit::Code(0), &forwarded) {
+            Next::Requeue => return segment_end(&log, run, &ended),
+            next => chain_end(run, &next, exit, &ending),
+        },
+        None => classify(exit, &ending),
+    };
     let result = RunResult {
         t: now(),
         status,
@@ -289,13 +322,80 @@ pub fn watch(cfg: &RunConfig, command: &[OsString], opts: &WatchOptions) -> Resu
         peak_bytes: peak,
         phase: (status != RunStatus::Ok).then_some(Phase::Step),
         message,
-        wall_s: start.elapsed().as_secs_f64(),
+        wall_s: ended.wall_s,
         nvml_peak_bytes: (meter.kind() == MemoryMeter::NvmlProcesses).then_some(peak),
         as_pytorch_counts: None,
         group: None,
     };
     log.emit(&Event::from(result.clone())).map_err(WatchError::Write)?;
-    Ok(Watched { exit_code: exit_code(status, exit), result })
+    // A chain that stopped failed after a clean exit (capped, no checkpoint) is no success either.
+    let code = match exit_code(status, exit) {
+        0 if status != RunStatus::Ok => 1,
+        c => c,
+    };
+    Ok(Watched { exit_code: code, end: End::Result(result) })
+}
+
+/// What a segment's end reports of it.
+struct Ended {
+    peak: u64,
+    wall_s: f64,
+    progress: Option<String>,
+}
+
+/// The status and message of a chain's last segment (not [`Next::Requeue`]).
+fn chain_end(run: &ChainRun, next: &Next, exit: Exit, ending: &Ending) -> (RunStatus, Option<String>) {
+    let ChainPosition { segment, max_segments } = run.position;
+    let checkpoint = run.checkpoint();
+    match next {
+        Next::Complete => (RunStatus::Ok, Some(format!("complete (its marker is there) after segment {segment}"))),
+        Next::Capped => (
+            RunStatus::Failed,
+            Some(format!(
+                "the chain reached max_segments ({max_segments}) before the command completed; its checkpoint \
+                 {} is kept (raise chain.max_segments, then `resume --retry-failed` goes on from it)",
+                checkpoint.display()
+            )),
+        ),
+        Next::NoCheckpoint => (
+            RunStatus::Failed,
+            Some(format!(
+                "segment {segment} stopped for the time limit but saved no checkpoint at {}",
+                checkpoint.display()
+            )),
+        ),
+        Next::Requeue | Next::Exit => classify(exit, ending),
+    }
+}
+
+/// A segment that stopped for the time limit with its checkpoint saved:
+/// its end written, then the job requeued (or, where SLURM refuses, left
+/// for `resume`, which continues it from the checkpoint).
+fn segment_end(log: &EventLog, run: &ChainRun, ended: &Ended) -> Result<Watched, WatchError> {
+    let end = SegmentEnd {
+        t: now(),
+        segment: run.position.segment,
+        max_segments: run.position.max_segments,
+        wall_s: ended.wall_s,
+        peak_bytes: ended.peak,
+        checkpoint: true,
+        progress: ended.progress.clone(),
+        next: SegmentNext::Requeue,
+    };
+    // Recorded before it is asked: a requeue that succeeds ends this process.
+    log.emit(&Event::Segment(end.clone())).map_err(WatchError::Write)?;
+    match chain::requeue() {
+        Ok(()) => {
+            eprintln!("worker: segment {} saved; SLURM requeues this job for the next", end.segment);
+            Ok(Watched { end: End::Segment(end), exit_code: 0 })
+        }
+        Err(reason) => {
+            eprintln!("worker: segment {} saved, but the job is not requeued: {reason}", end.segment);
+            let end = SegmentEnd { t: now(), next: SegmentNext::Resume { reason }, ..end };
+            log.emit(&Event::Segment(end.clone())).map_err(WatchError::Write)?;
+            Ok(Watched { end: End::Segment(end), exit_code: 0 })
+        }
+    }
 }
 
 /// Wait for the child, sampling its memory and writing heartbeats; its exit
@@ -305,6 +405,7 @@ fn wait_sampling(
     meter: &Meter,
     log: &EventLog,
     opts: &WatchOptions,
+    seen: &Mutex<Seen>,
 ) -> Result<(std::process::ExitStatus, u64), WatchError> {
     let pid = child.id();
     let mut peak = 0u64;
@@ -316,7 +417,9 @@ fn wait_sampling(
         let current = meter.sample(pid);
         peak = peak.max(current);
         if Instant::now() >= next_beat {
-            let beat = Event::Heartbeat { t: now(), phase: Phase::Step, current_bytes: current, peak_bytes: peak };
+            let progress = seen.lock().unwrap_or_else(|p| p.into_inner()).progress.clone();
+            let beat =
+                Event::Heartbeat { t: now(), phase: Phase::Step, current_bytes: current, peak_bytes: peak, progress };
             log.emit(&beat).map_err(WatchError::Write)?;
             next_beat += opts.heartbeat;
         }

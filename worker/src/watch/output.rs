@@ -35,13 +35,24 @@ pub struct Seen {
     pub oom_line: Option<String>,
     /// The last non-empty lines, oldest first.
     pub tail: VecDeque<String>,
+    /// What the progress expression matched last (`Epoch 12/500`).
+    pub progress: Option<String>,
+    progress_re: Option<regex_lite::Regex>,
 }
 
 impl Seen {
+    /// A `Seen` that also keeps the last match of `progress` in the output.
+    pub fn with_progress(progress: Option<regex_lite::Regex>) -> Seen {
+        Seen { progress_re: progress, ..Seen::default() }
+    }
+
     fn line(&mut self, bytes: &[u8]) {
         let line = String::from_utf8_lossy(bytes).trim().to_string();
         if line.is_empty() {
             return;
+        }
+        if let Some(m) = self.progress_re.as_ref().and_then(|re| re.find(&line)) {
+            self.progress = Some(m.as_str().to_string());
         }
         if self.oom_line.is_none() && says_oom(&line) {
             self.oom_line = Some(line.clone());

@@ -5,11 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use signal_hook::consts::{SIGTERM, SIGUSR1};
+use signal_hook::consts::{SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::{Handle, Signals};
 
 /// The signals forwarded.
-pub const FORWARDED: [i32; 2] = [SIGUSR1, SIGTERM];
+pub const FORWARDED: [i32; 3] = [SIGUSR1, SIGUSR2, SIGTERM];
 
 #[derive(Default)]
 struct State {

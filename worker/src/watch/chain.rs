@@ -1,0 +1,185 @@
+//! `worker watch --chain-max N …`: one segment of a chained run
+//! ([`facts::chain`]). Before the command starts, the worker finds which
+//! segment this is (the chain's `start` lines already in the run's events)
+//! and adds the resume argument once the checkpoint exists. When the command
+//! has exited, [`decide`] says how the chain goes on; for a segment that
+//! stopped for the time limit the worker writes the segment's end first and
+//! then asks SLURM to requeue its own job ([`requeue`]): the next segment is
+//! the same job id, which SLURM never runs twice at once.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use facts::chain::ChainPosition;
+use facts::event::Event;
+
+/// What `worker watch` is told of the chain (from the experiment's `chain:`).
+#[derive(Debug, Clone)]
+pub struct ChainOptions {
+    pub max_segments: u32,
+    /// The checkpoint the command saves, relative to the run directory.
+    pub checkpoint: PathBuf,
+    /// Added to the command once the checkpoint exists.
+    pub resume_arg: OsString,
+    /// Present once the run is complete (relative to the run directory).
+    pub marker: Option<PathBuf>,
+    /// The signal SLURM sends before the limit (`libc::SIGUSR1`).
+    pub signal: i32,
+}
+
+/// A chain's files, resolved in its run directory.
+#[derive(Debug, Clone)]
+pub struct ChainRun {
+    pub opts: ChainOptions,
+    pub run_dir: PathBuf,
+    pub position: ChainPosition,
+}
+
+impl ChainRun {
+    /// This segment of the chain whose events are at `events` (in the run directory).
+    pub fn at(opts: ChainOptions, events: &Path) -> ChainRun {
+        let run_dir = events.parent().map(Path::to_path_buf).unwrap_or_default();
+        let before = segments_started(events);
+        let position = ChainPosition { segment: before + 1, max_segments: opts.max_segments };
+        ChainRun { opts, run_dir, position }
+    }
+
+    pub fn checkpoint(&self) -> PathBuf {
+        self.run_dir.join(&self.opts.checkpoint)
+    }
+
+    pub fn has_checkpoint(&self) -> bool {
+        self.checkpoint().is_file()
+    }
+
+    pub fn complete(&self) -> bool {
+        self.opts.marker.as_ref().is_some_and(|m| self.run_dir.join(m).exists())
+    }
+
+    /// The command as this segment runs it: with the resume argument once a
+    /// checkpoint exists (a first segment, or a chain that never saved, starts fresh).
+    pub fn command(&self, command: &[OsString]) -> Vec<OsString> {
+        let mut c = command.to_vec();
+        if self.has_checkpoint() {
+            c.push(self.opts.resume_arg.clone());
+        }
+        c
+    }
+}
+
+/// Segments of the chain already started: the `start` lines with a chain
+/// position in the run's events (every attempt's, since the run directory is
+/// the config's), whatever became of them.
+pub fn segments_started(events: &Path) -> u32 {
+    let Ok(bytes) = std::fs::read(events) else { return 0 };
+    let lines = facts::jsonl::read::<Event>(&bytes);
+    let started = lines.all().filter(|l| matches!(&l.value, Ok(Event::Start { env, .. }) if env.chain.is_some()));
+    u32::try_from(started.count()).unwrap_or(u32::MAX)
+}
+
+/// How the chain goes on once the command exited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// The marker is there: the run is complete (`ok`).
+    Complete,
+    /// Stopped for the time limit with its checkpoint saved: requeue.
+    Requeue,
+    /// Stopped for the time limit at `max_segments` (`failed`: the checkpoint stays).
+    Capped,
+    /// Stopped for the time limit without the checkpoint (`failed`).
+    NoCheckpoint,
+    /// Anything else: the command's own exit decides, as for one run.
+    Exit,
+}
+
+/// The chain's next step after a command that `exited_0` with the signals
+/// `forwarded` to it.
+pub fn decide(run: &ChainRun, exited_0: bool, forwarded: &[i32]) -> Next {
+    if run.complete() {
+        return Next::Complete;
+    }
+    if !(exited_0 && forwarded.contains(&run.opts.signal)) {
+        return Next::Exit;
+    }
+    if !run.has_checkpoint() {
+        Next::NoCheckpoint
+    } else if run.position.segment >= run.opts.max_segments {
+        Next::Capped
+    } else {
+        Next::Requeue
+    }
+}
+
+/// Asks SLURM to requeue this job (`scontrol requeue $SLURM_JOB_ID`). On
+/// success SLURM ends this run of the job at once and starts it again
+/// later; the error is what to tell `resume`.
+pub fn requeue() -> Result<(), String> {
+    let job = std::env::var("SLURM_JOB_ID")
+        .map_err(|_| "not a SLURM job (no SLURM_JOB_ID): nothing to requeue".to_string())?;
+    let out = Command::new("scontrol")
+        .args(["requeue", &job])
+        .output()
+        .map_err(|e| format!("`scontrol requeue {job}` did not run: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    Err(format!("`scontrol requeue {job}` failed ({}): {said}", out.status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> ChainOptions {
+        ChainOptions {
+            max_segments: 3,
+            checkpoint: "ckpt.pt".into(),
+            resume_arg: "resume_from=ckpt.pt".into(),
+            marker: Some(".done".into()),
+            signal: libc::SIGUSR1,
+        }
+    }
+
+    fn start_line(chain: bool) -> String {
+        let chain = if chain { ",\"chain\":{\"segment\":1,\"max_segments\":3}" } else { "" };
+        format!(
+            "{{\"event\":\"start\",\"t\":1.0,\"config\":\"n\",\"config_hash\":\"0\",\"env\":{{\"host\":\"h\",\
+             \"device\":\"cpu\",\"backend\":\"command\",\"dtype\":\"f32\",\"grad_ckpt\":false{chain}}}}}\n"
+        )
+    }
+
+    #[test]
+    fn the_segment_counts_the_chains_starts_and_resumes_only_from_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let events = dir.path().join("events.jsonl");
+        let run = ChainRun::at(opts(), &events);
+        assert_eq!(run.position.segment, 1, "no events: the first segment");
+        assert_eq!(run.command(&["train".into()]), ["train"], "no checkpoint: fresh");
+        std::fs::write(&events, format!("{}{}{}", start_line(true), start_line(false), start_line(true))).unwrap();
+        std::fs::write(dir.path().join("ckpt.pt"), b"x").unwrap();
+        let run = ChainRun::at(opts(), &events);
+        assert_eq!(run.position.segment, 3, "two chain starts before (a non-chain start is no segment)");
+        assert_eq!(run.command(&["train".into()]), ["train", "resume_from=ckpt.pt"]);
+    }
+
+    #[test]
+    fn the_marker_ends_the_chain_a_saved_signalled_stop_requeues_up_to_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let events = dir.path().join("events.jsonl");
+        let usr1 = [libc::SIGUSR1];
+        let run = ChainRun::at(opts(), &events);
+        assert_eq!(decide(&run, true, &usr1), Next::NoCheckpoint);
+        assert_eq!(decide(&run, true, &[]), Next::Exit, "exit 0 unsignalled: the command's own end");
+        std::fs::write(dir.path().join("ckpt.pt"), b"x").unwrap();
+        assert_eq!(decide(&run, true, &usr1), Next::Requeue);
+        assert_eq!(decide(&run, false, &usr1), Next::Exit, "a failure after the signal is the exit's");
+        assert_eq!(decide(&run, true, &[libc::SIGTERM]), Next::Exit, "SIGTERM is no chain signal");
+        let last = ChainRun { position: ChainPosition { segment: 3, max_segments: 3 }, ..run.clone() };
+        assert_eq!(decide(&last, true, &usr1), Next::Capped);
+        std::fs::write(dir.path().join(".done"), b"").unwrap();
+        assert_eq!(decide(&run, true, &usr1), Next::Complete);
+        assert_eq!(decide(&run, false, &[]), Next::Complete, "the marker wins over the exit");
+    }
+}
