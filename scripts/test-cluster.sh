@@ -137,7 +137,10 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CryptoType=crypto/munge
-AuthInfo=socket=$MUNGE_SOCKET
+# cred_expire: also how long a requeued job waits before it may start again
+# (120 s by default); short, so a chained run's segments follow each other
+# in seconds in the chain tests.
+AuthInfo=socket=$MUNGE_SOCKET,cred_expire=10
 # JWT next to munge: slurmrestd passes the tokens of REST clients through.
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=$JWT_KEY

@@ -6,10 +6,12 @@
 //! over SFTP), so a torn last line is expected and skipped. A retried run
 //! appends a new `start`; only the last attempt counts.
 
+use facts::chain::SegmentNext;
 use facts::event::{Event, Phase, PhasePeaks, RunEnvironment, RunResult, RunStatus, COMMAND_BACKEND};
 use facts::record::{MeasuredStatus, MeasurementRecord};
 use facts::run::ConfigHash;
 use facts::{ModelSpec, RunConfig};
+use serde::Serialize;
 
 /// The group's policy: a run above this peak is flagged `>60GB` (over budget).
 pub const BUDGET_GIB: f64 = 60.0;
@@ -99,6 +101,17 @@ pub struct RunProgress {
     pub result: Option<RunResult>,
     /// Lines that did not parse (a torn last line included).
     pub skipped_lines: usize,
+    /// A chained run's segments over every attempt in the file.
+    pub chain: Option<ChainTally>,
+}
+
+/// A chained run in sum: its segments, their wall time and the highest peak.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ChainTally {
+    /// Segments started (the chain's `start` lines).
+    pub segments: u32,
+    pub wall_s: f64,
+    pub peak_bytes: u64,
 }
 
 impl RunProgress {
@@ -122,7 +135,16 @@ impl RunProgress {
     pub fn apply(&mut self, event: Event) {
         match event {
             Event::Start { t, config, config_hash, env } => {
+                let chain = match (env.chain, self.chain) {
+                    (Some(_), tally) => {
+                        let mut tally = tally.unwrap_or_default();
+                        tally.segments += 1;
+                        Some(tally)
+                    }
+                    (None, tally) => tally,
+                };
                 *self = RunProgress {
+                    chain,
                     config: Some(config),
                     config_hash: Some(config_hash),
                     env: Some(env),
@@ -151,11 +173,20 @@ impl RunProgress {
                 }
                 self.peak_bytes = self.peak_bytes.max(r.peak_bytes);
                 self.last_t = Some(r.t);
+                if let Some(c) = self.chain.as_mut() {
+                    c.wall_s += r.wall_s;
+                    c.peak_bytes = c.peak_bytes.max(r.peak_bytes);
+                }
                 self.result = Some(r);
             }
             Event::Segment(end) => {
                 self.peak_bytes = self.peak_bytes.max(end.peak_bytes);
                 self.last_t = Some(end.t);
+                // A refused requeue restates its segment's end: counted once.
+                if let (Some(c), SegmentNext::Requeue) = (self.chain.as_mut(), &end.next) {
+                    c.wall_s += end.wall_s;
+                    c.peak_bytes = c.peak_bytes.max(end.peak_bytes);
+                }
             }
         }
     }

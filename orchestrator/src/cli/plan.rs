@@ -36,11 +36,19 @@ pub fn run(exp: &ExperimentArgs, json: bool, cluster: Option<&str>) -> Result<()
                 sweep.experiment.gpu
             );
         }
-        let runs = crate::state::View::new(&exp.state_dir, &sweep.experiment.name)?.every_events_file();
-        let time = crate::walltime::for_sweep(&sweep, &runs, sweep.experiment.slurm.time.as_deref());
-        println!("{time}");
-        if let Some(w) = time.warning() {
-            tracing::warn!("{w}");
+        if sweep.experiment.command.is_some() {
+            // The profiling worker's timings say nothing of the user's command.
+            println!(
+                "time: the command's own; slurm.time as set ({})",
+                sweep.experiment.slurm.time.as_deref().unwrap_or("the partition's default")
+            );
+        } else {
+            let runs = crate::state::View::new(&exp.state_dir, &sweep.experiment.name)?.every_events_file();
+            let time = crate::walltime::for_sweep(&sweep, &runs, sweep.experiment.slurm.time.as_deref());
+            println!("{time}");
+            if let Some(w) = time.warning() {
+                tracing::warn!("{w}");
+            }
         }
     }
     Ok(())

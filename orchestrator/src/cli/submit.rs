@@ -398,9 +398,11 @@ pub fn run(cmd: ClusterCommand) -> Result<()> {
             }
             // On stderr: stdout is the scripts.
             eprint!("{}", render_summary(&rendered));
-            eprintln!("{}", rendered.time);
-            if let Some(w) = rendered.time.warning() {
-                tracing::warn!("{w}");
+            if let Some(time) = &rendered.time {
+                eprintln!("{time}");
+                if let Some(w) = time.warning() {
+                    tracing::warn!("{w}");
+                }
             }
         }
     }
@@ -418,6 +420,9 @@ fn cancelled_text(name: &str, done: &crate::submit::cancel::Cancelled) -> String
     };
     if !done.again.is_empty() {
         s += &format!("already cancelled, not yet reported ended by SLURM (asked again): {}\n", list(&done.again));
+    }
+    for (config, at) in &done.chains {
+        s += &format!("stopped {config} at {at}; its checkpoint stays in its run directory\n");
     }
     s
 }

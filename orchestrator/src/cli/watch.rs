@@ -130,6 +130,7 @@ mod tests {
             cause: None,
             note: None,
             answer: None,
+            chain: None,
         }
     }
 

@@ -68,14 +68,16 @@ fn default_max_segments() -> u32 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct ChainSignal {
-    /// Without `SIG`: `USR1`, `USR2`, `TERM`, `INT`, `HUP`.
+    /// Without `SIG`: `USR1` or `USR2` (those the worker forwards and no
+    /// one else sends: SLURM's own SIGTERM at the limit or at `scancel` must
+    /// not read as "save and go on").
     pub name: String,
     pub before_s: u32,
 }
 
 impl ChainSignal {
-    /// The signals a chain may use (SIGKILL and SIGSTOP cannot be forwarded).
-    pub const NAMES: [&'static str; 5] = ["USR1", "USR2", "TERM", "INT", "HUP"];
+    /// The signals a chain may use.
+    pub const NAMES: [&'static str; 2] = ["USR1", "USR2"];
 
     /// sbatch's value: `B:USR1@120`.
     pub fn sbatch(&self) -> String {

@@ -39,6 +39,8 @@ pub struct TaskCommand {
 pub struct ChainVars {
     /// sbatch's `--signal` value, `B:USR1@120`.
     pub signal: String,
+    /// `worker watch --chain-signal`: `usr1` or `usr2`.
+    pub signal_name: String,
     pub max_segments: u32,
     pub checkpoint: String,
     pub marker: Option<String>,
@@ -52,8 +54,8 @@ fn failure(message: String) -> RenderFailure {
 /// The fields a `run:` template sees: the config as its JSON (`name`,
 /// `experiment`, `model.*`, `input.*`, `batch`, `precision`, …), its `hash`
 /// and `run_dir` (on the cluster); a list of plain values becomes one value,
-/// `[a,b,c]` (Hydra's list).
-fn context(cfg: &RunConfig, run_dir: &str) -> Result<Value, RenderFailure> {
+/// `[a,b,c]` (Hydra's list); `worker`, the worker's path on the cluster.
+fn context(cfg: &RunConfig, at: &Where) -> Result<Value, RenderFailure> {
     fn lists_as_text(v: &mut Value) {
         match v {
             Value::Array(items) if items.iter().all(|i| !i.is_array() && !i.is_object()) => {
@@ -69,9 +71,17 @@ fn context(cfg: &RunConfig, run_dir: &str) -> Result<Value, RenderFailure> {
     lists_as_text(&mut v);
     if let Value::Object(map) = &mut v {
         map.insert("hash".into(), Value::String(cfg.hash().as_str().to_string()));
-        map.insert("run_dir".into(), Value::String(run_dir.to_string()));
+        map.insert("run_dir".into(), Value::String(run_dir(at.state_dir, cfg)));
+        map.insert("worker".into(), Value::String(at.worker.to_string()));
     }
     Ok(v)
+}
+
+/// Where on the cluster: the state directory and the worker.
+#[derive(Debug, Clone, Copy)]
+pub struct Where<'a> {
+    pub state_dir: &'a str,
+    pub worker: &'a str,
 }
 
 /// The config's run directory on the cluster, where its events, its
@@ -93,16 +103,16 @@ fn render_line(what: &str, template: &str, ctx: &Value, cfg: &RunConfig) -> Resu
     Ok(line)
 }
 
-/// `cfg`'s command line, `run` rendered with its run directory under `state_dir`.
-pub fn command_line(run: &str, cfg: &RunConfig, state_dir: &str) -> Result<String, RenderFailure> {
-    render_line("command line", run, &context(cfg, &run_dir(state_dir, cfg))?, cfg)
+/// `cfg`'s command line, `run` rendered for the cluster `at`.
+pub fn command_line(run: &str, cfg: &RunConfig, at: &Where) -> Result<String, RenderFailure> {
+    render_line("command line", run, &context(cfg, at)?, cfg)
 }
 
 /// `cfg`'s resume argument: `resume` rendered with `checkpoint`, the full
 /// path of its checkpoint; one shell word.
-fn resume_word(chain: &Chain, cfg: &RunConfig, state_dir: &str) -> Result<String, RenderFailure> {
-    let dir = run_dir(state_dir, cfg);
-    let mut ctx = context(cfg, &dir)?;
+fn resume_word(chain: &Chain, cfg: &RunConfig, at: &Where) -> Result<String, RenderFailure> {
+    let dir = run_dir(at.state_dir, cfg);
+    let mut ctx = context(cfg, at)?;
     if let Value::Object(map) = &mut ctx {
         map.insert("checkpoint".into(), Value::String(format!("{dir}/{}", chain.checkpoint)));
     }
@@ -118,8 +128,8 @@ fn resume_word(chain: &Chain, cfg: &RunConfig, state_dir: &str) -> Result<String
 }
 
 /// The script parts of `configs`, array task `i` running `configs[i]`, their
-/// run directories under the cluster's `state_dir`.
-pub fn command_vars(c: &CommandRuntime, configs: &[&RunConfig], state_dir: &str) -> Result<CommandVars, RenderFailure> {
+/// run directories under the cluster's state directory (`at`).
+pub fn command_vars(c: &CommandRuntime, configs: &[&RunConfig], at: &Where) -> Result<CommandVars, RenderFailure> {
     if let Some(problem) = c.problem() {
         return Err(failure(problem));
     }
@@ -130,8 +140,8 @@ pub fn command_vars(c: &CommandRuntime, configs: &[&RunConfig], state_dir: &str)
         .iter()
         .enumerate()
         .map(|(task, cfg)| {
-            let resume = c.chain.as_ref().map(|ch| resume_word(ch, cfg, state_dir)).transpose()?;
-            Ok(TaskCommand { task, line: command_line(&c.run, cfg, state_dir)?, resume })
+            let resume = c.chain.as_ref().map(|ch| resume_word(ch, cfg, at)).transpose()?;
+            Ok(TaskCommand { task, line: command_line(&c.run, cfg, at)?, resume })
         })
         .collect::<Result<_, RenderFailure>>()?;
     Ok(CommandVars {
@@ -140,6 +150,7 @@ pub fn command_vars(c: &CommandRuntime, configs: &[&RunConfig], state_dir: &str)
         tasks,
         chain: c.chain.as_ref().map(|ch| ChainVars {
             signal: ch.signal.sbatch(),
+            signal_name: ch.signal.name.to_lowercase(),
             max_segments: ch.max_segments,
             checkpoint: ch.checkpoint.clone(),
             marker: ch.marker.clone(),
@@ -167,6 +178,8 @@ mod tests {
         c
     }
 
+    const W: Where = Where { state_dir: "/w/state", worker: "/w/bin/worker" };
+
     const RUN: &str = "python -m medgen.scripts.train --config-name=diffusion_3d \
         model.channels={{model.channels}} training.batch_size={{batch}} training.name={{name}}";
 
@@ -183,7 +196,7 @@ mod tests {
         let a = cfg("ch64_bs4", 4);
         let b = cfg("ch64_bs24", 24);
         let c = CommandRuntime { run: RUN.into(), setup: vec![], env: Default::default(), chain: None };
-        let vars = command_vars(&c, &[&a, &b], "/w/state").unwrap();
+        let vars = command_vars(&c, &[&a, &b], &W).unwrap();
         assert_eq!(vars.tasks.len(), 2);
         assert_eq!(
             vars.tasks[0].line,
@@ -204,7 +217,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let canary = dir.path().join("pwned");
         let name = format!("a b'c\"d $(touch {0}) `touch {0}` ;touch {0}", canary.display());
-        let line = command_line("train --name {{name}} --batch {{batch}}", &cfg(&name, 2), "/w").unwrap();
+        let line = command_line("train --name {{name}} --batch {{batch}}", &cfg(&name, 2), &W).unwrap();
         assert_eq!(words(&line), ["train", "--name", name.as_str(), "--batch", "2"]);
         assert!(!canary.exists(), "a value ran as code: {line}");
     }
@@ -212,12 +225,12 @@ mod tests {
     #[test]
     fn unknown_fields_unquoted_values_and_bad_names_are_refused() {
         let one = |run: &str| CommandRuntime { run: run.into(), setup: vec![], env: Default::default(), chain: None };
-        let err = command_line("train {{model.chanels}}", &cfg("x", 1), "/w").unwrap_err().to_string();
+        let err = command_line("train {{model.chanels}}", &cfg("x", 1), &W).unwrap_err().to_string();
         assert!(err.contains("chanels"), "{err}");
-        assert!(command_vars(&one("train {{{name}}}"), &[&cfg("x", 1)], "/w").is_err());
-        assert!(command_vars(&one("train\nrm -rf /"), &[&cfg("x", 1)], "/w").is_err());
+        assert!(command_vars(&one("train {{{name}}}"), &[&cfg("x", 1)], &W).is_err());
+        assert!(command_vars(&one("train\nrm -rf /"), &[&cfg("x", 1)], &W).is_err());
         let mut bad_env = one("train");
         bad_env.env.insert("A B".into(), "1".into());
-        assert!(command_vars(&bad_env, &[&cfg("x", 1)], "/w").is_err());
+        assert!(command_vars(&bad_env, &[&cfg("x", 1)], &W).is_err());
     }
 }

@@ -79,7 +79,10 @@ pub fn from_state(state_root: &Path, experiment: &str, predictor: Option<&Predic
         .map(|(name, kept)| super::Twin { name: name.clone(), same_as: kept.clone() })
         .collect();
     Ok(Report {
-        title: format!("{}: memory profiling report", sweep.experiment.name),
+        title: match sweep.experiment.command {
+            Some(_) => format!("{}: training runs report", sweep.experiment.name),
+            None => format!("{}: memory profiling report", sweep.experiment.name),
+        },
         description: sweep.experiment.description.clone(),
         source: view.root().display().to_string(),
         gpus: [sweep.experiment.gpu.to_string()].into(),
@@ -164,12 +167,19 @@ impl Reader<'_> {
                 env.meters.insert(m.describe().to_string());
             }
         }
+        row.chain = progress.as_ref().and_then(|p| p.chain);
         let result = match &progress {
             Some(p) if p.attempts > 0 => p.result.clone(),
             _ => record.and_then(|r| r.result().cloned()),
         };
         match result {
-            Some(res) => apply_result(&mut row, &res, self.budget),
+            Some(res) => {
+                apply_result(&mut row, &res, self.budget);
+                // A chain's peak is its highest segment's, not its last one's.
+                if let (Some(c), Some(p)) = (row.chain, row.peak_gib) {
+                    row.peak_gib = Some(p.max(gib(c.peak_bytes)));
+                }
+            }
             None => {
                 let (status, detail) = unfinished_status(record, row.verdict);
                 row.status = status;

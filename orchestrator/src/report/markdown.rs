@@ -178,6 +178,7 @@ pub fn render(report: &Report, plots: &[PathBuf], dir: &Path) -> String {
     if let Some(a) = &report.active {
         super::active::section(&mut out, a);
     }
+    super::training_runs::section(&mut out, report);
     tables(&mut out, report, many_sections);
     summaries(&mut out, report, &summary, many_sections);
     never_run(&mut out, report);

@@ -17,6 +17,7 @@ pub mod group;
 pub mod markdown;
 pub mod plot;
 mod summary;
+mod training_runs;
 mod verdict_map;
 
 pub use from_records::{from_records, read_records_files};
@@ -156,6 +157,9 @@ pub struct Row {
     /// (`"source": "predicted"`); `None` for every other row.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<crate::active::Answer>,
+    /// A chained training run: its segments, wall time and peak over all of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chain: Option<crate::collect::ChainTally>,
 }
 
 impl Row {
@@ -371,6 +375,7 @@ fn base_row(cfg: &RunConfig, id: String, section: String, verdict: VerdictKind) 
         limit_gib: cfg.gpu.capacity_gib(),
         wall_s: None,
         answer: None,
+        chain: None,
     }
 }
 

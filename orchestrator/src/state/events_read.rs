@@ -88,7 +88,11 @@ impl EventsRead {
                     if end.progress.is_some() {
                         c.progress.clone_from(&end.progress);
                     }
-                    c.ended.push(end);
+                    // A requeue refused after it was recorded says so for the same segment.
+                    match c.ended.last_mut() {
+                        Some(last) if last.segment == end.segment => *last = end,
+                        _ => c.ended.push(end),
+                    }
                 }
                 e @ Event::Result { .. } if self.mine => {
                     if let Ok(res) = RunResult::try_from(e) {

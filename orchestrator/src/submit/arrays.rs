@@ -15,7 +15,7 @@ use super::{blocking, experiment_hash, CommandError, Options, Target};
 use crate::cluster::{merge_resources, ClusterConfig, TransportKind};
 use crate::experiment::{Experiment, SlurmResources, WorkerBackend, WorkerOptions};
 use crate::fsio;
-use crate::render::command::command_vars;
+use crate::render::command::{command_vars, Where};
 use crate::render::{JobVars, Renderer};
 use crate::slurm;
 use crate::state::{ArrayJob, Submission};
@@ -159,7 +159,8 @@ pub(crate) fn prepare_arrays(
             setup: (&target.config.setup).into(),
             command: match &exp.command {
                 Some(c) => {
-                    Some(command_vars(c, &chunk.iter().map(|s| &s.config).collect::<Vec<_>>(), place.remote_state)?)
+                    let at = Where { state_dir: place.remote_state, worker: place.worker };
+                    Some(command_vars(c, &chunk.iter().map(|s| &s.config).collect::<Vec<_>>(), &at)?)
                 }
                 None => None,
             },

@@ -1,6 +1,7 @@
 //! `cancel`: scancel every array of the experiment that still has live tasks.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use super::{blocking, open_target, protocol, stored_sweep, CommandError, Options};
 
@@ -14,7 +15,14 @@ use crate::state::{Change, StateDir};
 pub struct Cancelled {
     pub new: Vec<JobId>,
     pub again: Vec<JobId>,
+    /// Each chained run stopped: (config, where it stopped: "segment 3 of ≤20, step 61/100").
+    pub chains: Vec<(String, String)>,
 }
+
+/// How long `cancel` follows a chain's cancelled tasks until SLURM reports
+/// them ended, and how often it polls meanwhile.
+const CHAIN_SETTLE: Duration = Duration::from_secs(60);
+const CHAIN_POLL: Duration = Duration::from_secs(2);
 
 /// `cancel`: scancel every array of the experiment that still has live tasks.
 pub async fn cancel(experiment: &str, opts: &Options) -> Result<Cancelled, CommandError> {
@@ -36,9 +44,67 @@ pub async fn cancel(experiment: &str, opts: &Options) -> Result<Cancelled, Comma
     }
     let send: Vec<JobId> = new.iter().chain(&again).cloned().collect();
     if !send.is_empty() {
-        blocking(&target.transport, move |t| t.cancel(&send)).await?;
+        let ids = send.clone();
+        blocking(&target.transport, move |t| t.cancel(&ids)).await?;
     }
-    Ok(Cancelled { new, again })
+    let mut chains = Vec::new();
+    if stored.sweep.experiment.command.as_ref().is_some_and(|c| c.chain.is_some()) && !send.is_empty() {
+        settle_chains(&mut st, &target, &stored.sweep, &send, opts.result_grace.as_secs_f64()).await?;
+        chains = where_chains_stopped(&st, &send);
+    }
+    Ok(Cancelled { new, again, chains })
+}
+
+/// Follows the cancelled arrays of a chained sweep until SLURM reports
+/// every task ended, cancelling again any that comes back: a segment's
+/// worker may be asking SLURM to requeue its job at the moment it is
+/// cancelled (and SLURM requeues a finished batch job too).
+async fn settle_chains(
+    st: &mut StateDir,
+    target: &super::Target,
+    sweep: &crate::sweep::Sweep,
+    arrays: &[JobId],
+    grace_s: f64,
+) -> Result<(), CommandError> {
+    let deadline = std::time::Instant::now() + CHAIN_SETTLE;
+    let mut quiet_polls = 0;
+    while std::time::Instant::now() < deadline && quiet_polls < 2 {
+        tokio::time::sleep(CHAIN_POLL).await;
+        super::poll::update(st, target, sweep, false, grace_s).await?;
+        let live: BTreeSet<JobId> = st
+            .records()
+            .values()
+            .filter_map(|r| r.latest())
+            .filter(|a| a.is_live())
+            .filter_map(|a| a.array_job_id().filter(|j| arrays.contains(j)).cloned())
+            .collect();
+        if live.is_empty() {
+            quiet_polls += 1;
+            continue;
+        }
+        quiet_polls = 0;
+        let ids: Vec<JobId> = live.into_iter().collect();
+        tracing::info!("a chain's task is still queued or running after `cancel`: cancelling {ids:?} again");
+        blocking(&target.transport, move |t| t.cancel(&ids)).await?;
+    }
+    Ok(())
+}
+
+/// Where each chained config of the cancelled `arrays` stopped.
+fn where_chains_stopped(st: &StateDir, arrays: &[JobId]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for r in st.records().values() {
+        let Some(a) = r.latest().filter(|a| a.array_job_id().is_some_and(|j| arrays.contains(j))) else { continue };
+        let Some(c) = a.chain() else { continue };
+        let Some(p) = c.position else { continue };
+        let progress = c.progress.as_deref().map(|p| format!(", {p}")).unwrap_or_default();
+        let saved = match c.ended.last() {
+            Some(e) if e.segment == p.segment => " (saved; the next had not started)",
+            _ => "",
+        };
+        out.push((r.name().to_string(), format!("segment {} of ≤{}{progress}{saved}", p.segment, p.max_segments)));
+    }
+    out
 }
 
 /// The job arrays an earlier `cancel` asked SLURM to cancel (its journal lines).

@@ -164,7 +164,10 @@ fn wants_read(a: &Attempt, changed: bool, settle: bool, grace_s: f64, now: f64) 
     // A queued task's job id is its array's (squeue, sacct): its worker's
     // `start` (with the task's own id) could not be told apart. A task that
     // started between polls is read at the next one, under its own id.
-    if matches!(activity, None | Some(Activity::Queued)) {
+    // A chain's task requeued after a segment keeps the id it ran under:
+    // its segment's end is read while it waits for the next.
+    let requeued = a.chain().is_some() && a.job_id().is_some();
+    if matches!(activity, None | Some(Activity::Queued)) && !requeued {
         return false;
     }
     let no_result = !matches!(a.worker(), WorkerOutcome::Result(_));

@@ -21,7 +21,8 @@ use crate::transport;
 pub struct Rendered {
     pub scripts: Vec<(PathBuf, String)>,
     pub skipped: Vec<(String, String)>,
-    pub time: crate::walltime::Suggestion,
+    /// Absent for a `command:` sweep (the profiling worker's timings say nothing of it).
+    pub time: Option<crate::walltime::Suggestion>,
 }
 
 /// `render`: the scripts `submit` would send now (the configs it would
@@ -66,7 +67,11 @@ pub async fn render(sweep: &Sweep, opts: &Options) -> Result<Rendered, CommandEr
     Ok(Rendered {
         scripts,
         skipped,
-        time: crate::walltime::for_sweep(sweep, &view.every_events_file(), time.as_deref()),
+        time: sweep
+            .experiment
+            .command
+            .is_none()
+            .then(|| crate::walltime::for_sweep(sweep, &view.every_events_file(), time.as_deref())),
     })
 }
 

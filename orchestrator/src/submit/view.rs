@@ -44,6 +44,54 @@ pub struct StatusRow {
     /// SLURM's state where it contradicts the worker's own result.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// A chained run's segment (the one running, or the last).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainStatus>,
+}
+
+/// Where a chained run is: "segment 3 of ≤20, epoch 12/500".
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChainStatus {
+    pub segment: u32,
+    pub max_segments: u32,
+    /// Segments that ended with the chain going on (every attempt's).
+    pub ended: usize,
+    /// The command's last progress line, where it prints one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// `segment` ended with the chain going on, and the next has not started.
+    pub between: bool,
+}
+
+impl ChainStatus {
+    fn words(&self) -> String {
+        let progress = self.progress.as_deref().map(|p| format!(", {p}")).unwrap_or_default();
+        match self.between {
+            true => format!("segment {} of ≤{} saved{progress}; next to come", self.segment, self.max_segments),
+            false => format!("segment {} of ≤{}{progress}", self.segment, self.max_segments),
+        }
+    }
+}
+
+/// The result column: the result and its peak; live, the phase (a chain's
+/// segment) and the peak so far.
+fn result_cell(r: &StatusRow) -> String {
+    let mem = crate::precheck::memory;
+    let phase = match (&r.chain, &r.phase) {
+        (Some(c), _) => Some(c.words()),
+        (None, ph) => ph.clone(),
+    };
+    match (&r.result, r.peak_gib, phase) {
+        _ if r.answer.is_some() => r.answer.as_ref().and_then(|a| a.predicted_words()).unwrap_or_default(),
+        (Some(st), peak, _) => {
+            let peak = peak.map(|p| format!(" {}", mem(p))).unwrap_or_default();
+            let after = r.chain.as_ref().map(|c| format!(" after segment {}", c.segment)).unwrap_or_default();
+            format!("{st}{peak}{after}")
+        }
+        (None, Some(p), Some(ph)) => format!("{ph} {}", mem(p)),
+        (None, None, Some(ph)) => ph,
+        _ => "-".into(),
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -77,15 +125,7 @@ impl StatusReport {
                 r.state,
                 r.job.clone().unwrap_or_else(|| "-".into()),
                 r.attempts,
-                match (&r.result, r.peak_gib, &r.phase) {
-                    _ if r.answer.is_some() => r.answer.as_ref().and_then(|a| a.predicted_words()).unwrap_or_default(),
-                    (Some(st), Some(p), _) => format!("{st} {}", crate::precheck::memory(p)),
-                    (Some(st), None, _) => st.clone(),
-                    // Live: the phase and the peak so far.
-                    (None, Some(p), Some(ph)) => format!("{ph} {}", crate::precheck::memory(p)),
-                    (None, None, Some(ph)) => ph.clone(),
-                    _ => "-".into(),
-                }
+                result_cell(r),
             );
         }
         s += &self.causes();
@@ -168,8 +208,11 @@ fn rows(sweep: &Sweep, records: &BTreeMap<ConfigHash, ConfigRecord>) -> Vec<Stat
         // report shows none either), its cause below the table. An OOM shows
         // the peak it reached, where one is known (a replayed record's OOM
         // often has none).
+        // A chain's peak is its highest segment's, not its last one's.
+        let segments_peak = r.attempts().iter().filter_map(|a| a.chain()).flat_map(|c| &c.ended).map(|e| e.peak_bytes);
+        let chain_peak = segments_peak.max().unwrap_or(0);
         let peak = match result {
-            Some(v) if v.status == RunStatus::Ok => Some(gib(v.peak_bytes)),
+            Some(v) if v.status == RunStatus::Ok => Some(gib(v.peak_bytes.max(chain_peak))),
             Some(v) if v.status == RunStatus::Oom && v.peak_bytes > 0 => Some(gib(v.peak_bytes)),
             Some(_) => None,
             None => live.map(|l| gib(l.peak_bytes)),
@@ -199,9 +242,24 @@ fn rows(sweep: &Sweep, records: &BTreeMap<ConfigHash, ConfigRecord>) -> Vec<Stat
             cause: if stale { None } else { r.failure_cause() },
             note,
             answer: None,
+            chain: chain_status(r),
         });
     }
     out
+}
+
+/// Where the config's chain is, from its attempts' segments.
+fn chain_status(r: &ConfigRecord) -> Option<ChainStatus> {
+    let chains: Vec<_> = r.attempts().iter().filter(|a| !a.abandoned()).filter_map(|a| a.chain()).collect();
+    let last = chains.last()?;
+    let position = last.position?;
+    Some(ChainStatus {
+        segment: position.segment,
+        max_segments: position.max_segments,
+        ended: chains.iter().map(|c| c.ended.len()).sum(),
+        progress: last.progress.clone(),
+        between: last.ended.last().is_some_and(|e| e.segment == position.segment),
+    })
 }
 
 /// The state column and, where SLURM's word for the task contradicts the
@@ -256,6 +314,7 @@ pub fn unsubmitted(sweep: &Sweep, state_root: &std::path::Path) -> StatusReport 
                 cause: None,
                 note: None,
                 answer: None,
+                chain: None,
             }
         })
         .collect();

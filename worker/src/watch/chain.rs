@@ -99,7 +99,8 @@ pub fn decide(run: &ChainRun, exited_0: bool, forwarded: &[i32]) -> Next {
     if run.complete() {
         return Next::Complete;
     }
-    if !(exited_0 && forwarded.contains(&run.opts.signal)) {
+    // SIGTERM is SLURM's `scancel` (or the limit itself): never requeue after it.
+    if !(exited_0 && forwarded.contains(&run.opts.signal)) || forwarded.contains(&libc::SIGTERM) {
         return Next::Exit;
     }
     if !run.has_checkpoint() {
@@ -176,6 +177,7 @@ mod tests {
         assert_eq!(decide(&run, true, &usr1), Next::Requeue);
         assert_eq!(decide(&run, false, &usr1), Next::Exit, "a failure after the signal is the exit's");
         assert_eq!(decide(&run, true, &[libc::SIGTERM]), Next::Exit, "SIGTERM is no chain signal");
+        assert_eq!(decide(&run, true, &[libc::SIGUSR1, libc::SIGTERM]), Next::Exit, "cancelled while saving");
         let last = ChainRun { position: ChainPosition { segment: 3, max_segments: 3 }, ..run.clone() };
         assert_eq!(decide(&last, true, &usr1), Next::Capped);
         std::fs::write(dir.path().join(".done"), b"").unwrap();
