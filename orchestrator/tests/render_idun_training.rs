@@ -31,9 +31,10 @@
 //!   checkpoint exists and is not empty (`[ -f ] && [ -s ]`); the worker adds
 //!   the resume word once the checkpoint exists.
 //! - `time python …` (the shell's timing) and `nvidia-smi`, `python -c
-//!   "import torch…"` and the `echo` lines are not run; `cd
-//!   ${SLURM_SUBMIT_DIR}` is `--chdir=` (the submission's directory: the
-//!   trainer's paths are absolute, `configs/paths/cluster.yaml`); `--nodes=1`
+//!   "import torch…"` and the `echo` lines are not run; for `cd
+//!   ${SLURM_SUBMIT_DIR}` the command runs in its run directory (a chain's;
+//!   exp9 8x in the submission's, `--chdir=`): the trainer's paths are
+//!   absolute (`configs/paths/cluster.yaml`); `--nodes=1`
 //!   is `--ntasks=1`; `--job-name`, `--output`, `--error` are the
 //!   orchestrator's; `--mail-user=` is left to the user (SLURM mails the
 //!   submitting user); `--constraint="gpu80g"` and `B:SIGUSR1` are written
