@@ -446,10 +446,12 @@ fn each_launcher_renders_its_sbatch_lines_setup_command_and_chain() {
                 assert_eq!(opts["--resume-arg"], format!("{RESUME}{dir}/{CHECKPOINT}"), "{what}");
                 assert!(command.contains(&format!("hydra.run.dir={dir}")), "{what}");
                 assert_eq!(opts["--marker"], MARKER, "{what}");
+                // `--signal=B:SIGUSR1@120`: the worker takes USR1 as the chain's signal.
+                assert_eq!(opts["--chain-signal"], "usr1", "{what}");
                 let progress = regex_lite::Regex::new(opts["--progress"]).expect("a regular expression");
                 let last = progress.find_iter(EPOCH_LINE).last().map(|m| m.as_str());
                 assert_eq!(last, Some("Epoch   7/500"), "{what}: the trainer's epoch line");
-                assert_eq!(opts.len(), 7, "{what}: {opts:?}");
+                assert_eq!(opts.len(), 8, "{what}: {opts:?}");
             }
             None => assert_eq!(opts.keys().copied().collect::<Vec<_>>(), ["--manifest", "--state-dir"], "{what}"),
         }

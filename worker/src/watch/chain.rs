@@ -49,8 +49,10 @@ impl ChainRun {
         self.run_dir.join(&self.opts.checkpoint)
     }
 
+    /// A checkpoint to resume from: there and not empty (a save cut short
+    /// leaves an empty file; the group's launchers test `-f` and `-s`).
     pub fn has_checkpoint(&self) -> bool {
-        self.checkpoint().is_file()
+        std::fs::metadata(self.checkpoint()).is_ok_and(|m| m.is_file() && m.len() > 0)
     }
 
     pub fn complete(&self) -> bool {
@@ -158,6 +160,9 @@ mod tests {
         let run = ChainRun::at(opts(), &events);
         assert_eq!(run.position.segment, 1, "no events: the first segment");
         assert_eq!(run.command(&["train".into()]), ["train"], "no checkpoint: fresh");
+        std::fs::create_dir_all(dir.path()).unwrap();
+        std::fs::write(dir.path().join("ckpt.pt"), b"").unwrap();
+        assert_eq!(run.command(&["train".into()]), ["train"], "an empty checkpoint is none");
         std::fs::write(&events, format!("{}{}{}", start_line(true), start_line(false), start_line(true))).unwrap();
         std::fs::write(dir.path().join("ckpt.pt"), b"x").unwrap();
         let run = ChainRun::at(opts(), &events);
