@@ -154,7 +154,7 @@ pub(crate) fn awaiting_result(a: &Attempt, grace_s: f64, now: f64) -> bool {
     let stopped_after_start =
         matches!(state, SlurmState::Cancelled | SlurmState::Timeout) && a.worker() == WorkerOutcome::NoResult;
     (matches!(state, SlurmState::Failed | SlurmState::OutOfMemory | SlurmState::Completed) || stopped_after_start)
-        && !matches!(a.worker(), WorkerOutcome::Result(_))
+        && !matches!(a.worker(), WorkerOutcome::Result(_) | WorkerOutcome::SegmentEnded)
         && !a.exec_failed()
         && ended_at(a).is_some_and(|t| now - t < grace_s)
 }

@@ -3,6 +3,7 @@
 // Each test file uses part of it.
 #![allow(dead_code)]
 
+pub mod chain_world;
 pub mod ssh_world;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,0 +1,240 @@
+//! Chained training runs on the real test cluster (issue 51): the chain demo
+//! (`experiments/chain-demo.yaml`: the worker's scripted trainer as each
+//! config's command, a one-minute limit, at least 3 segments a config) over
+//! the local SLURM commands, SSH and slurmrestd, under the faults of the
+//! profiling sweeps:
+//!
+//! - `submit` interrupted (SIGINT once its intent is on disk) or killed at a
+//!   failpoint, then `resume`;
+//! - a segment killed by SIGKILL mid-step (`scancel --signal=KILL --full`),
+//!   continued by `resume` from its checkpoint;
+//! - `slurmctld` restarted mid-chain;
+//! - `resume` killed at every failpoint of the submission protocol while it
+//!   continues a chain, then `resume` again;
+//! - `cancel` of a running chain; a requeue that SLURM refuses.
+//!
+//! Every case ends with each config completed once (or stopped where
+//! `cancel` says), no job submitted twice, and a config's runs never
+//! overlapping ([`common::chain_world::verify`]).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use common::chain_world::{all_completed, chain_world, segment, verify, ChainWorld, Over};
+use common::{cluster, Env, Use};
+use orchestrator::util::failpoint::SUBMIT_PROTOCOL;
+
+/// Long enough for the demo's slowest chain (about 7 segments of 15-30 s
+/// with 11 s between them) with the faults' delays.
+const CHAIN_LIMIT: Duration = Duration::from_secs(540);
+
+/// The name of the one config a sweep with `steps=N` makes (every config
+/// of the demo becomes the same one).
+fn only_config(w: &ChainWorld) -> String {
+    let rows = w.status();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    rows[0]["name"].as_str().expect("a name").to_string()
+}
+
+/// Waits until config `name` of `w` runs a segment at or after `at_least`.
+fn wait_running_segment(w: &ChainWorld, name: &str, at_least: u64) {
+    w.wait(&format!("{name} running segment {at_least}"), CHAIN_LIMIT, |rows| {
+        rows.iter().any(|r| {
+            r["name"] == name && {
+                let (seg, running) = segment(r);
+                running && seg >= at_least
+            }
+        })
+    });
+}
+
+/// Kills config `name`'s job with SIGKILL, every process of it, mid-step;
+/// waits until the state has it ended without a result.
+fn kill_segment(env: &Env, w: &ChainWorld, name: &str) {
+    let job = w.job_of(name);
+    env.slurm(&["scancel", "--signal=KILL", "--full", &job]);
+    w.wait(&format!("{name}'s killed job ended"), Duration::from_secs(120), |rows| {
+        rows.iter().any(|r| r["name"] == name && r["state"] != "RUNNING" && r["state"] != "PENDING")
+    });
+    // Past the result grace (3 s) the runs of this file are given: `resume` judges it killed.
+    std::thread::sleep(Duration::from_secs(4));
+}
+
+/// `submit` as the world asks it: interrupted by SIGINT once its intent is
+/// on disk (local SLURM), killed at a failpoint (SSH), or plain (REST); then
+/// `resume`, which must leave every config submitted once.
+fn submit_with_a_fault(w: &ChainWorld, over: Over) {
+    match over {
+        Over::LocalSlurm => {
+            let mut child = w.cmd("submit").arg(&w.file).spawn().expect("submit starts");
+            let subs = w.state.join(&w.name).join("submissions");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while std::fs::read_dir(&subs).map(|d| d.count()).unwrap_or(0) == 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let _ = child.wait();
+        }
+        Over::Ssh => {
+            let out = w.cmd("submit").arg(&w.file).env("ORCHESTRATOR_FAILPOINT", "sbatch:answered").output();
+            let out = out.expect("submit runs");
+            assert_eq!(out.status.signal(), Some(9), "submit not killed at its failpoint: {}", common::text(&out));
+        }
+        Over::Rest => {
+            w.run("submit", &[]);
+        }
+    }
+    w.run("resume", &[]);
+}
+
+/// One world's whole case: a faulty submit, a killed segment resumed, the
+/// rest run to the end; `Err` says what went wrong.
+fn demo_under_faults(env: &Env, over: Over, name: &str) -> Result<(), String> {
+    let w = chain_world(env, over, name);
+    submit_with_a_fault(&w, over);
+    wait_running_segment(&w, "steps100", 2);
+    kill_segment(env, &w, "steps100");
+    let said = w.run("resume", &[]);
+    if !said.contains("submitted 1 config") {
+        return Err(format!("resume did not continue the killed chain once: {said}"));
+    }
+    w.wait("completed", CHAIN_LIMIT, all_completed);
+    let jobs: BTreeMap<String, usize> = [("steps100".to_string(), 2)].into();
+    verify(env, &w, &jobs, 3)
+}
+
+#[test]
+fn cluster_the_chain_demo_completes_every_config_once_through_every_fault_on_each_transport() {
+    let Some(env) = cluster(Use::Alone) else { return };
+    let cases = [(Over::LocalSlurm, "chain-local"), (Over::Ssh, "chain-ssh"), (Over::Rest, "chain-rest")];
+    let outcomes: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let env = &env;
+        let runs: Vec<_> =
+            cases.iter().map(|&(over, name)| s.spawn(move || demo_under_faults(env, over, name))).collect();
+        // The controller restarted while every chain is mid-way.
+        std::thread::sleep(Duration::from_secs(75));
+        env.script(&["restart-slurmctld"]);
+        runs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("panicked".into()))).collect()
+    });
+    let failed: Vec<String> =
+        cases.iter().zip(&outcomes).filter_map(|((o, _), r)| r.as_ref().err().map(|e| format!("{o:?}: {e}"))).collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+/// A chain whose segment died, continued by a `resume` killed at failpoint
+/// `fp`, then by a plain `resume`: two jobs in all, completed once.
+fn continued_after_a_crash_at(env: &Env, fp: &str, name: &str) -> Result<(), String> {
+    let w = chain_world(env, Over::Ssh, name);
+    w.run("submit", &["steps=30"]);
+    let name = only_config(&w);
+    wait_running_segment(&w, &name, 1);
+    std::thread::sleep(Duration::from_secs(6)); // a checkpoint saved (every 5 steps of 1 s)
+    kill_segment(env, &w, &name);
+    let resume = w
+        .cmd("resume")
+        .arg(&w.file)
+        .args(["steps=30", "--result-grace", "3"])
+        .env("ORCHESTRATOR_FAILPOINT", fp)
+        .output();
+    let out = resume;
+    let out = out.map_err(|e| e.to_string())?;
+    if out.status.signal() != Some(9) {
+        return Err(format!("resume not killed at {fp}: {}", common::text(&out)));
+    }
+    w.run("resume", &["steps=30"]);
+    w.wait("completed", CHAIN_LIMIT, all_completed);
+    verify(env, &w, &[(name, 2)].into(), 2)
+}
+
+#[test]
+fn cluster_a_resume_killed_at_every_failpoint_continues_a_chain_once_from_its_checkpoint() {
+    let Some(env) = cluster(Use::Shared) else { return };
+    let outcomes: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let runs: Vec<_> = SUBMIT_PROTOCOL
+            .iter()
+            .enumerate()
+            .map(|(i, fp)| {
+                let env = &env;
+                s.spawn(move || continued_after_a_crash_at(env, fp, &format!("chain-fp{i}")))
+            })
+            .collect();
+        runs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("panicked".into()))).collect()
+    });
+    let failed: Vec<String> = SUBMIT_PROTOCOL
+        .iter()
+        .zip(&outcomes)
+        .filter_map(|(fp, r)| r.as_ref().err().map(|e| format!("failpoint {fp}: {e}")))
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+#[test]
+fn cluster_cancel_stops_a_chain_where_it_says_and_resume_leaves_it_stopped() {
+    let Some(env) = cluster(Use::Shared) else { return };
+    let w = chain_world(&env, Over::LocalSlurm, "chain-cancel");
+    w.run("submit", &["steps=200"]);
+    let name = only_config(&w);
+    wait_running_segment(&w, &name, 2);
+    let said = w.run("cancel", &[]);
+    assert!(said.contains(&format!("stopped {name} at segment ")), "{said}");
+    let rows = w.wait("cancelled", Duration::from_secs(60), |rows| rows.iter().all(|r| r["state"] == "CANCELLED"));
+    let (seg, _) = segment(&rows[0]);
+    assert!(said.contains(&format!("at segment {seg} of ≤12")), "cancel said {said:?}, status has segment {seg}");
+    let again = w.run("resume", &["steps=200"]);
+    assert!(again.contains("cancelled by `cancel`"), "{again}");
+    std::thread::sleep(Duration::from_secs(20)); // a requeue racing the cancel would show by now
+    let rows = w.status();
+    assert_eq!(rows[0]["state"], "CANCELLED", "{rows:#?}");
+    let per = env.jobs_per_config(&w.state, &w.name);
+    assert_eq!(per.values().copied().collect::<Vec<_>>(), [1], "one job, never requeued after the cancel");
+    let r = w.records().into_values().next().expect("a record");
+    let marker = w.run_dir(r.hash().as_str()).join(".training_complete");
+    assert!(!marker.exists(), "a stopped chain did not complete");
+}
+
+#[test]
+fn cluster_a_requeue_slurm_refuses_is_continued_by_each_resume_from_its_checkpoint() {
+    let Some(env) = cluster(Use::Shared) else { return };
+    let w = chain_world(&env, Over::LocalSlurm, "chain-refused");
+    // An `scontrol` first on the job's PATH that refuses every requeue.
+    let bin = std::path::PathBuf::from(&w.remote_work).join("refusing-bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    std::fs::write(
+        bin.join("scontrol"),
+        "#!/bin/sh\necho 'scontrol: error: Requeue refused by the test' >&2\nexit 1\n",
+    )
+    .expect("scontrol");
+    std::process::Command::new("chmod").arg("+x").arg(bin.join("scontrol")).status().expect("chmod");
+    let text = std::fs::read_to_string(&w.file).expect("file");
+    let text = text.replacen(
+        "\ncommand:\n",
+        &format!("\ncommand:\n  env: {{PATH: \"{}:/usr/bin:/bin\"}}\n", bin.display()),
+        1,
+    );
+    std::fs::write(&w.file, text).expect("file");
+    w.run("submit", &["steps=30"]);
+    let name = only_config(&w);
+    let deadline = Instant::now() + CHAIN_LIMIT;
+    let mut resumes = 0;
+    loop {
+        let rows = w.status();
+        if all_completed(&rows) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not completed: {rows:#?}");
+        if rows[0]["state"] == "COMPLETED" && rows[0]["chain"]["between"] == true {
+            let said = w.run("resume", &["steps=30"]);
+            assert!(said.contains("submitted 1 config"), "{said}");
+            resumes += 1;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(resumes >= 1, "no segment was left for resume");
+    let attempts = w.records().into_values().next().expect("a record").attempts().len();
+    assert_eq!(attempts, resumes + 1, "one attempt a resume, none twice");
+    verify(&env, &w, &[(name, resumes + 1)].into(), 2).unwrap();
+}
