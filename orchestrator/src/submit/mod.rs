@@ -44,6 +44,7 @@ mod poll;
 mod preview;
 mod probe;
 pub mod protocol;
+mod segments;
 mod send;
 pub mod view;
 pub mod warm;

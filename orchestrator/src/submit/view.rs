@@ -46,31 +46,7 @@ pub struct StatusRow {
     pub note: Option<String>,
     /// A chained run's segment (the one running, or the last).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub chain: Option<ChainStatus>,
-}
-
-/// Where a chained run is: "segment 3 of ≤20, epoch 12/500".
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChainStatus {
-    pub segment: u32,
-    pub max_segments: u32,
-    /// Segments that ended with the chain going on (every attempt's).
-    pub ended: usize,
-    /// The command's last progress line, where it prints one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<String>,
-    /// `segment` ended with the chain going on, and the next has not started.
-    pub between: bool,
-}
-
-impl ChainStatus {
-    fn words(&self) -> String {
-        let progress = self.progress.as_deref().map(|p| format!(", {p}")).unwrap_or_default();
-        match self.between {
-            true => format!("segment {} of ≤{} saved{progress}; next to come", self.segment, self.max_segments),
-            false => format!("segment {} of ≤{}{progress}", self.segment, self.max_segments),
-        }
-    }
+    pub chain: Option<super::segments::ChainStatus>,
 }
 
 /// The result column: the result and its peak; live, the phase (a chain's
@@ -242,24 +218,10 @@ fn rows(sweep: &Sweep, records: &BTreeMap<ConfigHash, ConfigRecord>) -> Vec<Stat
             cause: if stale { None } else { r.failure_cause() },
             note,
             answer: None,
-            chain: chain_status(r),
+            chain: super::segments::chain_status(r),
         });
     }
     out
-}
-
-/// Where the config's chain is, from its attempts' segments.
-fn chain_status(r: &ConfigRecord) -> Option<ChainStatus> {
-    let chains: Vec<_> = r.attempts().iter().filter(|a| !a.abandoned()).filter_map(|a| a.chain()).collect();
-    let last = chains.last()?;
-    let position = last.position?;
-    Some(ChainStatus {
-        segment: position.segment,
-        max_segments: position.max_segments,
-        ended: chains.iter().map(|c| c.ended.len()).sum(),
-        progress: last.progress.clone(),
-        between: last.ended.last().is_some_and(|e| e.segment == position.segment),
-    })
 }
 
 /// The state column and, where SLURM's word for the task contradicts the
