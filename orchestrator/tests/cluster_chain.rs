@@ -51,16 +51,62 @@ fn wait_running_segment(w: &ChainWorld, name: &str, at_least: u64) {
     });
 }
 
-/// Kills config `name`'s job with SIGKILL, every process of it, mid-step;
-/// waits until the state has it ended without a result.
-fn kill_segment(env: &Env, w: &ChainWorld, name: &str) {
-    let job = w.job_of(name);
-    env.slurm(&["scancel", "--signal=KILL", "--full", &job]);
-    w.wait(&format!("{name}'s killed job ended"), Duration::from_secs(120), |rows| {
-        rows.iter().any(|r| r["name"] == name && r["state"] != "RUNNING" && r["state"] != "PENDING")
+/// The SLURM states a job does not come back from by itself.
+const ENDED: [&str; 6] = ["FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"];
+
+/// Kills every process of config `name`'s job (the worker and the trainer:
+/// those whose environment has its SLURM_JOB_ID) with SIGKILL, mid-step, as
+/// the kernel or a node's death would; waits until SLURM has the job ended.
+fn kill_segment(w: &ChainWorld, name: &str) {
+    let mut job = w.job_of(name);
+    // A segment may end (and its job wait to be requeued) between the look and the kill: then again.
+    for _ in 0..10 {
+        wait_running_segment(w, name, 1);
+        job = w.job_of(name);
+        if kill_processes_of(&job) > 0 {
+            break;
+        }
+    }
+    w.wait(&format!("{name}'s killed job {job} ended"), Duration::from_secs(120), |rows| {
+        rows.iter().any(|r| r["name"] == name && ENDED.iter().any(|s| r["state"] == *s))
     });
     // Past the result grace (3 s) the runs of this file are given: `resume` judges it killed.
     std::thread::sleep(Duration::from_secs(4));
+}
+
+/// SIGKILL to every process whose environment has `SLURM_JOB_ID=job`
+/// (not slurmstepd, which holds no job environment); how many.
+fn kill_processes_of(job: &str) -> usize {
+    let mark = format!("SLURM_JOB_ID={job}\0");
+    let mut killed = 0;
+    for e in std::fs::read_dir("/proc").expect("/proc").filter_map(|e| e.ok()) {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(environ) = std::fs::read(e.path().join("environ")) else { continue };
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if String::from_utf8_lossy(&environ).contains(&mark) && !comm.starts_with("slurmstepd") {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed += 1;
+        }
+    }
+    killed
+}
+
+/// Waits until config `name` has saved a checkpoint.
+fn wait_checkpoint(w: &ChainWorld, name: &str) {
+    let deadline = Instant::now() + CHAIN_LIMIT;
+    loop {
+        let records = w.records();
+        let saved = records
+            .values()
+            .find(|r| r.name() == name)
+            .is_some_and(|r| w.run_dir(r.hash().as_str()).join("checkpoint.txt").exists());
+        if saved {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{}: {name} never saved a checkpoint", w.name);
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }
 
 /// `submit` as the world asks it: interrupted by SIGINT once its intent is
@@ -97,7 +143,7 @@ fn demo_under_faults(env: &Env, over: Over, name: &str) -> Result<(), String> {
     let w = chain_world(env, over, name);
     submit_with_a_fault(&w, over);
     wait_running_segment(&w, "steps100", 2);
-    kill_segment(env, &w, "steps100");
+    kill_segment(&w, "steps100");
     let said = w.run("resume", &[]);
     if !said.contains("submitted 1 config") {
         return Err(format!("resume did not continue the killed chain once: {said}"));
@@ -125,29 +171,32 @@ fn cluster_the_chain_demo_completes_every_config_once_through_every_fault_on_eac
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
-/// A chain whose segment died, continued by a `resume` killed at failpoint
-/// `fp`, then by a plain `resume`: two jobs in all, completed once.
+/// Chains whose segments died, continued by a `resume` killed at failpoint
+/// `fp`, then by a plain `resume`: two jobs each, completed once. Three
+/// short configs (30, 35, 40 steps), so the protocol's between-records
+/// failpoints fall between two of them.
 fn continued_after_a_crash_at(env: &Env, fp: &str, name: &str) -> Result<(), String> {
     let w = chain_world(env, Over::Ssh, name);
-    w.run("submit", &["steps=30"]);
-    let name = only_config(&w);
-    wait_running_segment(&w, &name, 1);
-    std::thread::sleep(Duration::from_secs(6)); // a checkpoint saved (every 5 steps of 1 s)
-    kill_segment(env, &w, &name);
-    let resume = w
-        .cmd("resume")
-        .arg(&w.file)
-        .args(["steps=30", "--result-grace", "3"])
-        .env("ORCHESTRATOR_FAILPOINT", fp)
-        .output();
-    let out = resume;
+    let text = std::fs::read_to_string(&w.file).map_err(|e| e.to_string())?;
+    let short = text
+        .replace("steps: 100}", "steps: 30}")
+        .replace("steps: 110}", "steps: 35}")
+        .replace("steps: 120}", "steps: 40}");
+    std::fs::write(&w.file, short).map_err(|e| e.to_string())?;
+    w.run("submit", &[]);
+    let names = ["steps100", "steps110", "steps120"];
+    for n in names {
+        wait_checkpoint(&w, n);
+        kill_segment(&w, n);
+    }
+    let out = w.cmd("resume").arg(&w.file).args(["--result-grace", "3"]).env("ORCHESTRATOR_FAILPOINT", fp).output();
     let out = out.map_err(|e| e.to_string())?;
     if out.status.signal() != Some(9) {
         return Err(format!("resume not killed at {fp}: {}", common::text(&out)));
     }
-    w.run("resume", &["steps=30"]);
+    w.run("resume", &[]);
     w.wait("completed", CHAIN_LIMIT, all_completed);
-    verify(env, &w, &[(name, 2)].into(), 2)
+    verify(env, &w, &names.iter().map(|n| (n.to_string(), 2)).collect(), 2)
 }
 
 #[test]

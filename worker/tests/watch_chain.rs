@@ -48,6 +48,8 @@ fn segment(dir: &Path, cfg: &RunConfig, max: u32, steps: u32, env: &[(&str, &str
             "8",
         ])
         .env_remove("SLURM_JOB_ID")
+        .env_remove("SLURM_ARRAY_JOB_ID")
+        .env_remove("SLURM_ARRAY_TASK_ID")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in env {

@@ -43,4 +43,3 @@ pub(super) fn chain_status(r: &ConfigRecord) -> Option<ChainStatus> {
         between: last.ended.last().is_some_and(|e| e.segment == position.segment),
     })
 }
-

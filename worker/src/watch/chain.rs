@@ -114,12 +114,23 @@ pub fn decide(run: &ChainRun, exited_0: bool, forwarded: &[i32]) -> Next {
     }
 }
 
-/// Asks SLURM to requeue this job (`scontrol requeue $SLURM_JOB_ID`). On
-/// success SLURM ends this run of the job at once and starts it again
-/// later; the error is what to tell `resume`.
+/// The job to requeue: an array task as `ARRAY_TASK` (`672_2`), else the
+/// job id. An array's last task runs under the array's own id, and
+/// `scontrol requeue 672` would requeue every task of array 672, a task
+/// that ended or was cancelled among them.
+pub fn requeue_target(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    match (var("SLURM_ARRAY_JOB_ID"), var("SLURM_ARRAY_TASK_ID")) {
+        (Some(array), Some(task)) => Some(format!("{array}_{task}")),
+        _ => var("SLURM_JOB_ID"),
+    }
+}
+
+/// Asks SLURM to requeue this job ([`requeue_target`]). On success SLURM
+/// ends this run of the job at once and starts it again later; the error
+/// is what to tell `resume`.
 pub fn requeue() -> Result<(), String> {
-    let job = std::env::var("SLURM_JOB_ID")
-        .map_err(|_| "not a SLURM job (no SLURM_JOB_ID): nothing to requeue".to_string())?;
+    let job = requeue_target(|k| std::env::var(k).ok())
+        .ok_or_else(|| "not a SLURM job (no SLURM_JOB_ID): nothing to requeue".to_string())?;
     let out = Command::new("scontrol")
         .args(["requeue", &job])
         .output()
@@ -168,6 +179,18 @@ mod tests {
         let run = ChainRun::at(opts(), &events);
         assert_eq!(run.position.segment, 3, "two chain starts before (a non-chain start is no segment)");
         assert_eq!(run.command(&["train".into()]), ["train", "resume_from=ckpt.pt"]);
+    }
+
+    #[test]
+    fn an_array_task_is_requeued_by_its_array_and_task_never_by_the_arrays_id_alone() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        // The last task of array 700 runs as job 700: `requeue 700` would requeue the whole array.
+        let task = env(&[("SLURM_JOB_ID", "700"), ("SLURM_ARRAY_JOB_ID", "700"), ("SLURM_ARRAY_TASK_ID", "2")]);
+        assert_eq!(requeue_target(task).as_deref(), Some("700_2"));
+        assert_eq!(requeue_target(env(&[("SLURM_JOB_ID", "42")])).as_deref(), Some("42"));
+        assert_eq!(requeue_target(env(&[])), None);
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! | `job.environment` | object `{K: V}` | array `["K=V"]` | array `["K=V"]` |
 //! | limits (`time_limit`, `memory_per_node`) | integer | `{set, infinite, number}` | same |
 //! | gres | `job.gres` | `job.tres_per_node` (`gres/…`) | same |
+//! | `--signal=B:USR1@120` | `job.signal` (sbatch's text) | `kill_warning_signal`, `_delay`, `_flags: [BATCH_JOB]` | same |
+//! | `--open-mode=append` | `job.open_mode: "append"` | `job.open_mode: ["APPEND"]` | same |
 //! | job ids, task ids, exit codes (answers) | integer | `{set, infinite, number}` | same |
 //! | states (answers) | `"RUNNING"` | `["RUNNING", flags…]` | same |
 //!
@@ -117,6 +119,24 @@ impl ApiVersion {
                 put("gres", json!(g));
             } else {
                 put("tres_per_node", json!(format!("gres/{}", g.trim_start_matches("gres/"))));
+            }
+        }
+        if let Some(r) = job.requeue {
+            put("requeue", json!(r));
+        }
+        if let Some(a) = job.append {
+            let mode = if a { "append" } else { "truncate" };
+            put("open_mode", if legacy { json!(mode) } else { json!([mode.to_uppercase()]) });
+        }
+        if let Some(w) = &job.signal {
+            if legacy {
+                put("signal", json!(w.sbatch()));
+            } else {
+                put("kill_warning_signal", json!(w.name));
+                put("kill_warning_delay", json!({"set": true, "infinite": false, "number": w.seconds}));
+                if w.batch {
+                    put("kill_warning_flags", json!(["BATCH_JOB"]));
+                }
             }
         }
         let environment = if legacy {

@@ -3,6 +3,7 @@
 //! v0.0.40–v0.0.42 shapes written from their OpenAPI schemas.
 
 use super::*;
+use crate::transport::rest::directives::WarnSignal;
 
 fn names() -> Vec<String> {
     vec!["rec-demo".to_string(), "other".to_string()]
@@ -220,4 +221,27 @@ fn the_newest_common_version_is_chosen_from_the_servers_paths() {
     assert_eq!(ApiVersion::choose(["/slurm/v0.0.39/jobs", "/slurm/v0.0.39/job/submit", "/slurmdb/v0.0.39/jobs"]), None);
     // A version without the accounting plugin cannot poll: not chosen.
     assert_eq!(ApiVersion::choose(["/slurm/v0.0.42/jobs", "/slurm/v0.0.42/job/submit"]), None);
+}
+
+#[test]
+fn a_chains_signal_requeue_and_append_travel_in_each_versions_shape() {
+    let script = "#!/bin/bash\n#SBATCH --job-name=c\n#SBATCH --signal=B:USR1@120\n#SBATCH --requeue\n\
+                  #SBATCH --open-mode=append\nexec worker\n";
+    let job = JobSpec::from_script("job.sbatch", script).expect("reads");
+    assert_eq!(job.signal, Some(WarnSignal { batch: true, name: "USR1".into(), seconds: 120 }));
+    assert_eq!((job.requeue, job.append), (Some(true), Some(true)));
+    // v0.0.38 (the test cluster's, Slurm 22.05): sbatch's text and plain values.
+    let j = &ApiVersion::V0038.submit_body(script, &job, &[])["job"];
+    assert_eq!((&j["signal"], &j["requeue"], &j["open_mode"]), (&json!("B:USR1@120"), &json!(true), &json!("append")));
+    // v0.0.40+: the warning as signal, delay and flags; open mode as flags.
+    for v in [ApiVersion::V0040, ApiVersion::V0041, ApiVersion::V0042] {
+        let j = &v.submit_body(script, &job, &[])["job"];
+        assert_eq!(j["kill_warning_signal"], "USR1");
+        assert_eq!(j["kill_warning_delay"], json!({"set": true, "infinite": false, "number": 120}));
+        assert_eq!(j["kill_warning_flags"], json!(["BATCH_JOB"]));
+        assert_eq!((&j["requeue"], &j["open_mode"]), (&json!(true), &json!(["APPEND"])));
+        assert!(j.get("signal").is_none(), "{v:?}: no v0.0.38 field");
+    }
+    let bad = JobSpec::from_script("job.sbatch", "#SBATCH --job-name=c\n#SBATCH --signal=USR1\n").unwrap_err();
+    assert!(bad.why.contains("[B:]SIG@SECONDS"), "{bad}");
 }

@@ -22,6 +22,43 @@ pub struct JobSpec {
     pub mem_mb: Option<u64>,
     pub gres: Option<String>,
     pub constraint: Option<String>,
+    /// `--signal=[B:]SIG@SECONDS`: a chain's warning before the time limit.
+    pub signal: Option<WarnSignal>,
+    /// `--requeue` (true) or `--no-requeue` (false).
+    pub requeue: Option<bool>,
+    /// `--open-mode=append` (true) or `truncate` (false).
+    pub append: Option<bool>,
+}
+
+/// sbatch's `--signal=[B:]SIG@SECONDS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarnSignal {
+    /// `B:`: to the batch shell only.
+    pub batch: bool,
+    /// Without `SIG` (`USR1`), or a number.
+    pub name: String,
+    pub seconds: u32,
+}
+
+impl WarnSignal {
+    fn parse(v: &str) -> Result<WarnSignal, String> {
+        let bad = || format!("{v:?} is not `[B:]SIG@SECONDS`");
+        let (batch, rest) = match v.strip_prefix("B:") {
+            Some(r) => (true, r),
+            None => (false, v),
+        };
+        let (sig, secs) = rest.split_once('@').ok_or_else(bad)?;
+        let name = sig.strip_prefix("SIG").unwrap_or(sig);
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(bad());
+        }
+        Ok(WarnSignal { batch, name: name.to_string(), seconds: secs.parse().map_err(|_| bad())? })
+    }
+
+    /// As sbatch writes it (`B:USR1@120`): v0.0.38's `signal`.
+    pub fn sbatch(&self) -> String {
+        format!("{}{}@{}", if self.batch { "B:" } else { "" }, self.name, self.seconds)
+    }
 }
 
 /// Why a script's directives cannot be sent as REST job options.
@@ -85,11 +122,22 @@ impl JobSpec {
             "--mem" => self.mem_mb = Some(megabytes(value)?),
             "--gres" => self.gres = text(),
             "--constraint" | "-C" => self.constraint = text(),
+            "--signal" => self.signal = Some(WarnSignal::parse(value)?),
+            "--requeue" => self.requeue = Some(true),
+            "--no-requeue" => self.requeue = Some(false),
+            "--open-mode" => {
+                self.append = Some(match value {
+                    "append" => true,
+                    "truncate" => false,
+                    _ => return Err(format!("{value:?} is not `append` or `truncate`")),
+                })
+            }
             other => {
                 return Err(format!(
                     "`{other}` cannot be sent through slurmrestd by this transport (it reads --job-name, --comment, \
                      --array, --output, --chdir, --ntasks, --partition, --account, --qos, --time, --cpus-per-task, \
-                     --mem, --gres, --constraint); use the ssh transport for other options"
+                     --mem, --gres, --constraint, --signal, --requeue, --no-requeue, --open-mode); use the ssh \
+                     transport for other options"
                 ))
             }
         }
