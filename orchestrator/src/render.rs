@@ -357,6 +357,7 @@ mod tests {
             chain: Some(command::ChainVars {
                 signal: "B:USR1@120".into(),
                 signal_name: "usr1".into(),
+                before_s: 120,
                 max_segments: 20,
                 checkpoint: "checkpoint latest.pt".into(),
                 marker: Some(".training_complete".into()),
@@ -367,7 +368,7 @@ mod tests {
         for line in [
             "#SBATCH --signal=B:USR1@120\n#SBATCH --requeue\n#SBATCH --open-mode=append\n",
             "0) resume='training.resume_from=/w/state/exp9/runs/ab/checkpoint latest.pt'; set -- python train.py ;;",
-            "--chain-max 20 --chain-signal usr1 --checkpoint 'checkpoint latest.pt' --resume-arg \"$resume\"",
+            "--chain-max 20 --chain-signal usr1 --signal-before-s 120 --checkpoint 'checkpoint latest.pt' --resume-arg \"$resume\"",
             "--marker .training_complete",
             "--progress 'Epoch [0-9]+'",
         ] {

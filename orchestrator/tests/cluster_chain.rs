@@ -58,7 +58,7 @@ const ENDED: [&str; 6] = ["FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "NODE_F
 /// those whose environment has its SLURM_JOB_ID) with SIGKILL, mid-step, as
 /// the kernel or a node's death would; waits until SLURM has the job ended.
 fn kill_segment(w: &ChainWorld, name: &str) {
-    let mut job = w.job_of(name);
+    let mut job = String::new();
     // A segment may end (and its job wait to be requeued) between the look and the kill: then again.
     for _ in 0..10 {
         wait_running_segment(w, name, 1);

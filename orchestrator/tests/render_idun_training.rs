@@ -448,10 +448,12 @@ fn each_launcher_renders_its_sbatch_lines_setup_command_and_chain() {
                 assert_eq!(opts["--marker"], MARKER, "{what}");
                 // `--signal=B:SIGUSR1@120`: the worker takes USR1 as the chain's signal.
                 assert_eq!(opts["--chain-signal"], "usr1", "{what}");
+                // The worker sends it itself where SLURM has not by 120 s before the limit.
+                assert_eq!(opts["--signal-before-s"], "120", "{what}");
                 let progress = regex_lite::Regex::new(opts["--progress"]).expect("a regular expression");
                 let last = progress.find_iter(EPOCH_LINE).last().map(|m| m.as_str());
                 assert_eq!(last, Some("Epoch   7/500"), "{what}: the trainer's epoch line");
-                assert_eq!(opts.len(), 8, "{what}: {opts:?}");
+                assert_eq!(opts.len(), 9, "{what}: {opts:?}");
             }
             None => assert_eq!(opts.keys().copied().collect::<Vec<_>>(), ["--manifest", "--state-dir"], "{what}"),
         }

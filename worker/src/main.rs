@@ -93,6 +93,10 @@ struct WatchArgs {
     /// The chain's signal from SLURM before the limit: USR1 or USR2.
     #[arg(long, value_enum, default_value_t = ChainSignalArg::Usr1, requires = "chain_max")]
     chain_signal: ChainSignalArg,
+    /// Seconds before the job's limit the chain's signal is due: the worker
+    /// sends it itself where SLURM has not by then.
+    #[arg(long, requires = "chain_max")]
+    signal_before_s: Option<u64>,
     /// The checkpoint the command saves, relative to the run directory.
     #[arg(long, requires = "chain_max")]
     checkpoint: Option<PathBuf>,
@@ -323,6 +327,7 @@ fn watch(args: WatchArgs) -> Result<i32> {
             resume_arg,
             marker: args.marker,
             signal,
+            warn_before_s: args.signal_before_s,
         });
     }
     let watched = worker::watch::watch(cfg, &args.command, &opts)?;

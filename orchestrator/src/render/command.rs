@@ -41,6 +41,8 @@ pub struct ChainVars {
     pub signal: String,
     /// `worker watch --chain-signal`: `usr1` or `usr2`.
     pub signal_name: String,
+    /// `worker watch --signal-before-s`: the seconds before the limit.
+    pub before_s: u32,
     pub max_segments: u32,
     pub checkpoint: String,
     pub marker: Option<String>,
@@ -151,6 +153,7 @@ pub fn command_vars(c: &CommandRuntime, configs: &[&RunConfig], at: &Where) -> R
         chain: c.chain.as_ref().map(|ch| ChainVars {
             signal: ch.signal.sbatch(),
             signal_name: ch.signal.name.to_lowercase(),
+            before_s: ch.signal.before_s,
             max_segments: ch.max_segments,
             checkpoint: ch.checkpoint.clone(),
             marker: ch.marker.clone(),

@@ -200,7 +200,10 @@ pub fn verify(env: &Env, w: &ChainWorld, jobs: &BTreeMap<String, usize>, min_seg
 fn overlap_free(env: &Env, w: &ChainWorld, r: &orchestrator::state::ConfigRecord) -> Result<(), String> {
     let mut spans: Vec<(String, String, String)> = Vec::new();
     for a in r.attempts().iter().filter(|a| !a.abandoned()) {
-        let Some(job) = a.job_id() else { continue };
+        // By array and task: an array's last task runs under the array's own
+        // id, and `--jobs <that id>` would list every task of the array.
+        let Some(array) = a.array_job_id() else { continue };
+        let job = format!("{array}_{}", a.task_id());
         let out = env.slurm(&[
             "sacct",
             "--duplicates",
@@ -209,7 +212,7 @@ fn overlap_free(env: &Env, w: &ChainWorld, r: &orchestrator::state::ConfigRecord
             "--parsable2",
             "--format=JobIDRaw,Start,End",
             "--jobs",
-            job.as_str(),
+            &job,
         ]);
         for l in out.lines() {
             let f: Vec<&str> = l.split('|').collect();

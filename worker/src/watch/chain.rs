@@ -26,6 +26,9 @@ pub struct ChainOptions {
     pub marker: Option<PathBuf>,
     /// The signal SLURM sends before the limit (`libc::SIGUSR1`).
     pub signal: i32,
+    /// Seconds before the limit the signal is due: where SLURM has not sent
+    /// it by then, the worker sends it itself (`None`: SLURM's alone).
+    pub warn_before_s: Option<u64>,
 }
 
 /// A chain's files, resolved in its run directory.
@@ -114,6 +117,31 @@ pub fn decide(run: &ChainRun, exited_0: bool, forwarded: &[i32]) -> Next {
     }
 }
 
+/// How long until this job's own signal is due: the time SLURM gives the job
+/// (`squeue -o %L`) less `before_s`; `None` outside SLURM or without a limit.
+pub fn warn_after(before_s: u64) -> Option<std::time::Duration> {
+    let job = std::env::var("SLURM_JOB_ID").ok()?;
+    let out = Command::new("squeue").args(["-h", "-j", &job, "-o", "%L"]).output().ok()?;
+    let left = time_left(String::from_utf8_lossy(&out.stdout).trim())?;
+    Some(std::time::Duration::from_secs(left.saturating_sub(before_s)))
+}
+
+/// squeue's time left (`D-HH:MM:SS`, `HH:MM:SS`, `MM:SS`) in seconds;
+/// `None` for `UNLIMITED`, `NOT_SET` or anything else.
+pub fn time_left(text: &str) -> Option<u64> {
+    let (days, clock) = match text.split_once('-') {
+        Some((d, c)) => (d.parse::<u64>().ok()?, c),
+        None => (0, text),
+    };
+    let parts: Vec<u64> = clock.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let secs = match parts.as_slice() {
+        [m, s] => m * 60 + s,
+        [h, m, s] => h * 3600 + m * 60 + s,
+        _ => return None,
+    };
+    Some(days * 86_400 + secs)
+}
+
 /// The job to requeue: an array task as `ARRAY_TASK` (`672_2`), else the
 /// job id. An array's last task runs under the array's own id, and
 /// `scontrol requeue 672` would requeue every task of array 672, a task
@@ -153,6 +181,7 @@ mod tests {
             resume_arg: "resume_from=ckpt.pt".into(),
             marker: Some(".done".into()),
             signal: libc::SIGUSR1,
+            warn_before_s: None,
         }
     }
 
@@ -179,6 +208,16 @@ mod tests {
         let run = ChainRun::at(opts(), &events);
         assert_eq!(run.position.segment, 3, "two chain starts before (a non-chain start is no segment)");
         assert_eq!(run.command(&["train".into()]), ["train", "resume_from=ckpt.pt"]);
+    }
+
+    #[test]
+    fn squeues_time_left_reads_in_seconds() {
+        assert_eq!(time_left("0:45"), Some(45));
+        assert_eq!(time_left("11:59:30"), Some(43_170));
+        assert_eq!(time_left("4-23:59:59"), Some(4 * 86_400 + 86_399));
+        assert_eq!(time_left("UNLIMITED"), None);
+        assert_eq!(time_left("NOT_SET"), None);
+        assert_eq!(time_left(""), None);
     }
 
     #[test]

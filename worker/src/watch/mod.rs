@@ -285,6 +285,11 @@ pub fn watch(cfg: &RunConfig, command: &[OsString], opts: &WatchOptions) -> Resu
     }
     let mut child = child.spawn().map_err(|source| WatchError::Spawn { command: program.clone(), source })?;
     forwarder.to_child(child.id());
+    if let Some(run) = &chain {
+        if let Some(after) = run.opts.warn_before_s.and_then(chain::warn_after) {
+            forwarder.warn_at(run.opts.signal, after);
+        }
+    }
     let seen = Arc::new(Mutex::new(Seen::with_progress(opts.progress.clone())));
     let pumps = [
         child.stdout.take().map(|o| {

@@ -57,6 +57,21 @@ impl Forwarder {
     }
 
     /// The command runs as `pid`: deliver what came before, and what comes.
+    /// After `after`, delivers `sig` as if it had come, unless it came (or
+    /// was delivered) before: the chain's warning where SLURM sends none
+    /// (a site or API that drops `--signal=B:…`).
+    pub fn warn_at(&self, sig: i32, after: std::time::Duration) {
+        let state = self.state.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+            if s.child.is_some() && !s.forwarded.contains(&sig) && !s.pending.contains(&sig) {
+                eprintln!("worker: no {} from SLURM by now: sending it to the command itself", signal_name(sig));
+                s.deliver(sig);
+            }
+        });
+    }
+
     pub fn to_child(&self, pid: u32) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.child = i32::try_from(pid).ok();

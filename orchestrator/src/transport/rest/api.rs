@@ -9,7 +9,7 @@
 //! | `job.environment` | object `{K: V}` | array `["K=V"]` | array `["K=V"]` |
 //! | limits (`time_limit`, `memory_per_node`) | integer | `{set, infinite, number}` | same |
 //! | gres | `job.gres` | `job.tres_per_node` (`gres/…`) | same |
-//! | `--signal=B:USR1@120` | `job.signal` (sbatch's text) | `kill_warning_signal`, `_delay`, `_flags: [BATCH_JOB]` | same |
+//! | `--signal=B:USR1@120` | none: 22.05 refuses `B:` (the chain's worker signals itself) | `kill_warning_signal`, `_delay`, `_flags: [BATCH_JOB]` | same |
 //! | `--open-mode=append` | `job.open_mode: "append"` | `job.open_mode: ["APPEND"]` | same |
 //! | job ids, task ids, exit codes (answers) | integer | `{set, infinite, number}` | same |
 //! | states (answers) | `"RUNNING"` | `["RUNNING", flags…]` | same |
@@ -130,7 +130,13 @@ impl ApiVersion {
         }
         if let Some(w) = &job.signal {
             if legacy {
-                put("signal", json!(w.sbatch()));
+                // v0.0.38 (Slurm 22.05) refuses the `B:` form ("Invalid SIGNAL
+                // specification"), and without it only job steps are signalled,
+                // never the batch shell: a chain's worker (`--signal-before-s`)
+                // sends the signal itself instead.
+                if !w.batch {
+                    put("signal", json!(w.sbatch()));
+                }
             } else {
                 put("kill_warning_signal", json!(w.name));
                 put("kill_warning_delay", json!({"set": true, "infinite": false, "number": w.seconds}));
