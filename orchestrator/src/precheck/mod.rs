@@ -122,6 +122,20 @@ pub(crate) struct Seg {
     pub bwd_alloc: f64,
     /// Activation gradients released at this segment's backward.
     pub bwd_free: f64,
+    /// Trainable parameters autocast never casts (a position table added in
+    /// fp32): gradients from this segment's backward on, no bf16 copy.
+    pub uncast: f64,
+    /// Bytes released after this segment's forward: a skip it consumes
+    /// through an op that keeps nothing of it (HDiT's concatenation before
+    /// the skip merge), freed then rather than at its producer's backward.
+    pub fwd_free: f64,
+    /// This segment's `skip` is freed by its consumer's forward (`fwd_free`),
+    /// not at this segment's backward.
+    pub skip_consumed: bool,
+    /// A checkpointed block: its bf16 weight copies live in autocast's cache
+    /// until the forward's autocast region ends (PyTorch clears the cache on
+    /// leaving it), and again only while its backward recomputes it.
+    pub ckpt: bool,
 }
 
 impl Seg {
@@ -137,6 +151,10 @@ impl Seg {
             params: 0.0,
             bwd_alloc: 0.0,
             bwd_free: 0.0,
+            uncast: 0.0,
+            fwd_free: 0.0,
+            skip_consumed: false,
+            ckpt: false,
         }
     }
 }
@@ -186,16 +204,21 @@ fn timeline(segs: &[Seg], cache_bytes_per_param: f64, grad_bytes_per_param: f64)
             peak = m;
             at = Moment::Fwd(i);
         }
-        cur += s.kept + s.scores + s.skip;
+        cur += s.kept + s.scores + s.skip - s.fwd_free;
     }
+    // The autocast region ends before backward: checkpointed blocks' weight copies go with its cache.
+    cur -= cache_bytes_per_param * segs.iter().filter(|s| s.ckpt).map(|s| s.params).sum::<f64>();
     for (i, s) in segs.iter().enumerate().rev() {
-        let m = cur + s.recompute + s.transient;
+        let recast = if s.ckpt { cache_bytes_per_param * s.params } else { 0.0 };
+        let m = cur + recast + s.recompute + s.transient;
         if m > peak {
             peak = m;
             at = Moment::Bwd(i);
         }
-        cur -= s.kept + s.scores + s.skip + cache_bytes_per_param * s.params + s.bwd_free;
-        cur += grad_bytes_per_param * s.params + s.bwd_alloc;
+        // A skip freed in forward (`skip_consumed`) is not freed again at its producer's backward.
+        let skip = if s.skip_consumed { 0.0 } else { s.skip };
+        cur -= s.kept + s.scores + skip + s.bwd_free + if s.ckpt { 0.0 } else { cache_bytes_per_param * s.params };
+        cur += grad_bytes_per_param * (s.params + s.uncast) + s.bwd_alloc;
     }
     (peak, at)
 }
@@ -221,14 +244,24 @@ fn moment_terms(segs: &[Seg], moment: Moment, cache_bpp: f64, grad_bpp: f64, ter
     let mut cache = 0.0;
     let mut grads = 0.0;
     let mut held = 0.0;
+    let mut consumed = Vec::new();
     for (j, s) in segs.iter().enumerate() {
         if j <= last_alive {
             add(s.name, s.level, TermKind::Activations, s.kept);
             add("attention scores", s.level, TermKind::AttentionScores, s.scores);
-            add("skip connections", s.level, TermKind::Skip, s.skip);
-            cache += cache_bpp * s.params;
+            if !(in_bwd && s.skip_consumed) {
+                add("skip connections", s.level, TermKind::Skip, s.skip);
+            }
+            if !in_bwd && j < running && s.fwd_free > 0.0 {
+                // Consumed by this segment's forward: no longer held.
+                consumed.push((s.level, s.fwd_free));
+            }
+            // In backward a checkpointed block's copies are back only while it runs.
+            if !(in_bwd && s.ckpt) || j == running {
+                cache += cache_bpp * s.params;
+            }
         } else if in_bwd {
-            grads += grad_bpp * s.params;
+            grads += grad_bpp * (s.params + s.uncast);
             held += s.bwd_alloc - s.bwd_free;
         } else {
             break;
@@ -242,6 +275,12 @@ fn moment_terms(segs: &[Seg], moment: Moment, cache_bpp: f64, grad_bpp: f64, ter
     add("bf16 weight copies (autocast cache)", None, TermKind::Weights, cache);
     add("gradients accumulated so far", None, TermKind::Grads, grads);
     add("skip gradients waiting for the encoder", None, TermKind::Workspace, held);
+    for (level, bytes) in consumed {
+        if let Some(t) = terms.iter_mut().find(|t| t.kind == TermKind::Skip && t.level == level) {
+            t.bytes -= bytes;
+        }
+    }
+    terms.retain(|t| t.kind != TermKind::Skip || t.bytes > 0.0);
 }
 
 /// Predicts peak memory for configs of every family with one runtime's
@@ -362,7 +401,7 @@ impl Predictor {
         let trainable = params as f64;
         // Parameters the walk did not place (embeddings, time MLP, heads) belong
         // to the first segment: used first in forward, differentiated last.
-        let placed: f64 = segs.iter().map(|s| s.params).sum();
+        let placed: f64 = segs.iter().map(|s| s.params + s.uncast).sum();
         if let Some(first) = segs.first_mut() {
             first.params += (trainable - placed).max(0.0);
         }
@@ -382,12 +421,7 @@ impl Predictor {
         let grad_bpp = dt.weight;
         let (dynamic, moment) = timeline(segs, cache_bpp, grad_bpp);
 
-        // Data: the batch at full resolution in fp32, several times over.
-        let data = c.data_tensors
-            * 4.0
-            * cfg.input.channels as f64
-            * cfg.input.spatial.voxels() as f64
-            * cfg.batch.max(1) as f64;
+        let data = self.data_bytes(c, cfg);
         let weights = dt.weight * p;
         let overhead = c.overhead_gib * GIB;
         let resident = weights + data + overhead;
@@ -442,6 +476,23 @@ impl Predictor {
             train,
             rel_uncertainty,
             distance,
+        }
+    }
+
+    /// Full-resolution data tensors resident through the run. The group's
+    /// transformer script (`misc/profiling/profile_hdit_uvit_memory.py@ff513e0:172-177`,
+    /// as `misc/profile_dit_memory.py@3140d97`) holds its fp32 input `x`
+    /// throughout; its prediction is the heads' (`final layer`), and its loss,
+    /// `pred.float().pow(2).mean()`, lives only around the backward's start.
+    /// Elsewhere (the UNet scripts: images, noise, target, prediction, loss;
+    /// this project's worker) the fitted count of fp32 volumes.
+    fn data_bytes(&self, c: &Coefficients, cfg: &RunConfig) -> f64 {
+        let volume = 4.0 * cfg.input.channels as f64 * cfg.input.spatial.voxels() as f64 * cfg.batch.max(1) as f64;
+        let transformer = matches!(cfg.model, ModelSpec::Dit(_) | ModelSpec::Hdit(_) | ModelSpec::Uvit(_));
+        if transformer && self.runtime.starts_with("pytorch") {
+            volume
+        } else {
+            c.data_tensors * volume
         }
     }
 
