@@ -86,8 +86,10 @@ pub(super) fn block_seg(
     // While a checkpointed block runs backward, fc2's backward makes the
     // gradient of the MLP's hidden layer (4h, half) while gelu's output is
     // still kept: the gradient buffer at its peak (the gradient arriving at
-    // its output is the caller's, where it is not held already).
-    let buffers = if w.ckpt { w.exact(4.0 * w.dt.mm * hidden * tokens) } else { c.bwd_transient * full };
+    // its output is the caller's, where it is not held already). What a
+    // runtime holds beyond the walk's is `bwd_transient` (0 in PyTorch's fit).
+    let fc2_grad = if w.ckpt { w.exact(4.0 * w.dt.mm * hidden * tokens) } else { 0.0 };
+    let buffers = fc2_grad + c.bwd_transient * full;
     s.transient = buffers
         + w.batch * c.score_transient_bytes * w.dt.score_scale() * score_elems
         + c.score_transient_bytes * chunk_elems;

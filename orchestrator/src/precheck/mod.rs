@@ -30,6 +30,7 @@ mod hdit;
 mod mamba;
 pub mod overlay;
 mod prediction;
+mod timeline;
 pub mod training;
 pub mod uncertainty;
 mod unet;
@@ -37,7 +38,9 @@ mod uvit;
 mod verdict;
 
 use std::collections::BTreeSet;
+
 use std::sync::Arc;
+use timeline::{moment_terms, timeline};
 
 use facts::model::Family;
 use facts::{ModelSpec, Precision, RunConfig};
@@ -184,105 +187,6 @@ impl Walk<'_> {
     }
 }
 
-/// Where the forward/backward peak happens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Moment {
-    Fwd(usize),
-    Bwd(usize),
-}
-
-/// Simulate forward then backward over the segments; return the peak bytes of
-/// the dynamic part (activations, bf16 weight copies, gradients) and when.
-fn timeline(segs: &[Seg], cache_bytes_per_param: f64, grad_bytes_per_param: f64) -> (f64, Moment) {
-    let mut cur = 0.0;
-    let mut peak = 0.0;
-    let mut at = Moment::Fwd(0);
-    for (i, s) in segs.iter().enumerate() {
-        cur += cache_bytes_per_param * s.params;
-        let m = cur + s.kept + s.scores + s.skip + s.transient;
-        if m > peak {
-            peak = m;
-            at = Moment::Fwd(i);
-        }
-        cur += s.kept + s.scores + s.skip - s.fwd_free;
-    }
-    // The autocast region ends before backward: checkpointed blocks' weight copies go with its cache.
-    cur -= cache_bytes_per_param * segs.iter().filter(|s| s.ckpt).map(|s| s.params).sum::<f64>();
-    for (i, s) in segs.iter().enumerate().rev() {
-        let recast = if s.ckpt { cache_bytes_per_param * s.params } else { 0.0 };
-        let m = cur + recast + s.recompute + s.transient;
-        if m > peak {
-            peak = m;
-            at = Moment::Bwd(i);
-        }
-        // A skip freed in forward (`skip_consumed`) is not freed again at its producer's backward.
-        let skip = if s.skip_consumed { 0.0 } else { s.skip };
-        cur -= s.kept + s.scores + skip + s.bwd_free + if s.ckpt { 0.0 } else { cache_bytes_per_param * s.params };
-        cur += grad_bytes_per_param * (s.params + s.uncast) + s.bwd_alloc;
-    }
-    (peak, at)
-}
-
-/// The terms resident at `moment`, aggregated by name, level and kind.
-fn moment_terms(segs: &[Seg], moment: Moment, cache_bpp: f64, grad_bpp: f64, terms: &mut Vec<Term>) {
-    let mut add = |name: &'static str, level: Option<u8>, kind: TermKind, bytes: f64| {
-        if bytes <= 0.0 {
-            return;
-        }
-        // Names are static literals: compare the cheap fields and the pointer first.
-        let same = |t: &Term| t.level == level && t.kind == kind && (std::ptr::eq(t.name, name) || t.name == name);
-        if let Some(t) = terms.iter_mut().find(|t| same(t)) {
-            t.bytes += bytes;
-        } else {
-            terms.push(Term { name, level, kind, phase: TermPhase::FwdBwd, bytes });
-        }
-    };
-    let (last_alive, running, in_bwd) = match moment {
-        Moment::Fwd(i) => (i, i, false),
-        Moment::Bwd(i) => (i, i, true),
-    };
-    let mut cache = 0.0;
-    let mut grads = 0.0;
-    let mut held = 0.0;
-    let mut consumed = Vec::new();
-    for (j, s) in segs.iter().enumerate() {
-        if j <= last_alive {
-            add(s.name, s.level, TermKind::Activations, s.kept);
-            add("attention scores", s.level, TermKind::AttentionScores, s.scores);
-            if !(in_bwd && s.skip_consumed) {
-                add("skip connections", s.level, TermKind::Skip, s.skip);
-            }
-            if !in_bwd && j < running && s.fwd_free > 0.0 {
-                // Consumed by this segment's forward: no longer held.
-                consumed.push((s.level, s.fwd_free));
-            }
-            // In backward a checkpointed block's copies are back only while it runs.
-            if !(in_bwd && s.ckpt) || j == running {
-                cache += cache_bpp * s.params;
-            }
-        } else if in_bwd {
-            grads += grad_bpp * (s.params + s.uncast);
-            held += s.bwd_alloc - s.bwd_free;
-        } else {
-            break;
-        }
-    }
-    let r = &segs[running];
-    if in_bwd {
-        add("checkpoint recompute of the running block", r.level, TermKind::Workspace, r.recompute);
-    }
-    add("transient buffers of the running block", r.level, TermKind::Workspace, r.transient);
-    add("bf16 weight copies (autocast cache)", None, TermKind::Weights, cache);
-    add("gradients accumulated so far", None, TermKind::Grads, grads);
-    add("skip gradients waiting for the encoder", None, TermKind::Workspace, held);
-    for (level, bytes) in consumed {
-        if let Some(t) = terms.iter_mut().find(|t| t.kind == TermKind::Skip && t.level == level) {
-            t.bytes -= bytes;
-        }
-    }
-    terms.retain(|t| t.kind != TermKind::Skip || t.bytes > 0.0);
-}
-
 /// Predicts peak memory for configs of every family with one runtime's
 /// coefficients, or, for the families a local fit predicts better (held
 /// out), with that fit's.
@@ -293,6 +197,8 @@ pub struct Predictor {
     training: training::TrainCoefficients,
     uncertainty: Option<Arc<Uncertainty>>,
     local: Option<Arc<LocalFit>>,
+    /// The fit is PyTorch's (its own or standing in): the group's scripts' data tensors.
+    group_script: bool,
 }
 
 /// Coefficients fitted on this site's runs ([`overlay`]) and the families
@@ -324,12 +230,15 @@ impl Predictor {
             training: training::TrainCoefficients::builtin(),
             uncertainty,
             local: None,
+            group_script: fit.key.starts_with("pytorch"),
         })
     }
     /// Coefficients alone: the band is their single `rel_uncertainty`.
     pub fn new(runtime: impl Into<String>, coeffs: Coefficients) -> Self {
+        let runtime = runtime.into();
         Predictor {
-            runtime: runtime.into(),
+            group_script: runtime.starts_with("pytorch"),
+            runtime,
             coeffs,
             training: training::TrainCoefficients::builtin(),
             uncertainty: None,
@@ -489,7 +398,7 @@ impl Predictor {
     fn data_bytes(&self, c: &Coefficients, cfg: &RunConfig) -> f64 {
         let volume = 4.0 * cfg.input.channels as f64 * cfg.input.spatial.voxels() as f64 * cfg.batch.max(1) as f64;
         let transformer = matches!(cfg.model, ModelSpec::Dit(_) | ModelSpec::Hdit(_) | ModelSpec::Uvit(_));
-        if transformer && self.runtime.starts_with("pytorch") {
+        if transformer && self.group_script {
             volume
         } else {
             c.data_tensors * volume
