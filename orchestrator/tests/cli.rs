@@ -211,8 +211,8 @@ fn a_clusters_file_that_does_not_parse_is_an_error_not_a_default() {
 fn a_small_prediction_is_written_with_the_digits_that_matter() {
     let out = run(&["explain", "experiments/demo.yaml", "--config", "unet_2L", "--no-levers"]);
     let t = text(&out.stdout);
-    // 0.096 GiB with its interval 0.073G-0.14G, never "0.1 GiB" beside it.
-    assert!(t.contains("predicted peak 0.096 GiB (likely 0.073G–0.14G)"), "{t}");
+    // 0.095 GiB with its interval 0.072G-0.14G, never "0.1 GiB" beside it.
+    assert!(t.contains("predicted peak 0.095 GiB (likely 0.072G–0.14G)"), "{t}");
     assert!(!t.contains(" 0.00 "), "no term reads 0.00:\n{t}");
     let status = text(&run(&["status", "experiments/demo.yaml", "--state-dir", "/nonexistent-state"]).stdout);
     assert!(status.contains("6 configs: 6 not submitted; nothing submitted, nothing polled"), "{status}");

@@ -81,6 +81,7 @@ fn each_config_is_judged_by_a_calibration_fitted_without_its_tables() {
     let lines: Vec<MeasurementRecord> = facts::record::read_jsonl(&text).expect("records parse");
     let mut fitted: BTreeMap<Vec<String>, Calibration> = BTreeMap::new();
     let mut two_tables = 0;
+    let mut differs = 0;
     for (file, s) in files.iter().zip(&savings) {
         let sweep = orchestrator::sweep::load(file, &[]).expect("experiment");
         assert!(!s.judged.is_empty(), "{}: no config with a record", s.experiment);
@@ -108,9 +109,36 @@ fn each_config_is_judged_by_a_calibration_fitted_without_its_tables() {
             let c = sweep.get(&j.config).expect("the config");
             let held_out = Predictor::from_calibration(cal, "pytorch", c.config.precision).expect("pytorch");
             assert_eq!(j.verdict, sweep.verdict(&held_out, c), "{}/{}", s.experiment, j.config);
+            // A config whose peak the optimizer step sets (20 B a parameter, the
+            // same in every fit) reads alike in and out of sample; the others must not.
             let shipped = sweep.verdict(&Predictor::pytorch(), c);
-            assert_ne!(j.verdict.predicted_gib(), shipped.predicted_gib(), "{}/{}: in sample", s.experiment, j.config);
+            differs += usize::from(j.verdict.predicted_gib() != shipped.predicted_gib());
         }
+        assert!(differs > 0, "{}: every verdict is the in-sample one", s.experiment);
+        differs = 0;
     }
     assert!(two_tables >= 1, "no config of exp13 has records in both DiT tables");
+}
+
+/// The held-out bands, family by family (docs/precheck.md, "Held out, family
+/// by family"): every public table in turn refitted without, its records
+/// judged. The bands on the transformer families fitted on one table each
+/// (HDiT, U-ViT) must hold at least 85 % of their peaks when that table is
+/// new (issue 52: 54 % and 57 % before), and no OOM may be called `fits`.
+#[test]
+fn held_out_bands_hold_85_percent_of_each_familys_peaks_and_the_table_is_what_the_command_prints() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let (shown, page) = common::doc_block(&root, "docs/precheck.md", "evidence-held-out");
+    assert!(page.contains("orchestrator evidence --held-out\n"));
+    let families = orchestrator::evidence::held_out::run(&root.join("data/vram-measurements.jsonl")).expect("held out");
+    let printed = orchestrator::evidence::HeldOutTally(&families).to_string();
+    assert_eq!(shown, printed, "docs/precheck.md's held-out table is stale: rerun the command and paste its output");
+    for name in ["hdit", "uvit"] {
+        let f = families.iter().find(|f| f.family == name).expect("the family has public records");
+        assert!(!f.errors.is_empty(), "{name}: no peaks judged");
+        assert!(f.share_inside() >= 0.85, "{name}: {} of {} peaks inside held out", f.inside, f.errors.len());
+    }
+    let all = families.last().expect("the total");
+    assert_eq!(all.family, "all");
+    assert!(all.ooms > 0 && all.oom_fits.is_empty(), "OOMs called fits held out: {:?}", all.oom_fits);
 }

@@ -23,19 +23,21 @@
 //! with the volume and are not listed.
 //!
 //! The attention block (GroupNorm, q/k/v projections, scores, softmax, the
-//! value product, output projection, residual) is listed as the precheck has
-//! counted it: the norm's f32 input and output, three bf16 casts of the norm
-//! output for q, k and v, q, k and v, the output's re-layout and the
-//! projection's input (2 wide + 8 half elements of C a voxel), and the
-//! materialised heads x N x N scores, their f32 softmax and its half copy
-//! for the value product. Unlike the ResBlock's, these entries are not
-//! measured by a test (the worker's `AttnBlock` is private); measured once
-//! on a rebuild of it from the worker's public parts, it keeps less: 1 wide +
-//! 7 half elements of C a voxel and 6 bytes a score under autocast (no f32
-//! norm output; the re-layout is the projection's input), 6 f32 elements of
-//! C (the input and the norm output among them) and 4 bytes a score in fp32.
-//! The entries stay the precheck's model until `block_facts` measures the
-//! block and the fits are remade with it.
+//! value product, output projection, residual), as PyTorch keeps it for
+//! MONAI's `use_flash_attention=False` path and as the worker's `AttnBlock`
+//! does: under bf16 autocast the norm's f32 copy of its input (GroupNorm is
+//! on autocast's fp32 list), the three bf16 casts of the norm output that the
+//! q, k and v projections take (autocast casts per call; the f32 norm output
+//! itself is not kept), q, k and v, and the projection's input (the
+//! re-layout of the value product's output): 1 wide + 7 half elements of C
+//! a voxel, 18·C bytes; of the materialised heads x N x N scores, the f32
+//! softmax output and its half copy for the value product, 6 bytes a score
+//! (the half scores of the first product live only until the softmax). In
+//! fp32 nothing is cast: the block's input (the norm's), the norm output (the
+//! projections'), q, k, v and the projection's input, 6 f32 elements of C,
+//! 24·C bytes, and the softmax output, 4 bytes a score. The precheck counted
+//! 24·C and 8 B a score under bf16 autocast and 40·C and 12 B in fp32 before
+//! (issue 52).
 //!
 //! While a 3x3x3 convolution runs, PyTorch's native kernel (the group's runs
 //! convolved without cuDNN: data/gpu-check/2026-11-27-h100/RUN.md) unfolds
@@ -90,6 +92,26 @@ impl PerVoxel {
     }
 }
 
+/// Under which precisions a saved tensor exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    Always,
+    /// Only under autocast (a cast; without autocast the layer keeps a tensor counted already).
+    Autocast,
+    /// Only without autocast (under autocast the layers keep their casts instead).
+    NoAutocast,
+}
+
+impl When {
+    pub fn applies(self, autocast: bool) -> bool {
+        match self {
+            When::Always => true,
+            When::Autocast => autocast,
+            When::NoAutocast => !autocast,
+        }
+    }
+}
+
 /// One tensor (or a group of like tensors) a block keeps for backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Saved {
@@ -98,10 +120,18 @@ pub struct Saved {
     pub storage: Storage,
     pub fact: Fact,
     pub of: Of,
+    pub when: When,
 }
 
 const fn saved(name: &'static str, (cin, cout, scores): (u32, u32, u32), storage: Storage, of: Of) -> Saved {
-    Saved { name, elems: PerVoxel { cin, cout, scores }, storage, fact: Fact::Always, of }
+    Saved { name, elems: PerVoxel { cin, cout, scores }, storage, fact: Fact::Always, of, when: When::Always }
+}
+
+/// Whether `dt` = (wide, half) bytes an element is autocast's: a wide type
+/// wider than the matmuls' (f32 beside bf16 or f16); fp32 and pure half
+/// precision store both alike.
+pub fn autocast(dt: (f64, f64)) -> bool {
+    dt.0 > dt.1
 }
 
 /// A tensor a layer holds only while it runs.
@@ -179,7 +209,7 @@ pub const RES_BLOCK: UnetBlock = UnetBlock {
     ],
 };
 
-/// MONAI's spatial attention block of width C (cin = cout = C), as the precheck counts it.
+/// MONAI's spatial attention block of width C (cin = cout = C), as PyTorch keeps it.
 pub const ATTENTION: UnetBlock = UnetBlock {
     layers: &[
         layer("attention norm", (0, 0, 0, 0, 2)),
@@ -188,16 +218,15 @@ pub const ATTENTION: UnetBlock = UnetBlock {
     ],
     saved: &[
         saved("attention norm input", (0, 1, 0), Storage::Wide, Of::InputUpcast),
-        saved("attention norm output", (0, 1, 0), Storage::Wide, Of::Block),
-        saved("q, k, v input casts", (0, 3, 0), Storage::Half, Of::Block),
+        // Without autocast the q, k and v projections keep the norm output itself.
+        Saved { when: When::NoAutocast, ..saved("attention norm output", (0, 1, 0), Storage::Wide, Of::Block) },
+        Saved { when: When::Autocast, ..saved("q, k, v input casts", (0, 3, 0), Storage::Half, Of::Block) },
         saved("q, k, v", (0, 3, 0), Storage::Half, Of::Block),
-        saved("attention output re-layout", (0, 1, 0), Storage::Half, Of::Block),
+        // The value product's output laid out for the projection.
         saved("output projection input", (0, 1, 0), Storage::Half, Of::Block),
-        // The scores from the first product, their softmax (on autocast's
-        // fp32 list) and its half copy for the value product.
-        saved("attention scores", (0, 0, 1), Storage::Half, Of::Block),
+        // The softmax (on autocast's fp32 list) and its half copy for the value product.
         saved("softmax output", (0, 0, 1), Storage::Wide, Of::Block),
-        saved("probabilities cast", (0, 0, 1), Storage::Half, Of::Block),
+        Saved { when: When::Autocast, ..saved("probabilities cast", (0, 0, 1), Storage::Half, Of::Block) },
     ],
     transient: &[],
 };
@@ -224,14 +253,17 @@ impl UnetBlock {
 
     /// Bytes a voxel of the channel entries (`scores` 0) that `count`
     /// selects, with `dt` = (wide, half) bytes an element.
+    /// Entries that do not exist at `dt` ([`When`]) are not counted.
     pub fn channel_bytes(&self, (cin, cout): (u64, u64), dt: (f64, f64), count: impl Fn(&Saved) -> bool) -> f64 {
-        let channels = self.saved(cin, cout).filter(|s| s.elems.scores == 0 && count(s));
+        let channels =
+            self.saved(cin, cout).filter(|s| s.elems.scores == 0 && s.when.applies(autocast(dt)) && count(s));
         channels.map(|s| s.storage.bytes(dt) * s.elems.at(cin as f64, cout as f64, 0.0)).sum()
     }
 
     /// Bytes of the score entries per element of heads x N x N.
     pub fn score_bytes(&self, dt: (f64, f64)) -> f64 {
-        self.saved.iter().map(|s| s.storage.bytes(dt) * s.elems.scores as f64).sum()
+        let kept = self.saved.iter().filter(|s| s.when.applies(autocast(dt)));
+        kept.map(|s| s.storage.bytes(dt) * s.elems.scores as f64).sum()
     }
 
     /// Elements a voxel of the largest buffer one of the block's layers holds
@@ -262,11 +294,17 @@ mod tests {
         assert_eq!(RES_BLOCK.channel_bytes((64, 64), (4.0, 4.0), |s| s.of != Of::Input), 12.0 * 128.0);
     }
 
+    /// What PyTorch (MONAI's attention without flash) and the worker keep:
+    /// 18·C and 6 B a score under bf16 autocast, 24·C and 4 B in fp32 (issue 52).
     #[test]
-    fn the_attention_block_is_counted_2_wide_8_half_a_channel_and_8_bytes_a_score() {
-        assert_eq!(ATTENTION.channel_bytes((256, 256), AUTOCAST, |_| true), (2.0 * 4.0 + 8.0 * 2.0) * 256.0);
-        assert_eq!(ATTENTION.score_bytes(AUTOCAST), 8.0);
-        assert_eq!(ATTENTION.score_bytes((4.0, 4.0)), 12.0);
+    fn the_attention_block_keeps_18c_and_6_bytes_a_score_under_autocast_24c_and_4_in_fp32() {
+        assert_eq!(ATTENTION.channel_bytes((256, 256), AUTOCAST, |_| true), 18.0 * 256.0);
+        assert_eq!(ATTENTION.score_bytes(AUTOCAST), 6.0);
+        assert_eq!(ATTENTION.channel_bytes((256, 256), (4.0, 4.0), |_| true), 24.0 * 256.0);
+        assert_eq!(ATTENTION.score_bytes((4.0, 4.0)), 4.0);
+        // Pure bf16: the fp32 list in the half type, nothing cast.
+        assert_eq!(ATTENTION.channel_bytes((256, 256), (2.0, 2.0), |_| true), 12.0 * 256.0);
+        assert_eq!(ATTENTION.score_bytes((2.0, 2.0)), 2.0);
     }
 
     #[test]

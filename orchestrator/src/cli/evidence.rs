@@ -44,3 +44,10 @@ pub fn run_savings(records: &Path, experiments: &[PathBuf]) -> Result<()> {
     print!("{}", crate::evidence::SavingsTally(&savings));
     Ok(())
 }
+
+/// `evidence --held-out`: each family's records inside the bands of a fit without their table.
+pub fn run_held_out(records: &Path) -> Result<()> {
+    let families = crate::evidence::held_out::run(records).context("evidence --held-out")?;
+    print!("{}", crate::evidence::HeldOutTally(&families));
+    Ok(())
+}

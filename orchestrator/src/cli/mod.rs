@@ -145,6 +145,10 @@ pub enum Command {
         /// with a calibration fitted without their tables. Runs nothing.
         #[arg(long, num_args = 1.., conflicts_with = "experiments")]
         savings: Vec<PathBuf>,
+        /// Per model family: the records' peaks inside the bands of a calibration fitted without
+        /// their table, the held-out error, and OOMs called `fits`. Runs nothing.
+        #[arg(long, conflicts_with_all = ["experiments", "savings"])]
+        held_out: bool,
         #[command(flatten)]
         active: evidence::ActiveArgs,
     },
@@ -204,6 +208,7 @@ pub fn run(command: Command) -> Result<()> {
             advise::run_fit(&sweep, &args, &exp.predictor(&sweep)?.0)?
         }
         Command::Evidence { records, savings, .. } if !savings.is_empty() => evidence::run_savings(&records, &savings)?,
+        Command::Evidence { records, held_out: true, .. } => evidence::run_held_out(&records)?,
         Command::Evidence { records, experiments, active, .. } => evidence::run(&records, &experiments, &active)?,
         Command::Cluster(c) => submit::run(c)?,
         Command::Report(args) => report::run(&args)?,

@@ -12,9 +12,12 @@
 //! `--experiments PATH...` instead runs each experiment file as a user's
 //! `submit FILE --active --cluster replay` does ([`experiments`]);
 //! `--savings PATH...` says what `plan`, held out, calls the configs of each
-//! that ran out of memory or past the budget ([`savings`]).
+//! that ran out of memory or past the budget ([`savings`]); `--held-out`
+//! how many recorded peaks, family by family, lie inside the bands of a
+//! calibration fitted without their table ([`held_out`]).
 
 pub mod experiments;
+pub mod held_out;
 mod replay_round;
 pub mod savings;
 mod score;
@@ -31,6 +34,7 @@ use crate::transport::replay::{Records, ReplayTransport};
 use crate::transport::TransportError;
 
 pub use experiments::{ExperimentRun, ExperimentTally};
+pub use held_out::HeldOutTally;
 pub use savings::{Savings, SavingsTally};
 pub use score::{Score, Tally};
 

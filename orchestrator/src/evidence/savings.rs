@@ -139,7 +139,7 @@ pub fn run(paths: &[PathBuf], records: &Path) -> Result<Vec<Savings>, EvidenceEr
 
 /// The calibration fitted without each set of tables, as `calibrate` fits
 /// the shipped one (bands cross-validated), the sets fitted side by side.
-fn held_out_calibrations(
+pub(super) fn held_out_calibrations(
     all: &[(usize, MeasurementRecord)],
     sets: BTreeSet<Vec<String>>,
 ) -> BTreeMap<Vec<String>, Calibration> {

@@ -3,35 +3,24 @@
 //!
 //! What one block keeps for backward per token is `facts::blocks`' description
 //! (the group's DiT block 62h + 20a + 16 bytes under bf16 autocast, U-ViT's
-//! pre-LN block 36h + 4a + 16), which the walk counts as it is, plus
-//! [`PRE_LN_ALLOWANCE`] for a pre-LN block. Memory-efficient attention
+//! pre-LN block 36h + 4a + 16), which the walk counts as it is. Memory-efficient attention
 //! (PyTorch SDPA) keeps only the per-head log-sum-exp (the description's
 //! kernel entry); runtimes that materialise scores add heads x N x N per block.
 
 use super::{PrecheckError, Seg, Walk};
-use facts::blocks::{Block, Kept, PerToken, GROUP_DIT};
+use facts::blocks::{Block, GROUP_DIT};
 use facts::{DitSpec, Input};
 
-/// What the walk counts of a pre-LN block (U-ViT) beyond what it keeps: 2
-/// wide + 1 half elements of h a token, 10h bytes under bf16 autocast. The
-/// walk counts it as before the group's code was read, 46h (norm inputs and
-/// outputs x2, cast, qkv 3, out, its re-layout, proj, cast, fc1 4, gelu 4,
-/// fc2); what its PyTorch block keeps is 36h + 4a + 16 (2 wide + 14 half).
-/// The 10h more stand for what the walk does not see of a checkpointed
-/// U-ViT's backward (U-ViT-S p4 peaks there at 10.3 GiB), and the fit holds
-/// U-ViT and HDiT together only so (recompute 0.99 and 1.44 otherwise).
-pub(super) const PRE_LN_ALLOWANCE: Kept =
-    Kept { wide: PerToken::hidden(2), half: PerToken::hidden(1), stats: PerToken::hidden(0) };
-
 /// Saved bytes per token of one transformer block of `stage`: what its
-/// layers keep (`facts::blocks`, the attention kernel's share apart), plus
-/// [`PRE_LN_ALLOWANCE`] for a pre-LN block.
+/// layers keep (`facts::blocks`, the attention kernel's share apart). A
+/// pre-LN block (U-ViT) is counted as described, 36h + 16 under bf16
+/// autocast: what the checkpointed U-ViT's backward holds beyond it (the
+/// long skips' gradients, the MLP's gradient buffers) is the U-ViT walk's
+/// (`uvit.rs`), not an allowance here.
 pub(super) fn block_bytes_per_token(w: &Walk, stage: &Stage) -> f64 {
     let dt = (w.dt.wide, w.dt.mm);
     let Stage { hidden, heads, block, .. } = *stage;
-    let described = block.kept(w.dt.autocast, false).bytes(dt, hidden, heads);
-    let allowance = if block.adaln { 0.0 } else { PRE_LN_ALLOWANCE.bytes(dt, hidden, heads) };
-    described + allowance
+    block.kept(w.dt.autocast, false).bytes(dt, hidden, heads)
 }
 
 /// The shape of a transformer stage: width, heads, tokens, its block (the
@@ -81,24 +70,39 @@ pub(super) fn block_seg(
     let scores = w.batch * c.score_saved_bytes * w.dt.score_scale() * score_elems;
     let mut s = Seg::new(name, level);
     if w.ckpt {
+        s.ckpt = true;
         let input = if half_input { w.dt.mm } else { w.dt.wide };
         s.kept = w.exact(input * hidden * tokens);
-        s.recompute = c.recompute_scale * w.batch * raw + scores;
+        // A block that opens with its norm on a wide input saves that input
+        // itself for the norm's backward: the checkpoint already keeps it, the
+        // recompute makes it anew only where it is cast (a half input) or made
+        // first (U-ViT's skip fusion: `extra_per_token`).
+        let reused = if half_input || extra_per_token > 0.0 { 0.0 } else { w.dt.wide * hidden * tokens };
+        s.recompute = c.recompute_scale * w.batch * (raw - reused) + scores;
     } else {
         s.kept = full;
         s.scores = scores;
     }
-    s.transient = c.bwd_transient * full
+    // While a checkpointed block runs backward, fc2's backward makes the
+    // gradient of the MLP's hidden layer (4h, half) while gelu's output is
+    // still kept: the gradient buffer at its peak (the gradient arriving at
+    // its output is the caller's, where it is not held already). What a
+    // runtime holds beyond the walk's is `bwd_transient` (0 in PyTorch's fit).
+    let fc2_grad = if w.ckpt { w.exact(4.0 * w.dt.mm * hidden * tokens) } else { 0.0 };
+    let buffers = fc2_grad + c.bwd_transient * full;
+    s.transient = buffers
         + w.batch * c.score_transient_bytes * w.dt.score_scale() * score_elems
         + c.score_transient_bytes * chunk_elems;
     s.params = params as f64;
     s
 }
 
-/// Patch embedding: the input cast for the conv and the embedded tokens (+ positions).
-pub(super) fn embed_seg(w: &Walk, input: &Input, hidden: f64, tokens: f64, level: Option<usize>) -> Seg {
+/// Patch embedding: the input cast the conv keeps for its weight gradient.
+/// The embedded tokens (+ positions) are the first block's input, which that
+/// block keeps (its norm's input, or the checkpoint's): counted there, once.
+pub(super) fn embed_seg(w: &Walk, input: &Input, level: Option<usize>) -> Seg {
     let mut s = Seg::new("patch embed", level);
-    s.kept = w.exact(w.dt.mm * input.channels as f64 * input.spatial.voxels() as f64 + w.dt.wide * hidden * tokens);
+    s.kept = w.exact(w.dt.mm * input.channels as f64 * input.spatial.voxels() as f64);
     s
 }
 
@@ -128,7 +132,10 @@ pub(super) fn walk(m: &DitSpec, input: &Input, out_channels: u32, w: &mut Walk) 
     let (h, heads) = (d.hidden as f64, d.heads as f64);
     let grid = input.spatial.div(m.patch.max(1));
     let t = grid.voxels() as f64;
-    w.push(embed_seg(w, input, h, t, None));
+    // The learned position table (`dit.py@3140d97:109`), added in fp32: trained, never cast.
+    let mut embed = embed_seg(w, input, None);
+    embed.uncast = t * h;
+    w.push(embed);
     let stage = Stage::dit(h, heads, t);
     let blk = block_seg(
         w,
@@ -170,8 +177,8 @@ mod tests {
         // Rows 5, 6 (the qk-norms' f32 copies and statistics) and 8 (the output's copy) gone.
         let plain = Block { qk_norm: false, ..GROUP_DIT };
         assert_eq!(per_token(Stage { block: plain, ..group }), 48.0 * h + 4.0 * a + 16.0);
-        // A pre-LN block (U-ViT), as the walk counts it (46h: see PRE_LN_ALLOWANCE).
-        assert_eq!(per_token(Stage { block: facts::blocks::UVIT, ..group }), 46.0 * h + 4.0 * a + 16.0);
+        // A pre-LN block (U-ViT) as its PyTorch block keeps it: 36h + 4a + 16 (no allowance).
+        assert_eq!(per_token(Stage { block: facts::blocks::UVIT, ..group }), 36.0 * h + 4.0 * a + 16.0);
     }
 
     #[test]

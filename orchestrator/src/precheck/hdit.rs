@@ -25,11 +25,18 @@ pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk)
     let decoder = |l: usize| Stage { half_input: true, ..stage(l) };
     let (mm, wide) = (w.dt.mm, w.dt.wide);
     let block_params = facts::params::dit_block(hu, d.heads as u64);
-    w.push(embed_seg(w, input, h, t0, Some(0)));
+    // One learned position table a level, added in fp32: trained, never cast.
+    let mut embed = embed_seg(w, input, Some(0));
+    embed.uncast = (0..levels).map(|l| tokens(l) * h).sum();
+    w.push(embed);
     let mut merges = Vec::with_capacity(levels);
     // Down: blocks, then merge to the next level (its input cast; the level output is a skip).
     for l in 0..levels {
-        let blk = block_seg(w, ("transformer blocks", Some(l)), stage(l), 0.0, block_params);
+        let mut blk = block_seg(w, ("transformer blocks", Some(l)), stage(l), 0.0, block_params);
+        if w.ckpt {
+            // The gradient arriving at its output: the fp32 residual stream's.
+            blk.transient += w.exact(wide * h * tokens(l));
+        }
         for _ in 0..m.level_depths.get(l).copied().unwrap_or(0) {
             w.push(blk);
         }
@@ -49,13 +56,24 @@ pub(super) fn walk(m: &HditSpec, input: &Input, out_channels: u32, w: &mut Walk)
         s.params = (8 * hu * hu + 8 * hu + 2 * hu * hu + hu) as f64;
         // The fp32 concatenation [x; skip] and its gradient while the skip merge runs.
         s.transient = w.exact(2.0 * wide * h * tokens(l));
-        // The skip's gradient is held until the merge that produced it.
+        // The skip's gradient is held until the merge that produced it: the
+        // backward of `cat([x, skip])` hands out views of the whole
+        // concatenation's gradient (fp32, [N, 2h]), so it holds twice the skip.
+        // The skip itself is kept by nothing once concatenated (the merge
+        // keeps its bf16 cast; the encoder blocks are checkpointed on their
+        // inputs): freed by this forward, not held through backward.
         if let Some((producer, bytes)) = merges.pop() {
-            s.bwd_alloc = bytes;
-            w.segs[producer].bwd_free += bytes;
+            s.bwd_alloc = 2.0 * bytes;
+            s.fwd_free = bytes;
+            w.segs[producer].bwd_free += 2.0 * bytes;
+            w.segs[producer].skip_consumed = true;
         }
         w.push(s);
-        let blk = block_seg(w, ("transformer blocks", Some(l)), decoder(l), 0.0, block_params);
+        let mut blk = block_seg(w, ("transformer blocks", Some(l)), decoder(l), 0.0, block_params);
+        if w.ckpt {
+            // The gradient arriving at its output: the bf16 stream's after the skip merge.
+            blk.transient += w.exact(mm * h * tokens(l));
+        }
         for _ in 0..m.level_depths.get(n - 1 - l).copied().unwrap_or(0) {
             w.push(blk);
         }

@@ -30,6 +30,7 @@ mod hdit;
 mod mamba;
 pub mod overlay;
 mod prediction;
+mod timeline;
 pub mod training;
 pub mod uncertainty;
 mod unet;
@@ -37,7 +38,9 @@ mod uvit;
 mod verdict;
 
 use std::collections::BTreeSet;
+
 use std::sync::Arc;
+use timeline::{moment_terms, timeline};
 
 use facts::model::Family;
 use facts::{ModelSpec, Precision, RunConfig};
@@ -122,6 +125,20 @@ pub(crate) struct Seg {
     pub bwd_alloc: f64,
     /// Activation gradients released at this segment's backward.
     pub bwd_free: f64,
+    /// Trainable parameters autocast never casts (a position table added in
+    /// fp32): gradients from this segment's backward on, no bf16 copy.
+    pub uncast: f64,
+    /// Bytes released after this segment's forward: a skip it consumes
+    /// through an op that keeps nothing of it (HDiT's concatenation before
+    /// the skip merge), freed then rather than at its producer's backward.
+    pub fwd_free: f64,
+    /// This segment's `skip` is freed by its consumer's forward (`fwd_free`),
+    /// not at this segment's backward.
+    pub skip_consumed: bool,
+    /// A checkpointed block: its bf16 weight copies live in autocast's cache
+    /// until the forward's autocast region ends (PyTorch clears the cache on
+    /// leaving it), and again only while its backward recomputes it.
+    pub ckpt: bool,
 }
 
 impl Seg {
@@ -137,6 +154,10 @@ impl Seg {
             params: 0.0,
             bwd_alloc: 0.0,
             bwd_free: 0.0,
+            uncast: 0.0,
+            fwd_free: 0.0,
+            skip_consumed: false,
+            ckpt: false,
         }
     }
 }
@@ -166,84 +187,6 @@ impl Walk<'_> {
     }
 }
 
-/// Where the forward/backward peak happens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Moment {
-    Fwd(usize),
-    Bwd(usize),
-}
-
-/// Simulate forward then backward over the segments; return the peak bytes of
-/// the dynamic part (activations, bf16 weight copies, gradients) and when.
-fn timeline(segs: &[Seg], cache_bytes_per_param: f64, grad_bytes_per_param: f64) -> (f64, Moment) {
-    let mut cur = 0.0;
-    let mut peak = 0.0;
-    let mut at = Moment::Fwd(0);
-    for (i, s) in segs.iter().enumerate() {
-        cur += cache_bytes_per_param * s.params;
-        let m = cur + s.kept + s.scores + s.skip + s.transient;
-        if m > peak {
-            peak = m;
-            at = Moment::Fwd(i);
-        }
-        cur += s.kept + s.scores + s.skip;
-    }
-    for (i, s) in segs.iter().enumerate().rev() {
-        let m = cur + s.recompute + s.transient;
-        if m > peak {
-            peak = m;
-            at = Moment::Bwd(i);
-        }
-        cur -= s.kept + s.scores + s.skip + cache_bytes_per_param * s.params + s.bwd_free;
-        cur += grad_bytes_per_param * s.params + s.bwd_alloc;
-    }
-    (peak, at)
-}
-
-/// The terms resident at `moment`, aggregated by name, level and kind.
-fn moment_terms(segs: &[Seg], moment: Moment, cache_bpp: f64, grad_bpp: f64, terms: &mut Vec<Term>) {
-    let mut add = |name: &'static str, level: Option<u8>, kind: TermKind, bytes: f64| {
-        if bytes <= 0.0 {
-            return;
-        }
-        // Names are static literals: compare the cheap fields and the pointer first.
-        let same = |t: &Term| t.level == level && t.kind == kind && (std::ptr::eq(t.name, name) || t.name == name);
-        if let Some(t) = terms.iter_mut().find(|t| same(t)) {
-            t.bytes += bytes;
-        } else {
-            terms.push(Term { name, level, kind, phase: TermPhase::FwdBwd, bytes });
-        }
-    };
-    let (last_alive, running, in_bwd) = match moment {
-        Moment::Fwd(i) => (i, i, false),
-        Moment::Bwd(i) => (i, i, true),
-    };
-    let mut cache = 0.0;
-    let mut grads = 0.0;
-    let mut held = 0.0;
-    for (j, s) in segs.iter().enumerate() {
-        if j <= last_alive {
-            add(s.name, s.level, TermKind::Activations, s.kept);
-            add("attention scores", s.level, TermKind::AttentionScores, s.scores);
-            add("skip connections", s.level, TermKind::Skip, s.skip);
-            cache += cache_bpp * s.params;
-        } else if in_bwd {
-            grads += grad_bpp * s.params;
-            held += s.bwd_alloc - s.bwd_free;
-        } else {
-            break;
-        }
-    }
-    let r = &segs[running];
-    if in_bwd {
-        add("checkpoint recompute of the running block", r.level, TermKind::Workspace, r.recompute);
-    }
-    add("transient buffers of the running block", r.level, TermKind::Workspace, r.transient);
-    add("bf16 weight copies (autocast cache)", None, TermKind::Weights, cache);
-    add("gradients accumulated so far", None, TermKind::Grads, grads);
-    add("skip gradients waiting for the encoder", None, TermKind::Workspace, held);
-}
-
 /// Predicts peak memory for configs of every family with one runtime's
 /// coefficients, or, for the families a local fit predicts better (held
 /// out), with that fit's.
@@ -254,6 +197,8 @@ pub struct Predictor {
     training: training::TrainCoefficients,
     uncertainty: Option<Arc<Uncertainty>>,
     local: Option<Arc<LocalFit>>,
+    /// The fit is PyTorch's (its own or standing in): the group's scripts' data tensors.
+    group_script: bool,
 }
 
 /// Coefficients fitted on this site's runs ([`overlay`]) and the families
@@ -285,12 +230,15 @@ impl Predictor {
             training: training::TrainCoefficients::builtin(),
             uncertainty,
             local: None,
+            group_script: fit.key.starts_with("pytorch"),
         })
     }
     /// Coefficients alone: the band is their single `rel_uncertainty`.
     pub fn new(runtime: impl Into<String>, coeffs: Coefficients) -> Self {
+        let runtime = runtime.into();
         Predictor {
-            runtime: runtime.into(),
+            group_script: runtime.starts_with("pytorch"),
+            runtime,
             coeffs,
             training: training::TrainCoefficients::builtin(),
             uncertainty: None,
@@ -362,7 +310,7 @@ impl Predictor {
         let trainable = params as f64;
         // Parameters the walk did not place (embeddings, time MLP, heads) belong
         // to the first segment: used first in forward, differentiated last.
-        let placed: f64 = segs.iter().map(|s| s.params).sum();
+        let placed: f64 = segs.iter().map(|s| s.params + s.uncast).sum();
         if let Some(first) = segs.first_mut() {
             first.params += (trainable - placed).max(0.0);
         }
@@ -382,12 +330,7 @@ impl Predictor {
         let grad_bpp = dt.weight;
         let (dynamic, moment) = timeline(segs, cache_bpp, grad_bpp);
 
-        // Data: the batch at full resolution in fp32, several times over.
-        let data = c.data_tensors
-            * 4.0
-            * cfg.input.channels as f64
-            * cfg.input.spatial.voxels() as f64
-            * cfg.batch.max(1) as f64;
+        let data = self.data_bytes(c, cfg);
         let weights = dt.weight * p;
         let overhead = c.overhead_gib * GIB;
         let resident = weights + data + overhead;
@@ -442,6 +385,23 @@ impl Predictor {
             train,
             rel_uncertainty,
             distance,
+        }
+    }
+
+    /// Full-resolution data tensors resident through the run. The group's
+    /// transformer script (`misc/profiling/profile_hdit_uvit_memory.py@ff513e0:172-177`,
+    /// as `misc/profile_dit_memory.py@3140d97`) holds its fp32 input `x`
+    /// throughout; its prediction is the heads' (`final layer`), and its loss,
+    /// `pred.float().pow(2).mean()`, lives only around the backward's start.
+    /// Elsewhere (the UNet scripts: images, noise, target, prediction, loss;
+    /// this project's worker) the fitted count of fp32 volumes.
+    fn data_bytes(&self, c: &Coefficients, cfg: &RunConfig) -> f64 {
+        let volume = 4.0 * cfg.input.channels as f64 * cfg.input.spatial.voxels() as f64 * cfg.batch.max(1) as f64;
+        let transformer = matches!(cfg.model, ModelSpec::Dit(_) | ModelSpec::Hdit(_) | ModelSpec::Uvit(_));
+        if transformer && self.group_script {
+            volume
+        } else {
+            c.data_tensors * volume
         }
     }
 

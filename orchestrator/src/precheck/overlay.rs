@@ -435,7 +435,10 @@ mod tests {
         let (mut local_err, mut shipped_err) = (0.0, 0.0);
         for r in facts::record::read_jsonl(&another_site()).unwrap() {
             let (Ok(cfg), Some(m)) = (r.run_config(), r.peak_gb) else { continue };
-            if !used.contains(&cfg.model.family()) {
+            // The fp32 fit's own precision: Burn's bf16-amp attention does not keep what
+            // PyTorch's does beside its fp32 (the shipped fits: 6.4 against 11.9 B a
+            // score), so a fit derived across precisions is not what this test measures.
+            if !used.contains(&cfg.model.family()) || cfg.precision != Precision::Fp32 {
                 continue;
             }
             local_err += (pred.peak_bytes(&cfg).unwrap() / super::super::GIB / m).ln().abs();

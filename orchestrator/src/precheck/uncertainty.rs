@@ -135,7 +135,9 @@ impl Distance {
             }
             // Twice the band: the walk is physics, not a lookup, and a fit
             // without a whole family predicts it within its own band (HDiT
-            // 10.6%, U-ViT 18.8% p90 held out; tests/precheck_accuracy.rs).
+            // 0.8 %, U-ViT 2.2 % p90 with its one table held out since the
+            // walks follow the group's code, issue 52; 10.6 % and 18.8 % before:
+            // tests/precheck_accuracy.rs, `evidence --held-out`).
             Distance::Variant(_) | Distance::Family(_) => 2.0,
             Distance::Batch { batch, measured } => doublings(*batch as f64 / (*measured).max(1) as f64),
             // Never assessed from the data's extent: active::Refit sets the band itself.

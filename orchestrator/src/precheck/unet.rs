@@ -3,15 +3,16 @@
 //! What a ResBlock and an attention block keep a voxel, and the column
 //! buffers their convolutions unfold, is `facts::blocks::unet`'s description
 //! (a ResBlock(cin → cout) makes 10·cin + 10·cout bytes a voxel under bf16
-//! autocast; attention, as the precheck has counted it, 24·C bytes and
-//! heads x N x N scores: MONAI runs attention without flash, so scores are
-//! materialised). The walk counts
-//! every entry but the block's input itself (`Of::Input`: the skip conv's,
-//! in the down path a skip held already), which it counts in the up path,
-//! where the input is the concatenation made for the block. In fp32 norm1
-//! keeps the block's input itself (`Of::InputUpcast`); the walk counts it
-//! as it counts autocast's f32 copy, 4·cin bytes a voxel that the skip (down
-//! path) or the skip conv's entry (up path) counts too: the fits were made so.
+//! autocast; attention 18·C bytes and 6 bytes a score of heads x N x N under
+//! bf16 autocast, 24·C and 4 B in fp32: MONAI runs attention without flash,
+//! so scores are materialised). The walk counts every entry but the block's
+//! input itself (`Of::Input`: the skip conv's, in the down path a skip held
+//! already), which it counts in the up path, where the input is the
+//! concatenation made for the block. In fp32 norm1 keeps the block's input
+//! itself (`Of::InputUpcast`), a tensor the skip (down path, the middle's
+//! first ResBlock) or the skip conv's entry (up path) counts already: the
+//! walk counts it only where nothing else holds it (the middle's second
+//! ResBlock, after attention; the output head).
 //! The scores weigh the runtime's fitted bytes a score element, scaled from
 //! bf16 autocast by the description's score entries.
 //! Encoder outputs are held for the decoder's concatenations (skip tensors)
@@ -74,6 +75,17 @@ fn checkpoint(w: &mut Walk, first: usize, input: f64) {
     }
 }
 
+/// Who else holds a ResBlock's input (what its norm1 and skip conv keep).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// A skip held for the decoder (the down path, the middle's first ResBlock).
+    Skip,
+    /// The up path's concatenation, made for the block: the block counts it.
+    Made,
+    /// Nothing else (the middle's second ResBlock, after attention; the head).
+    Nowhere,
+}
+
 /// What every segment of one UNet's walk is computed from.
 struct Net<'a> {
     u: &'a UnetSpec,
@@ -123,10 +135,16 @@ impl<'a> Net<'a> {
         w.exact(COLUMNS as f64 * self.mm * cin * v)
     }
 
-    /// Saved bytes a voxel of a ResBlock(`cin` → `cout`), its input counted
-    /// where it is made for the block (`input_made`: the up path's concatenation).
-    fn res_saved(&self, cin: u64, cout: u64, input_made: bool) -> f64 {
-        RES_BLOCK.channel_bytes((cin, cout), (self.wide, self.mm), |s| input_made || s.of != Of::Input)
+    /// Saved bytes a voxel of a ResBlock(`cin` → `cout`) whose input is `input`.
+    fn res_saved(&self, cin: u64, cout: u64, input: Held) -> f64 {
+        let autocast = facts::blocks::unet::autocast((self.wide, self.mm));
+        RES_BLOCK.channel_bytes((cin, cout), (self.wide, self.mm), |s| match s.of {
+            Of::Block => true,
+            // The skip conv's entry: the input itself, counted where it is made for the block.
+            Of::Input => input == Held::Made,
+            // Autocast's f32 copy is the norm's own; without autocast it is the input itself.
+            Of::InputUpcast => autocast || input == Held::Nowhere,
+        })
     }
 
     /// The largest column buffer of a ResBlock(`cin` → `cout`) at `v` voxels.
@@ -190,7 +208,7 @@ impl<'a> Net<'a> {
             for j in 0..per_level(&self.u.num_res_blocks, l) {
                 let cin = if j == 0 { prev } else { width };
                 // The input is the last skip: held already.
-                let full = self.res_saved(cin, width, false) * v;
+                let full = self.res_saved(cin, width, Held::Skip) * v;
                 let params = unet_res_block(cin, width, self.temb);
                 let mut s = self.block(w, ("resblocks (norms, convs)", l), full, 0.0, params);
                 s.transient += self.res_columns(w, cin, width, v);
@@ -219,13 +237,17 @@ impl<'a> Net<'a> {
     fn middle(&self, w: &mut Walk, last: usize) {
         let (vl, wl) = (self.vox(last), self.chu(last));
         let params = unet_res_block(wl, wl, self.temb);
-        let mut rb = self.block(w, ("resblocks (norms, convs)", last), self.res_saved(wl, wl, false) * vl, 0.0, params);
+        let name = ("resblocks (norms, convs)", last);
+        let mut rb = self.block(w, name, self.res_saved(wl, wl, Held::Skip) * vl, 0.0, params);
         rb.transient += self.res_columns(w, wl, wl, vl);
         let first = w.segs.len();
         w.push(rb);
         let at = self.attention(w, last, wl);
         w.push(at);
-        w.push(rb);
+        // Its input is attention's output, which nothing else keeps.
+        let mut rb2 = self.block(w, name, self.res_saved(wl, wl, Held::Nowhere) * vl, 0.0, params);
+        rb2.transient += self.res_columns(w, wl, wl, vl);
+        w.push(rb2);
         checkpoint(w, first, 0.0);
     }
 
@@ -241,7 +263,7 @@ impl<'a> Net<'a> {
             let held = mm * input * v;
             for cin in up.block_inputs.into_iter().map(u64::from) {
                 // The input is the concatenation made for the block, kept by its skip conv.
-                let full = self.res_saved(cin, out, true) * v;
+                let full = self.res_saved(cin, out, Held::Made) * v;
                 let params = unet_res_block(cin, out, self.temb);
                 let mut s = self.block(w, ("resblocks (norms, convs)", l), full, 0.0, params);
                 s.transient += self.res_columns(w, cin, out, v);
@@ -270,7 +292,7 @@ impl<'a> Net<'a> {
     /// Output head: GroupNorm, SiLU, conv at full resolution (what a
     /// ResBlock keeps of its input channels: norm1, SiLU, conv1).
     fn head(&self, w: &mut Walk, out_channels: u32) {
-        let nsc = self.res_saved(self.chu(0), 0, false);
+        let nsc = self.res_saved(self.chu(0), 0, Held::Nowhere);
         let head = nsc * self.vox(0) + self.mm * out_channels as f64 * self.vox(0);
         let mut s = Seg::new("output head", Some(0));
         s.kept = w.act(head);
@@ -335,27 +357,44 @@ mod tests {
         };
         let input = Input { channels: 2, spatial: Spatial::new(8, 8, 8) };
         let c = Calibration::builtin().coefficients("pytorch", Precision::Bf16Amp).expect("pytorch fit");
-        // Bytes a channel of the norm-SiLU-conv entries and of the input, as the walk counted them before spec did.
-        for (precision, nsc, input_bytes) in [(Precision::Bf16Amp, 10.0, 2.0), (Precision::Fp32, 12.0, 4.0)] {
+        // Bytes a channel of the norm-SiLU-conv entries, of the input (the skip
+        // conv's), and of norm1's input where it is the block's input itself (fp32).
+        for (precision, nsc, input_bytes, norm1_input) in
+            [(Precision::Bf16Amp, 10.0, 2.0, 0.0), (Precision::Fp32, 12.0, 4.0, 4.0)]
+        {
             let mut segs = Vec::new();
             let w = Walk { c: &c, dt: Dtypes::of(precision), batch: 1.0, ckpt: false, segs: &mut segs };
             let net = Net::new(&u, &input, &w);
-            assert_eq!(net.res_saved(96, 32, false), nsc * (96.0 + 32.0), "{precision:?}: down path and middle");
-            assert_eq!(net.res_saved(96, 32, true), nsc * (96.0 + 32.0) + input_bytes * 96.0, "{precision:?}: up path");
-            assert_eq!(net.res_saved(32, 32, true), nsc * 64.0, "{precision:?}: no skip conv, no input kept");
+            let down = nsc * (96.0 + 32.0) - norm1_input * 96.0;
+            assert_eq!(net.res_saved(96, 32, Held::Skip), down, "{precision:?}: down path, norm1's input is the skip");
+            let up = down + input_bytes * 96.0;
+            assert_eq!(net.res_saved(96, 32, Held::Made), up, "{precision:?}: up path, the concatenation once");
+            let alone = nsc * 64.0;
+            assert_eq!(net.res_saved(32, 32, Held::Nowhere), alone, "{precision:?}: after the middle's attention");
+            assert_eq!(net.res_saved(32, 32, Held::Made), alone - norm1_input * 32.0, "{precision:?}: no skip conv");
             let columns = |cin| net.res_columns(&w, cin, 64, 1000.0);
             assert_eq!(
                 (columns(32), columns(96)),
                 (27.0 * 64.0 * input_bytes * 1000.0, 27.0 * 96.0 * input_bytes * 1000.0)
             );
-            assert_eq!(net.attn_full(64, 1.0), if precision == Precision::Fp32 { 40.0 * 64.0 } else { 24.0 * 64.0 });
+            // What MONAI's attention keeps (facts::blocks::unet): 18·C under bf16 autocast, 24·C in fp32.
+            assert_eq!(net.attn_full(64, 1.0), if precision == Precision::Fp32 { 24.0 * 64.0 } else { 18.0 * 64.0 });
         }
     }
 
+    /// The fitted bytes a score (bf16 autocast) scale by what MONAI's
+    /// attention keeps at each precision: 6 B a score under autocast, 4 B in
+    /// fp32 (the f32 softmax only), 2 B in pure bf16.
     #[test]
-    fn the_score_entries_scale_from_bf16_autocast_as_dtypes_score_scale() {
-        for p in [Precision::Bf16Amp, Precision::Fp16Amp, Precision::Bf16, Precision::Fp32] {
-            assert_eq!(score_scale(Dtypes::of(p)), Dtypes::of(p).score_scale(), "{p:?}");
+    fn the_score_entries_scale_from_bf16_autocast_as_the_attention_keeps_them() {
+        let scales = [
+            (Precision::Bf16Amp, 1.0),
+            (Precision::Fp16Amp, 1.0),
+            (Precision::Fp32, 4.0 / 6.0),
+            (Precision::Bf16, 2.0 / 6.0),
+        ];
+        for (p, want) in scales {
+            assert_eq!(score_scale(Dtypes::of(p)), want, "{p:?}");
         }
     }
 
