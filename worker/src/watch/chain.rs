@@ -120,7 +120,8 @@ pub fn decide(run: &ChainRun, exited_0: bool, forwarded: &[i32]) -> Next {
 /// How long until this job's own signal is due: the time SLURM gives the job
 /// (`squeue -o %L`) less `before_s`; `None` outside SLURM or without a limit.
 pub fn warn_after(before_s: u64) -> Option<std::time::Duration> {
-    let job = std::env::var("SLURM_JOB_ID").ok()?;
+    // By array and task: `squeue -j <the array's own id>` lists every task.
+    let job = requeue_target(|k| std::env::var(k).ok())?;
     let out = Command::new("squeue").args(["-h", "-j", &job, "-o", "%L"]).output().ok()?;
     let left = time_left(String::from_utf8_lossy(&out.stdout).trim())?;
     Some(std::time::Duration::from_secs(left.saturating_sub(before_s)))
@@ -142,8 +143,8 @@ pub fn time_left(text: &str) -> Option<u64> {
     Some(days * 86_400 + secs)
 }
 
-/// The job to requeue: an array task as `ARRAY_TASK` (`672_2`), else the
-/// job id. An array's last task runs under the array's own id, and
+/// This job as SLURM's commands must name it (to requeue it, to ask its
+/// time left): an array task as `ARRAY_TASK` (`672_2`), else the job id. An array's last task runs under the array's own id, and
 /// `scontrol requeue 672` would requeue every task of array 672, a task
 /// that ended or was cancelled among them.
 pub fn requeue_target(var: impl Fn(&str) -> Option<String>) -> Option<String> {
