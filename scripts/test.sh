@@ -115,11 +115,12 @@ for t in "${test_targets[@]}"; do
     *) cargo_tests+=(--test "${t%%$'\t'*}") ;;
     esac
 done
-# The longest first (seconds on a 2-core machine: ssh 173, tasks 62, rest 60,
-# worker 58, active 51, jump 41, warm 35), so two at a time end together.
+# The longest first (seconds on a 2-core machine: chain about 560, ssh 173,
+# tasks 62, rest 60, worker 58, active 51, jump 41, warm 35), so two at a
+# time end together.
 mapfile -t cluster_tests < <(
     printf '%s\n' "${cluster_tests[@]}" |
-        awk -F'\t' 'BEGIN { n = split("cluster_ssh cluster_tasks cluster_rest cluster_worker cluster_active", o, " ")
+        awk -F'\t' 'BEGIN { n = split("cluster_chain cluster_ssh cluster_tasks cluster_rest cluster_worker cluster_active", o, " ")
                              for (i = 1; i <= n; i++) rank[o[i]] = i }
                      { print ($1 in rank ? rank[$1] : 99) "\t" $0 }' | sort -n -s -k1,1 | cut -f2-
 )
