@@ -190,7 +190,7 @@ pub fn exit_code(status: RunStatus, exit: Exit) -> i32 {
 enum Meter {
     Rss,
     #[cfg(feature = "nvml")]
-    Nvml(crate::nvml::NvmlProbe),
+    Nvml(Box<crate::nvml::NvmlProbe>),
 }
 
 impl Meter {
@@ -198,7 +198,7 @@ impl Meter {
         #[cfg(feature = "nvml")]
         if choice != MeterChoice::Rss {
             if let Some(p) = crate::nvml::NvmlProbe::open() {
-                return Ok(Meter::Nvml(p));
+                return Ok(Meter::Nvml(Box::new(p)));
             }
         }
         match choice {
