@@ -63,18 +63,9 @@ struct DemoTrainerArgs {
 
 #[derive(clap::Args)]
 struct WatchArgs {
-    /// Manifest JSON; the task (`--task-id`, else $SLURM_ARRAY_TASK_ID) must hold one config.
-    #[arg(long, conflicts_with = "config", required_unless_present = "config")]
-    manifest: Option<PathBuf>,
-    /// Array task id; defaults to $SLURM_ARRAY_TASK_ID.
-    #[arg(long, requires = "manifest")]
-    task_id: Option<u32>,
-    /// A single RunConfig JSON file.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// State directory; events go to <state-dir>/<experiment>/runs/<hash>/events.jsonl.
-    #[arg(long)]
-    state_dir: PathBuf,
+    /// The task's one config and where its events go.
+    #[command(flatten)]
+    task: TaskArgs,
     /// Seconds between two heartbeat events.
     #[arg(long, default_value_t = 10.0)]
     heartbeat_s: f64,
@@ -185,8 +176,10 @@ struct FidelityArgs {
     pytorch: Option<PathBuf>,
 }
 
+/// Which configs a task runs (a manifest and the array task, or one config
+/// file) and where their events go: `run`'s and `watch`'s.
 #[derive(clap::Args)]
-struct RunArgs {
+struct TaskArgs {
     /// Manifest JSON (`{"experiment", "task_offset", "configs": [RunConfig...]}`).
     #[arg(long, conflicts_with = "config", required_unless_present = "config")]
     manifest: Option<PathBuf>,
@@ -199,6 +192,18 @@ struct RunArgs {
     /// State directory; events go to <state-dir>/<experiment>/runs/<hash>/events.jsonl.
     #[arg(long)]
     state_dir: PathBuf,
+}
+
+impl TaskArgs {
+    fn configs(&self) -> Result<(Vec<facts::RunConfig>, Option<u64>)> {
+        task_configs(self.manifest.as_deref(), self.task_id, self.config.as_deref())
+    }
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    task: TaskArgs,
     /// Refuse allocations above this many bytes and record the run as `oom`
     /// (default: the manifest's `memory_limit`, the experiment's
     /// `worker: {memory_limit}`, else none).
@@ -256,7 +261,7 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 /// The configs this process runs and the memory limit they run under
 /// (`--memory-limit`, else the manifest's `memory_limit`, else none).
 fn configs_of(args: &RunArgs) -> Result<(Vec<RunConfig>, Option<u64>)> {
-    let (cfgs, limit) = task_configs(args.manifest.as_deref(), args.task_id, args.config.as_deref())?;
+    let (cfgs, limit) = args.task.configs()?;
     Ok((cfgs, args.memory_limit.or(limit)))
 }
 
@@ -294,14 +299,14 @@ fn task_configs(
 /// `worker watch`: the task's one config, its command watched to the end;
 /// the worker's exit code.
 fn watch(args: WatchArgs) -> Result<i32> {
-    let (cfgs, _) = task_configs(args.manifest.as_deref(), args.task_id, args.config.as_deref())?;
+    let (cfgs, _) = args.task.configs()?;
     let [cfg] = cfgs.as_slice() else {
         bail!("`worker watch` runs one config a task; this task holds {} (configs_per_task must be 1)", cfgs.len())
     };
     let seconds = |s: f64, what: &str| {
         Duration::try_from_secs_f64(s).ok().filter(|d| !d.is_zero()).with_context(|| format!("--{what} {s}"))
     };
-    let mut opts = worker::watch::WatchOptions::new(&args.state_dir);
+    let mut opts = worker::watch::WatchOptions::new(&args.task.state_dir);
     opts.heartbeat = seconds(args.heartbeat_s, "heartbeat-s")?;
     opts.sample = seconds(args.sample_s, "sample-s")?;
     opts.meter = match args.meter {
@@ -394,12 +399,12 @@ fn main() -> Result<()> {
                     c.args(&through).args(std::env::args_os().skip(1)).arg("--from").arg(from.to_string());
                     c
                 };
-                std::process::exit(worker::task::supervise(&cfgs, &args.state_dir, child)?);
+                std::process::exit(worker::task::supervise(&cfgs, &args.task.state_dir, child)?);
             }
             // First, while this process has one thread: it sets the driver's variables.
             let kernel_cache = args.cache_dir.as_deref().map(worker::cache::use_for_this_process);
             let backend = backend_of(args.backend.as_deref())?;
-            let mut opts = RunOptions::new(&args.state_dir, backend);
+            let mut opts = RunOptions::new(&args.task.state_dir, backend);
             opts.memory_limit = memory_limit;
             opts.attention = args.attention.into();
             opts.kernel_cache = kernel_cache.as_ref().map(|c| c.state);
