@@ -93,11 +93,17 @@ pub fn run_dir(state_dir: &str, cfg: &RunConfig) -> String {
 }
 
 /// `template` rendered over `ctx` in strict mode (a field that does not
-/// exist is an error), each `{{value}}` quoted as one shell word; one line.
-fn render_line(what: &str, template: &str, ctx: &Value, cfg: &RunConfig) -> Result<String, RenderFailure> {
+/// exist is an error), each `{{value}}` put in through `escape`; one line.
+fn render_line(
+    what: &str,
+    template: &str,
+    ctx: &Value,
+    cfg: &RunConfig,
+    escape: fn(&str) -> String,
+) -> Result<String, RenderFailure> {
     let mut hb = Handlebars::new();
     hb.set_strict_mode(true);
-    hb.register_escape_fn(sh_quote);
+    hb.register_escape_fn(escape);
     let line = hb.render_template(template, ctx).map_err(|e| failure(e.to_string()))?;
     if line.contains('\n') || line.contains('\r') {
         return Err(failure(format!("the {what} of {} is not one line", cfg.name)));
@@ -107,7 +113,8 @@ fn render_line(what: &str, template: &str, ctx: &Value, cfg: &RunConfig) -> Resu
 
 /// `cfg`'s command line, `run` rendered for the cluster `at`.
 pub fn command_line(run: &str, cfg: &RunConfig, at: &Where) -> Result<String, RenderFailure> {
-    render_line("command line", run, &context(cfg, at)?, cfg)
+    // Each value one shell word.
+    render_line("command line", run, &context(cfg, at)?, cfg, sh_quote)
 }
 
 /// `cfg`'s resume argument: `resume` rendered with `checkpoint`, the full
@@ -119,13 +126,7 @@ fn resume_word(chain: &Chain, cfg: &RunConfig, at: &Where) -> Result<String, Ren
         map.insert("checkpoint".into(), Value::String(format!("{dir}/{}", chain.checkpoint)));
     }
     // Rendered raw, then quoted whole: one argument, whatever its values hold.
-    let mut hb = Handlebars::new();
-    hb.set_strict_mode(true);
-    hb.register_escape_fn(handlebars::no_escape);
-    let word = hb.render_template(&chain.resume, &ctx).map_err(|e| failure(e.to_string()))?;
-    if word.contains('\n') || word.contains('\r') {
-        return Err(failure(format!("the resume argument of {} is not one line", cfg.name)));
-    }
+    let word = render_line("resume argument", &chain.resume, &ctx, cfg, handlebars::no_escape)?;
     Ok(sh_quote(&word))
 }
 

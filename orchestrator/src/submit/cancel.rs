@@ -92,19 +92,17 @@ async fn settle_chains(
 
 /// Where each chained config of the cancelled `arrays` stopped.
 fn where_chains_stopped(st: &StateDir, arrays: &[JobId]) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for r in st.records().values() {
-        let Some(a) = r.latest().filter(|a| a.array_job_id().is_some_and(|j| arrays.contains(j))) else { continue };
-        let Some(c) = a.chain() else { continue };
-        let Some(p) = c.position else { continue };
-        let progress = c.progress.as_deref().map(|p| format!(", {p}")).unwrap_or_default();
-        let saved = match c.ended.last() {
-            Some(e) if e.segment == p.segment => " (saved; the next had not started)",
-            _ => "",
-        };
-        out.push((r.name().to_string(), format!("segment {} of ≤{}{progress}{saved}", p.segment, p.max_segments)));
-    }
-    out
+    let cancelled = |r: &&crate::state::ConfigRecord| {
+        r.latest().is_some_and(|a| a.array_job_id().is_some_and(|j| arrays.contains(j)))
+    };
+    st.records()
+        .values()
+        .filter(cancelled)
+        .filter_map(|r| {
+            let c = super::segments::chain_status(r)?;
+            Some((r.name().to_string(), c.words_then("the next had not started")))
+        })
+        .collect()
 }
 
 /// The job arrays an earlier `cancel` asked SLURM to cancel (its journal lines).

@@ -21,12 +21,18 @@ pub struct ChainStatus {
 }
 
 impl ChainStatus {
-    pub(super) fn words(&self) -> String {
+    /// `segment 3 of ≤20, Epoch 12/500`, and what comes after a saved
+    /// segment (`next`: "next to come" while the chain goes on).
+    pub(super) fn words_then(&self, next: &str) -> String {
         let progress = self.progress.as_deref().map(|p| format!(", {p}")).unwrap_or_default();
         match self.between {
-            true => format!("segment {} of ≤{} saved{progress}; next to come", self.segment, self.max_segments),
+            true => format!("segment {} of ≤{} saved{progress}; {next}", self.segment, self.max_segments),
             false => format!("segment {} of ≤{}{progress}", self.segment, self.max_segments),
         }
+    }
+
+    pub(super) fn words(&self) -> String {
+        self.words_then("next to come")
     }
 }
 
