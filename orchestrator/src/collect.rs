@@ -135,14 +135,10 @@ impl RunProgress {
     pub fn apply(&mut self, event: Event) {
         match event {
             Event::Start { t, config, config_hash, env } => {
-                let chain = match (env.chain, self.chain) {
-                    (Some(_), tally) => {
-                        let mut tally = tally.unwrap_or_default();
-                        tally.segments += 1;
-                        Some(tally)
-                    }
-                    (None, tally) => tally,
-                };
+                let mut chain = self.chain;
+                if env.chain.is_some() {
+                    chain.get_or_insert_with(ChainTally::default).segments += 1;
+                }
                 *self = RunProgress {
                     chain,
                     config: Some(config),
@@ -403,6 +399,31 @@ mod tests {
         assert!(!p.finished());
         assert_eq!(p.env.as_ref().map(|e| e.backend.as_str()), Some("flex"));
         assert!(to_record(&cfg(), &p).is_none());
+    }
+
+    #[test]
+    fn a_chains_segments_wall_and_peak_add_up_over_its_attempts_a_refused_requeue_once() {
+        let start = |seg: u32| {
+            START.replace(
+                r#""grad_ckpt":false}"#,
+                &format!(r#""grad_ckpt":false,"chain":{{"segment":{seg},"max_segments":20}}}}"#),
+            )
+        };
+        let end = |seg: u32, wall: f64, peak: u64, next: &str| {
+            format!(
+                r#"{{"event":"segment","t":1760000002.0,"segment":{seg},"max_segments":20,"wall_s":{wall},"peak_bytes":{peak},"checkpoint":true,"next":{next}}}"#
+            )
+        };
+        let (s1, s2, s3) = (start(1), start(2), start(3));
+        let e1 = end(1, 10.0, 7000, r#"{"how":"requeue"}"#);
+        let e2 = end(2, 20.0, 9000, r#"{"how":"requeue"}"#);
+        let e2_refused = end(2, 20.0, 9000, r#"{"how":"resume","reason":"refused"}"#);
+        let p = parse_events(&lines(&[&s1, &e1, &s2, &e2, &e2_refused, &s3, OK]));
+        let c = p.chain.expect("a chain");
+        assert_eq!(c.segments, 3);
+        assert_eq!(c.wall_s, 10.0 + 20.0 + 2.5, "each segment's wall once, the last one's from its result");
+        assert_eq!(c.peak_bytes, 9000, "the highest segment's, not the last one's 6000");
+        assert!(parse_events(&lines(&[START, OK])).chain.is_none(), "one run is no chain");
     }
 
     #[test]
