@@ -6,7 +6,7 @@
 //!
 //! - `submit` interrupted (SIGINT once its intent is on disk) or killed at a
 //!   failpoint, then `resume`;
-//! - a segment killed by SIGKILL mid-step (`scancel --signal=KILL --full`),
+//! - a segment killed by SIGKILL mid-step (every process of its job),
 //!   continued by `resume` from its checkpoint;
 //! - `slurmctld` restarted mid-chain;
 //! - `resume` killed at every failpoint of the submission protocol while it
@@ -54,23 +54,32 @@ fn wait_running_segment(w: &ChainWorld, name: &str, at_least: u64) {
 /// The SLURM states a job does not come back from by itself.
 const ENDED: [&str; 6] = ["FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"];
 
-/// Kills every process of config `name`'s job (the worker and the trainer:
-/// those whose environment has its SLURM_JOB_ID) with SIGKILL, mid-step, as
-/// the kernel or a node's death would; waits until SLURM has the job ended.
-fn kill_segment(w: &ChainWorld, name: &str) {
-    let mut job = String::new();
-    // A segment may end (and its job wait to be requeued) between the look and the kill: then again.
-    for _ in 0..10 {
-        wait_running_segment(w, name, 1);
-        job = w.job_of(name);
-        if kill_processes_of(&job) > 0 {
-            break;
-        }
+/// Kills every process of each config of `names`' jobs (the worker and the
+/// trainer: those whose environment has its SLURM_JOB_ID) with SIGKILL,
+/// mid-step, as the kernel or a node's death would, each as soon as it runs
+/// a segment with a checkpoint saved; waits until SLURM has every such job
+/// ended. All at once: a chain killed after another's job has ended may have
+/// completed meanwhile on a loaded machine.
+fn kill_segments(w: &ChainWorld, names: &[&str]) {
+    let deadline = Instant::now() + CHAIN_LIMIT;
+    let mut left: Vec<&str> = names.to_vec();
+    while !left.is_empty() {
+        let rows = w.status();
+        let ended_unkilled: Vec<&&str> =
+            left.iter().filter(|n| rows.iter().any(|r| r["name"] == **n && r["result"] == "ok")).collect();
+        assert!(ended_unkilled.is_empty(), "{}: {ended_unkilled:?} completed before a kill: {rows:#?}", w.name);
+        assert!(Instant::now() < deadline, "{}: {left:?} never ran a segment to kill: {rows:#?}", w.name);
+        left.retain(|name| {
+            let running = rows.iter().any(|r| r["name"] == *name && segment(r).1);
+            // A segment may end (and its job wait to be requeued) between the look and the kill: then again.
+            !(running && has_checkpoint(w, name) && kill_processes_of(&w.job_of(name)) > 0)
+        });
+        std::thread::sleep(Duration::from_millis(500));
     }
-    w.wait(&format!("{name}'s killed job {job} ended"), Duration::from_secs(120), |rows| {
-        rows.iter().any(|r| r["name"] == name && ENDED.iter().any(|s| r["state"] == *s))
+    w.wait(&format!("the killed jobs of {names:?} ended"), Duration::from_secs(120), |rows| {
+        names.iter().all(|n| rows.iter().any(|r| r["name"] == *n && ENDED.iter().any(|s| r["state"] == *s)))
     });
-    // Past the result grace (3 s) the runs of this file are given: `resume` judges it killed.
+    // Past the result grace (3 s) the runs of this file are given: `resume` judges them killed.
     std::thread::sleep(Duration::from_secs(4));
 }
 
@@ -92,21 +101,13 @@ fn kill_processes_of(job: &str) -> usize {
     killed
 }
 
-/// Waits until config `name` has saved a checkpoint.
-fn wait_checkpoint(w: &ChainWorld, name: &str) {
-    let deadline = Instant::now() + CHAIN_LIMIT;
-    loop {
-        let records = w.records();
-        let saved = records
-            .values()
-            .find(|r| r.name() == name)
-            .is_some_and(|r| w.run_dir(r.hash().as_str()).join("checkpoint.txt").exists());
-        if saved {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{}: {name} never saved a checkpoint", w.name);
-        std::thread::sleep(Duration::from_secs(1));
-    }
+/// Whether config `name` has saved a checkpoint.
+fn has_checkpoint(w: &ChainWorld, name: &str) -> bool {
+    let records = w.records();
+    records
+        .values()
+        .find(|r| r.name() == name)
+        .is_some_and(|r| w.run_dir(r.hash().as_str()).join("checkpoint.txt").exists())
 }
 
 /// `submit` as the world asks it: interrupted by SIGINT once its intent is
@@ -143,7 +144,7 @@ fn demo_under_faults(env: &Env, over: Over, name: &str) -> Result<(), String> {
     let w = chain_world(env, over, name);
     submit_with_a_fault(&w, over);
     wait_running_segment(&w, "steps100", 2);
-    kill_segment(&w, "steps100");
+    kill_segments(&w, &["steps100"]);
     let said = w.run("resume", &[]);
     if !said.contains("submitted 1 config") {
         return Err(format!("resume did not continue the killed chain once: {said}"));
@@ -185,10 +186,7 @@ fn continued_after_a_crash_at(env: &Env, fp: &str, name: &str) -> Result<(), Str
     std::fs::write(&w.file, short).map_err(|e| e.to_string())?;
     w.run("submit", &[]);
     let names = ["steps100", "steps110", "steps120"];
-    for n in names {
-        wait_checkpoint(&w, n);
-        kill_segment(&w, n);
-    }
+    kill_segments(&w, &names);
     let out = w.cmd("resume").arg(&w.file).args(["--result-grace", "3"]).env("ORCHESTRATOR_FAILPOINT", fp).output();
     let out = out.map_err(|e| e.to_string())?;
     if out.status.signal() != Some(9) {
