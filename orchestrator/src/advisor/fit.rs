@@ -214,7 +214,7 @@ pub fn fit_with_records(
         let pred = predictor.predict_peak(&cfg)?;
         let peak = mode_peak_gib(&pred, opts.mode);
         // The precheck's verdict, on the capacity and the budget as `plan` judges them.
-        let risk = match crate::precheck::judge(peak, opts.capacity.gib, opts.budget_gb, pred.rel_uncertainty, None) {
+        let risk = match predictor.verdict_against(&cfg, &pred, opts.budget_gb, opts.capacity.gib) {
             crate::precheck::Verdict::Risky { reason, .. } if peak <= limit => Some(reason.words().to_string()),
             _ => None,
         };

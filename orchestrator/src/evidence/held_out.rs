@@ -17,7 +17,7 @@ use facts::record::MeasurementRecord;
 
 use super::EvidenceError;
 use crate::precheck::calibrate::{samples, summarise};
-use crate::precheck::{judge, Predictor, Verdict};
+use crate::precheck::{judge_held_out, Predictor, Verdict};
 
 /// One family's records, each predicted without its table.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -78,7 +78,7 @@ pub fn run(records: &Path) -> Result<Vec<FamilyCoverage>, EvidenceError> {
             }
             None if s.oom => {
                 f.ooms += 1;
-                let v = judge(gib, s.available_gib, None, u, p.distance.as_ref());
+                let v = judge_held_out(gib, s.available_gib, None, u, p.distance.as_ref(), p.family_error);
                 if matches!(v, Verdict::Fits { .. }) {
                     f.oom_fits.push((s.id.clone(), gib, s.available_gib));
                 }

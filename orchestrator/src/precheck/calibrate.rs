@@ -324,7 +324,14 @@ pub fn held_back(pred: &Predictor, group: &[&Sample]) -> (usize, usize) {
     for s in group.iter().filter(|s| s.measured_gib.is_some() && s.available_gib.is_finite()) {
         let Ok(p) = pred.predict_peak(&s.cfg) else { continue };
         ran += 1;
-        let v = super::judge(p.peak_gib(), s.available_gib, None, p.rel_uncertainty, p.distance.as_ref());
+        let v = super::judge_held_out(
+            p.peak_gib(),
+            s.available_gib,
+            None,
+            p.rel_uncertainty,
+            p.distance.as_ref(),
+            p.family_error,
+        );
         held += usize::from(!matches!(v, super::Verdict::Fits { .. }));
     }
     (held, ran)

@@ -48,7 +48,7 @@ use facts::{ModelSpec, Precision, RunConfig};
 pub use calibration::{runtime_key, Calibration, Coefficients, Fit, Resolved, Runtime};
 pub use prediction::{PeakPhase, Prediction, Term, TermKind, TermPhase};
 pub use uncertainty::{Distance, Uncertainty};
-pub use verdict::{gib, interval, judge, memory, RiskReason, Verdict, VerdictKind};
+pub use verdict::{gib, interval, judge, judge_held_out, memory, RiskReason, Verdict, VerdictKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrecheckError {
@@ -367,12 +367,12 @@ impl Predictor {
             false => training::Trainer::Worker,
         };
         let train = training::predict(cfg, &walk, &self.training, trainer);
-        let (rel_uncertainty, distance) = match uncertainty {
+        let (rel_uncertainty, distance, family_error) = match uncertainty {
             Some(u) => {
                 let a = u.assess(cfg, peak_phase);
-                (a.rel, a.distance)
+                (a.rel, a.distance, a.family_error)
             }
-            None => (c.rel_uncertainty, None),
+            None => (c.rel_uncertainty, None, None),
         };
         Prediction {
             params,
@@ -385,6 +385,7 @@ impl Predictor {
             train,
             rel_uncertainty,
             distance,
+            family_error,
         }
     }
 
@@ -447,11 +448,17 @@ impl Predictor {
             facts::Mode::Profile => pred.peak_gib(),
             facts::Mode::Train => pred.train_peak_gib(),
         };
-        let (rel, distance) = match cfg.mode {
-            facts::Mode::Profile => (pred.rel_uncertainty, pred.distance.as_ref()),
-            facts::Mode::Train => (pred.train.rel_uncertainty, None),
-        };
-        judge(gib, capacity_gib, budget_gib, rel, distance)
+        match cfg.mode {
+            facts::Mode::Profile => judge_held_out(
+                gib,
+                capacity_gib,
+                budget_gib,
+                pred.rel_uncertainty,
+                pred.distance.as_ref(),
+                pred.family_error,
+            ),
+            facts::Mode::Train => judge(gib, capacity_gib, budget_gib, pred.train.rel_uncertainty, None),
+        }
     }
 }
 
@@ -531,5 +538,24 @@ mod tests {
         let ratio = (c - b) / (b - a);
         assert!((1.9..2.1).contains(&ratio), "increments should double with tokens: {ratio}");
         assert!(peak(160, true) < 0.5 * c);
+    }
+
+    /// The shipped PyTorch fit: a DiT whose peak the optimizer step sets has
+    /// that regime's band (1.4 %), narrower than DiT's held-out error over
+    /// every regime (1.6 %). With a budget between the two intervals' upper
+    /// ends, `plan`'s verdict is `risky` for the family's error, not `fits`.
+    #[test]
+    fn a_step_bound_dit_near_its_budget_is_risky_by_its_familys_held_out_error() {
+        let p = Predictor::pytorch();
+        let cfg = dit(facts::Variant::XL, 4, 20, 32, false);
+        let pred = p.predict_peak(&cfg).unwrap();
+        assert_eq!(pred.peak_phase, PeakPhase::Step);
+        let error = pred.family_error.expect("DiT's error over every regime is wider than its step band");
+        let (gib, rel) = (pred.peak_gib(), pred.rel_uncertainty);
+        let budget = gib / (1.0 - (rel + error) / 2.0);
+        let v = p.verdict(&cfg, Some(budget));
+        assert!(matches!(v, Verdict::Risky { reason: RiskReason::FamilyError, .. }), "{v}");
+        assert_eq!(judge(gib, cfg.gpu.capacity_gib(), Some(budget), rel, None).name(), "fits", "by its own band");
+        assert_eq!(p.verdict(&cfg, Some(gib / (1.0 - error) + 0.1)).name(), "fits", "past the family's error");
     }
 }

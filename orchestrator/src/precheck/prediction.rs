@@ -102,6 +102,11 @@ pub struct Prediction {
     pub rel_uncertainty: f64,
     /// Why the band is wider than the family's, if it is.
     pub distance: Option<Distance>,
+    /// The family's held-out error over every regime, where it is wider than
+    /// `rel_uncertainty`: the verdict holds the peak to it too
+    /// ([`super::judge_held_out`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family_error: Option<f64>,
 }
 
 impl Prediction {

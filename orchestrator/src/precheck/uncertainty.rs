@@ -60,6 +60,17 @@ pub struct Band {
     pub n: usize,
 }
 
+/// A family's held-out error over every regime: p90 of the absolute relative
+/// error of all its held-out records. A config whose own band (its family's in
+/// its regime) is narrower is held to this too ([`super::judge_held_out`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FamilyError {
+    pub family: Family,
+    pub p90: f64,
+    /// Held-out records behind it.
+    pub n: usize,
+}
+
 /// What the calibration records of one family covered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Coverage {
@@ -83,6 +94,9 @@ pub struct Uncertainty {
     #[serde(default)]
     pub records: usize,
     pub bands: Vec<Band>,
+    /// Per family, its held-out error over every regime (files from before it: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub family_errors: Vec<FamilyError>,
     pub coverage: Vec<Coverage>,
 }
 
@@ -187,6 +201,8 @@ pub struct Assessment {
     /// The family's cross-validated band before widening.
     pub base: f64,
     pub distance: Option<Distance>,
+    /// The family's held-out error where it is wider than `rel`.
+    pub family_error: Option<f64>,
 }
 
 /// What a config looks like to the coverage check (borrowed: this runs with
@@ -237,12 +253,17 @@ impl Uncertainty {
         calibrated: impl IntoIterator<Item = &'a RunConfig>,
     ) -> Self {
         let mut bands = Vec::new();
+        let mut family_errors = Vec::new();
         for family in Family::ALL {
             for regime in [Regime::Activation, Regime::Optimizer] {
                 let errs: Vec<f64> = residuals.iter().filter(|r| r.0 == family && r.1 == regime).map(|r| r.2).collect();
                 if !errs.is_empty() {
                     bands.push(Band { family, regime, p90: p90(errs.clone()), n: errs.len() });
                 }
+            }
+            let errs: Vec<f64> = residuals.iter().filter(|r| r.0 == family).map(|r| r.2).collect();
+            if !errs.is_empty() {
+                family_errors.push(FamilyError { family, n: errs.len(), p90: p90(errs) });
             }
         }
         let mut coverage: Vec<Coverage> = Vec::new();
@@ -251,7 +272,7 @@ impl Uncertainty {
             records += 1;
             include(&mut coverage, &Coverage::of(&Shape::of(cfg)));
         }
-        Uncertainty { method, records, bands, coverage }
+        Uncertainty { method, records, bands, family_errors, coverage }
     }
 
     /// These bands where enough records stand behind them, `shipped`'s
@@ -264,6 +285,12 @@ impl Uncertainty {
         for b in &shipped.bands {
             if !self.bands.iter().any(|o| o.family == b.family && o.regime == b.regime) {
                 self.bands.push(b.clone());
+            }
+        }
+        self.family_errors.retain(|e| e.n >= MIN_BAND_RECORDS);
+        for e in &shipped.family_errors {
+            if !self.family_errors.iter().any(|o| o.family == e.family) {
+                self.family_errors.push(e.clone());
             }
         }
         for sc in &shipped.coverage {
@@ -293,7 +320,10 @@ impl Uncertainty {
         let base = self.base(s.family, Regime::of(phase));
         let distance = self.distance(&s);
         let factor = distance.as_ref().map(Distance::factor).unwrap_or(1.0);
-        Assessment { rel: (base * factor).clamp(FLOOR, CEILING), base, distance }
+        let rel = (base * factor).clamp(FLOOR, CEILING);
+        let family_error =
+            self.family_errors.iter().find(|e| e.family == s.family).map(|e| e.p90.min(CEILING)).filter(|&e| e > rel);
+        Assessment { rel, base, distance, family_error }
     }
 
     /// The farthest the config lies from the measured data, if outside it.
@@ -420,7 +450,25 @@ mod tests {
     fn a_config_beside_the_data_gets_the_family_band() {
         let u = measured();
         let a = u.assess(&unet(vec![64, 128, 256], Spatial::new(80, 64, 64), 1), PeakPhase::FwdBwd);
-        assert_eq!((a.rel, a.distance), (0.09, None));
+        assert_eq!((a.rel, a.distance, a.family_error), (0.09, None, None));
+    }
+
+    /// The optimizer step predicted to 1 % and the forward/backward to 30 %:
+    /// a step-bound config's band is its regime's, and the family's held-out
+    /// error over both regimes rides with it for the verdict.
+    #[test]
+    fn a_regime_band_narrower_than_its_familys_held_out_error_carries_that_error() {
+        let cfgs = [unet(vec![32, 64, 256], Spatial::new(80, 64, 64), 1)];
+        let mut residuals: Vec<(Family, Regime, f64)> =
+            (1..=10).map(|i| (Family::Unet, Regime::Optimizer, i as f64 / 1000.0)).collect();
+        residuals.extend((1..=10).map(|i| (Family::Unet, Regime::Activation, 0.03 * i as f64)));
+        let u = Uncertainty::estimate("test".into(), &residuals, cfgs.iter());
+        let step = u.assess(&cfgs[0], PeakPhase::Step);
+        assert_eq!(step.rel, 0.01);
+        let e = step.family_error.expect("wider than the step's band");
+        assert!((e - 0.24).abs() < 1e-12, "p90 of all twenty: the 18th, 0.24: {e}");
+        let fwd = u.assess(&cfgs[0], PeakPhase::FwdBwd);
+        assert!((fwd.rel - 0.27).abs() < 1e-12 && fwd.family_error.is_none(), "its own band is wider: {fwd:?}");
     }
 
     #[test]

@@ -63,6 +63,44 @@ pub fn judge(
     Verdict::Fits { predicted_gib, available_gib: capacity_gib }
 }
 
+/// [`judge`], held also to the family's held-out error where that is wider
+/// than the config's own band: a config that fits by its band but whose
+/// limit lies within the family's error of it is `risky`
+/// ([`RiskReason::FamilyError`]), never `fits`. The band of one family and
+/// regime can be narrower than what the family as a whole missed by on tables
+/// it was not fitted on; a verdict of `fits` must hold against both.
+pub fn judge_held_out(
+    predicted_gib: f64,
+    capacity_gib: f64,
+    budget_gib: Option<f64>,
+    band: f64,
+    why: Option<&Distance>,
+    family_error: Option<f64>,
+) -> Verdict {
+    let own = judge(predicted_gib, capacity_gib, budget_gib, band, why);
+    let Some(error) = family_error.filter(|&e| e > band) else { return own };
+    if !matches!(own, Verdict::Fits { .. }) {
+        return own;
+    }
+    let limit_gib = match judge(predicted_gib, capacity_gib, budget_gib, error, None) {
+        Verdict::Fits { .. } => return own,
+        Verdict::Risky { limit_gib, .. } => limit_gib,
+        Verdict::Oom { .. } | Verdict::Invalid { .. } => capacity_gib,
+    };
+    let words =
+        format!("its family's held-out error, {:.1}%, is wider than its own band, {:.1}%", 100.0 * error, 100.0 * band);
+    Verdict::Risky {
+        predicted_gib,
+        limit_gib,
+        reason: RiskReason::FamilyError,
+        band: error.clamp(0.0, 1.0),
+        why: Some(match why {
+            Some(d) => format!("{words}; {d}"),
+            None => words,
+        }),
+    }
+}
+
 /// Why a config is `risky`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -77,6 +115,9 @@ pub enum RiskReason {
     NearBudget,
     /// Predicted above the budget (runs, but over the group's policy).
     OverBudget,
+    /// Fits by its own band, but a limit lies within its family's held-out
+    /// error (wider than that band) of the prediction.
+    FamilyError,
 }
 
 /// The precheck's call on one config.
@@ -145,6 +186,7 @@ impl RiskReason {
             RiskReason::Fragmentation => "within the allocator's fragmentation margin of capacity",
             RiskReason::NearBudget => "near budget",
             RiskReason::OverBudget => "over budget",
+            RiskReason::FamilyError => "within its family's held-out error of",
         }
     }
 }
@@ -297,6 +339,31 @@ mod tests {
             far.to_string(),
             "risky (90.0G, likely 75.0G–112.5G, above capacity 79.2 GiB; level-0 volume 4.0x the largest measured)"
         );
+    }
+
+    /// DiT's optimizer-step band is 1.4 %, its held-out error over every
+    /// regime 3.9 %: 58 GiB against a 60 GiB budget fits by the first and
+    /// not by the second, so it is `risky` and says why; far from every
+    /// limit, or with no wider family error, it fits.
+    #[test]
+    fn a_family_error_wider_than_the_band_makes_a_near_limit_config_risky() {
+        let v = judge_held_out(58.0, 79.2, Some(60.0), 0.014, None, Some(0.039));
+        assert!(matches!(v, Verdict::Risky { reason: RiskReason::FamilyError, .. }), "{v}");
+        assert_eq!(
+            v.to_string(),
+            "risky (58.0G, likely 55.8G–60.4G, within its family's held-out error of 60.0 GiB; \
+             its family's held-out error, 3.9%, is wider than its own band, 1.4%)"
+        );
+        assert_eq!(judge(58.0, 79.2, Some(60.0), 0.014, None).name(), "fits", "its own band alone");
+        assert_eq!(judge_held_out(58.0, 79.2, Some(60.0), 0.014, None, None).name(), "fits");
+        assert_eq!(judge_held_out(58.0, 79.2, Some(60.0), 0.05, None, Some(0.039)).name(), "risky");
+        assert_eq!(judge_held_out(40.0, 79.2, Some(60.0), 0.014, None, Some(0.039)).name(), "fits");
+        // Against the capacity: U-ViT under Burn's CPU runtime, 15 % in one regime, 60 % in the family.
+        let v = judge_held_out(60.0, 79.2, None, 0.15, None, Some(0.6));
+        assert!(matches!(v, Verdict::Risky { reason: RiskReason::FamilyError, limit_gib, .. } if limit_gib == 79.2));
+        // A verdict its own band already makes is kept as it is.
+        let own = judge_held_out(77.0, 79.2, None, 0.05, None, Some(0.5));
+        assert_eq!(own, judge(77.0, 79.2, None, 0.05, None));
     }
 
     /// A band of 100% has no upper end: said so, not printed as `±100%`. A
