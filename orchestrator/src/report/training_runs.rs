@@ -39,3 +39,56 @@ pub fn section(out: &mut String, report: &Report) {
     }
     let _ = writeln!(out);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{base_row, tests::report_of, Row, Status};
+    use crate::collect::ChainTally;
+
+    fn row(name: &str, status: Status, chain: Option<ChainTally>, detail: Option<&str>) -> Row {
+        let cfg: facts::RunConfig = serde_json::from_value(serde_json::json!({
+            "experiment": "t", "name": name,
+            "model": {"family": "unet", "channels": [8, 16], "attention_levels": [false, false], "num_res_blocks": 1, "num_head_channels": 8},
+            "input": {"channels": 1, "spatial": [8, 8, 8]}, "out_channels": 1, "batch": 1,
+            "precision": "fp32", "grad_ckpt": false, "gpu": "A100-40GB"
+        }))
+        .expect("config");
+        let mut r = base_row(&cfg, name.into(), String::new(), crate::precheck::VerdictKind::Fits);
+        r.status = status;
+        r.chain = chain;
+        r.detail = detail.map(str::to_string);
+        r.predicted_gib = Some(0.110);
+        r
+    }
+
+    /// The chain demo's figures (closing note of issue 51): 7 segments, 1:42
+    /// of segments, 0.069 GiB against 0.110 predicted. A chain that failed
+    /// says why and has no error figure; a row with no chain is not listed;
+    /// a report without chains has no section.
+    #[test]
+    fn each_chained_run_is_a_row_with_its_segments_wall_peak_and_error() {
+        let ok = ChainTally { segments: 7, wall_s: 102.4, peak_bytes: (0.069 * (1u64 << 30) as f64) as u64 };
+        let failed = ChainTally { segments: 12, wall_s: 3.0 * 86_400.0 + 61.0, peak_bytes: 1 << 30 };
+        let rows = vec![
+            row("steps100", Status::Ok, Some(ok), None),
+            row("steps200", Status::Failed, Some(failed), Some("12 segments reached; checkpoint kept")),
+            row("profiled", Status::Ok, None, None),
+        ];
+        let mut out = String::new();
+        super::section(&mut out, &report_of(rows));
+        let table: Vec<&str> = out.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(
+            table,
+            [
+                "| Config | Status | Segments | Wall | Peak | Predicted | Error |",
+                "|---|---|---|---|---|---|---|",
+                "| steps100 | OK | 7 | 00:01:42 | 0.069G | 0.110G | +59% |",
+                "| steps200 | failed: 12 segments reached; checkpoint kept | 12 | 3-00:01:01 | 1.000G | 0.110G | - |",
+            ]
+        );
+        assert!(out.starts_with("## Training runs\n"), "{out}");
+        let mut none = String::new();
+        super::section(&mut none, &report_of(vec![row("profiled", Status::Ok, None, None)]));
+        assert_eq!(none, "", "no chained run, no section");
+    }
+}
