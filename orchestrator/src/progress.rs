@@ -146,6 +146,8 @@ pub fn sweep_progress<'a>(
     let mut per_gib = Vec::new();
     // (predicted GiB, seconds already run) of each live config.
     let mut live: Vec<(Option<f64>, f64)> = Vec::new();
+    // The seconds left of each running chain that reports its progress.
+    let mut chains: Vec<f64> = Vec::new();
     for r in records {
         p.total += 1;
         let state = match r.latest() {
@@ -172,11 +174,18 @@ pub fn sweep_progress<'a>(
                     match activity {
                         Activity::Queued => {
                             p.waiting += 1;
-                            live.push((r.predicted_gib(), 0.0));
+                            // A chain between segments (requeued) goes on at its pace.
+                            match chain_left(r, now) {
+                                Some(left) => chains.push(left),
+                                None => live.push((r.predicted_gib(), 0.0)),
+                            }
                         }
                         Activity::Running => {
                             p.running += 1;
-                            live.push((r.predicted_gib(), started(r).map_or(0.0, |t| (now - t).max(0.0))));
+                            match chain_left(r, now) {
+                                Some(left) => chains.push(left),
+                                None => live.push((r.predicted_gib(), started(r).map_or(0.0, |t| (now - t).max(0.0)))),
+                            }
                         }
                         Activity::Ended => {
                             p.ended += 1;
@@ -200,7 +209,46 @@ pub fn sweep_progress<'a>(
     };
     p.median_run_s = median(&mut durations);
     p.eta_s = eta(&p, &live, durations.len(), median(&mut per_gib), parallelism);
+    // A running chain knows its own pace; the sweep ends with the last of them (they run at once).
+    if let Some(longest) = chains.iter().copied().reduce(f64::max) {
+        p.eta_s = match (live.is_empty(), p.eta_s) {
+            (true, _) => Some(longest),
+            (false, Some(e)) => Some(e.max(longest)),
+            (false, None) => None,
+        };
+    }
     p
+}
+
+/// The seconds a running chained run has left, from the progress its
+/// command reports (`step 40/100`, `Epoch  12/500`: the last `N/M` of the
+/// line) and the time since its first segment began running, over every
+/// attempt (queueing between segments included): that time per step done,
+/// times the steps to go. `None` when it is not a chain or reports no such progress.
+fn chain_left(r: &ConfigRecord, now: f64) -> Option<f64> {
+    let chain = r.latest()?.chain()?;
+    let progress = chain.progress.as_deref().or_else(|| chain.ended.last()?.progress.as_deref())?;
+    let (done, total) = fraction(progress)?;
+    let began = r
+        .attempts()
+        .iter()
+        .filter_map(|a| a.history().iter().find(|c| c.state.activity() == Activity::Running).map(|c| c.t))
+        .reduce(f64::min)?;
+    let per_step = (now - began).max(0.0) / done as f64;
+    Some(per_step * total.saturating_sub(done) as f64)
+}
+
+/// The last `N/M` of a progress line, with 0 < N <= M.
+fn fraction(line: &str) -> Option<(u64, u64)> {
+    line.match_indices('/').rev().find_map(|(i, _)| {
+        let before = line[..i].trim_end();
+        let digits = before.len() - before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let done: u64 = before[before.len() - digits..].parse().ok()?;
+        let after = line[i + 1..].trim_start();
+        let end = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
+        let total: u64 = after[..end].parse().ok()?;
+        (done > 0 && done <= total).then_some((done, total))
+    })
 }
 
 /// Seconds until every live config (predicted GiB, seconds already run)
@@ -478,5 +526,42 @@ mod tests {
         assert_eq!(human_duration(0.43), "0.4s");
         assert_eq!(human_duration(185.0), "3m05s");
         assert_eq!(human_duration(3720.0), "1h02m");
+    }
+
+    /// A chained run seen RUNNING from `began`, its command's last progress `progress`.
+    fn chain_rec(hash: &str, state: SlurmState, began: f64, progress: &str) -> ConfigRecord {
+        let chain = crate::state::ChainRead { progress: Some(progress.into()), ..Default::default() };
+        let history = vec![(began, SlurmState::Running), (began + 50.0, state.clone())];
+        let a = attempt(u32::from(hash.as_bytes()[0]), Some(state), history).with_chain(Some(chain));
+        rec_of(hash, 1.0, Some(a), None)
+    }
+
+    /// Training chains end after days, so no three runs end before the first
+    /// ETA: each running or requeued chain's own pace says when it ends
+    /// (seconds since its first segment began, per step done, times the
+    /// steps left), and the sweep ends with the slowest.
+    #[test]
+    fn chains_give_an_eta_from_their_own_progress_before_any_run_ends() {
+        let records = [
+            chain_rec("a", SlurmState::Running, 100.0, "step 40/100"),
+            chain_rec("b", SlurmState::Pending, 0.0, "Epoch  10/20"),
+        ];
+        let p = sweep_progress(records.iter(), None, 500.0, &BTreeSet::new());
+        // a: 400 s for 40 steps, 60 to go: 600 s; b: 500 s for 10 epochs, 10 to go: 500 s.
+        assert_eq!(p.eta_s, Some(600.0));
+        assert!(p.line().ends_with("; ETA ~10m00s"), "{}", p.line());
+        // Without progress a chain is a run like any other: no ETA before three end.
+        let plain = [chain_rec("a", SlurmState::Running, 100.0, "loading data")];
+        assert_eq!(sweep_progress(plain.iter(), None, 500.0, &BTreeSet::new()).eta_s, None);
+    }
+
+    #[test]
+    fn a_progress_fraction_is_the_last_n_of_m_of_the_line() {
+        assert_eq!(fraction("Epoch  12/500"), Some((12, 500)));
+        assert_eq!(fraction("epoch 12 / 500, batch 3/40"), Some((3, 40)));
+        assert_eq!(fraction("step 0/10"), None, "nothing done: no pace yet");
+        assert_eq!(fraction("step 11/10"), None);
+        assert_eq!(fraction("loss 0.5/x"), None);
+        assert_eq!(fraction("no progress"), None);
     }
 }

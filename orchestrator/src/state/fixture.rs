@@ -3,7 +3,7 @@
 
 use facts::event::RunResult;
 
-use super::events_read::Live;
+use super::events_read::{ChainRead, Live};
 use super::record::{Attempt, ConfigRecord, StateChange};
 use crate::collect::WorkerOutcome;
 use crate::precheck::VerdictKind;
@@ -61,6 +61,10 @@ impl Attempt {
     }
     pub(crate) fn with_live(mut self, live: Option<Live>) -> Attempt {
         self.live = live;
+        self
+    }
+    pub(crate) fn with_chain(mut self, chain: Option<ChainRead>) -> Attempt {
+        self.chain = chain;
         self
     }
 }
