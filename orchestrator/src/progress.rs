@@ -150,6 +150,13 @@ pub fn sweep_progress<'a>(
     let mut chains: Vec<f64> = Vec::new();
     for r in records {
         p.total += 1;
+        // A live config that has run `ran` seconds: a chain that reports its
+        // progress goes on at its own pace (requeued between segments too),
+        // any other is expected to take what the ended runs took.
+        let mut go_on = |ran: f64| match chain_left(r, now) {
+            Some(left) => chains.push(left),
+            None => live.push((r.predicted_gib(), ran)),
+        };
         let state = match r.latest() {
             None => {
                 p.never_submitted += 1;
@@ -157,13 +164,13 @@ pub fn sweep_progress<'a>(
             }
             Some(a) if a.array_job_id().is_none() => {
                 p.waiting += 1;
-                live.push((r.predicted_gib(), 0.0));
+                go_on(0.0);
                 "SUBMITTING".to_string()
             }
             Some(a) => match a.state() {
                 None => {
                     p.waiting += 1;
-                    live.push((r.predicted_gib(), 0.0));
+                    go_on(0.0);
                     "SUBMITTED".to_string()
                 }
                 Some(s) => {
@@ -174,18 +181,11 @@ pub fn sweep_progress<'a>(
                     match activity {
                         Activity::Queued => {
                             p.waiting += 1;
-                            // A chain between segments (requeued) goes on at its pace.
-                            match chain_left(r, now) {
-                                Some(left) => chains.push(left),
-                                None => live.push((r.predicted_gib(), 0.0)),
-                            }
+                            go_on(0.0);
                         }
                         Activity::Running => {
                             p.running += 1;
-                            match chain_left(r, now) {
-                                Some(left) => chains.push(left),
-                                None => live.push((r.predicted_gib(), started(r).map_or(0.0, |t| (now - t).max(0.0)))),
-                            }
+                            go_on(started(r).map_or(0.0, |t| (now - t).max(0.0)));
                         }
                         Activity::Ended => {
                             p.ended += 1;
@@ -203,21 +203,23 @@ pub fn sweep_progress<'a>(
         };
         *p.counts.entry(state).or_default() += 1;
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        (!v.is_empty()).then(|| v[v.len() / 2])
-    };
     p.median_run_s = median(&mut durations);
-    p.eta_s = eta(&p, &live, durations.len(), median(&mut per_gib), parallelism);
-    // A running chain knows its own pace; the sweep ends with the last of them (they run at once).
-    if let Some(longest) = chains.iter().copied().reduce(f64::max) {
-        p.eta_s = match (live.is_empty(), p.eta_s) {
-            (true, _) => Some(longest),
-            (false, Some(e)) => Some(e.max(longest)),
-            (false, None) => None,
-        };
-    }
+    // The running chains know their own pace; the sweep ends with the last of them (they run at once).
+    p.eta_s = match (
+        chains.iter().copied().reduce(f64::max),
+        eta(&p, &live, durations.len(), median(&mut per_gib), parallelism),
+    ) {
+        (None, others) => others,
+        (Some(chain), _) if live.is_empty() => Some(chain),
+        (Some(chain), others) => others.map(|e| e.max(chain)),
+    };
     p
+}
+
+/// The median of `v` (its upper one for an even count), sorting it.
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[v.len() / 2])
 }
 
 /// The seconds a running chained run has left, from the progress its
@@ -240,15 +242,11 @@ fn chain_left(r: &ConfigRecord, now: f64) -> Option<f64> {
 
 /// The last `N/M` of a progress line, with 0 < N <= M.
 fn fraction(line: &str) -> Option<(u64, u64)> {
-    line.match_indices('/').rev().find_map(|(i, _)| {
-        let before = line[..i].trim_end();
-        let digits = before.len() - before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        let done: u64 = before[before.len() - digits..].parse().ok()?;
-        let after = line[i + 1..].trim_start();
-        let end = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
-        let total: u64 = after[..end].parse().ok()?;
-        (done > 0 && done <= total).then_some((done, total))
-    })
+    static N_OF_M: std::sync::OnceLock<regex_lite::Regex> = std::sync::OnceLock::new();
+    let re = N_OF_M.get_or_init(|| regex_lite::Regex::new(r"(\d+)\s*/\s*(\d+)").expect("a constant pattern"));
+    let last = re.captures_iter(line).last()?;
+    let (done, total): (u64, u64) = (last[1].parse().ok()?, last[2].parse().ok()?);
+    (done > 0 && done <= total).then_some((done, total))
 }
 
 /// Seconds until every live config (predicted GiB, seconds already run)
